@@ -1,0 +1,31 @@
+# Two commands, each doing its own set-up on a fresh machine:
+#   make demo   creates .venv, installs flowrl, trains the tiny-cpu recipe (a few minutes on 2 cores)
+#   make test   creates .venv, installs flowrl with test extras, runs pytest
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# torch/torchvision pinned to the builds lying on this machine's disk (pip takes them without a download);
+# elsewhere pip fetches the same versions from PyPI.
+TORCH ?= torch==2.14.1 torchvision==0.29.1
+
+.PHONY: demo test install install-test clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/pip install -q $(TORCH)
+	$(BIN)/pip install -q -e ".[test,tesseract]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	HF_HUB_OFFLINE=1 $(BIN)/flowrl train
+
+test: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Benchmarks: GenEval, UniGenBench, the CPU toy benchmark, perf scripts."""

@@ -1,0 +1,94 @@
+"""``python -m flowrl.benchmarks.geneval {prompts,score,summary}``: the GenEval steps from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+from .rules import RuleConfig
+
+
+def _rule_config(options: list[str]) -> RuleConfig:
+    """``key=value`` pairs (GenEval's ``--options``) -> RuleConfig; unknown keys name the allowed ones."""
+    fields = {f.name: f.type for f in dataclasses.fields(RuleConfig)}
+    values = {}
+    for option in options:
+        key, sep, value = option.partition("=")
+        if not sep or key not in fields:
+            raise SystemExit(f"--option {option!r}: expected key=value with key in {', '.join(fields)}")
+        values[key] = int(value) if key == "max_objects" else float(value)
+    return RuleConfig(**values)
+
+
+def _prompts(args: argparse.Namespace) -> None:
+    from .prompts import write_prompts
+
+    path = write_prompts(args.out, seed=args.seed, n=args.n, prompts_txt=args.prompts_txt)
+    print(f"wrote {path}")
+
+
+def _score(args: argparse.Namespace) -> None:
+    from .detect import ClipColorClassifier, GenEvalLoadError, QueryInstanceDetector
+    from .scoring import score_folder, summary_markdown
+
+    rules = _rule_config(args.option)
+    try:
+        floor = min(rules.threshold, rules.counting_threshold)
+        detector = QueryInstanceDetector.from_pretrained(args.detector, device=args.device, min_score=floor)
+        colors = ClipColorClassifier.from_pretrained(args.clip_arch, args.clip_pretrained, device=args.device)
+    except GenEvalLoadError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    _, summary = score_folder(args.image_dir, detector, colors, rules, out_dir=args.out, batch_size=args.batch_size)
+    print(summary_markdown(summary))
+
+
+def _summary(args: argparse.Namespace) -> None:
+    from .scoring import load_results, summarize, summary_markdown, write_summary
+
+    summary = summarize(load_results(args.results))
+    if args.out:
+        write_summary(summary, args.out)
+    print(summary_markdown(summary) if not args.json else json.dumps(summary, indent=2))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .detect import DEFAULT_CLIP_ARCH, DEFAULT_CLIP_PRETRAINED, DEFAULT_DETECTOR
+
+    parser = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.geneval", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prompts", help="write GenEval's evaluation_metadata.jsonl (553 rows at the defaults)")
+    p.add_argument("out", type=Path)
+    p.add_argument("--seed", type=int, default=43)
+    p.add_argument("--n", type=int, default=100, help="rows drawn per task besides single_object")
+    p.add_argument("--prompts-txt", type=Path, default=None, help="also write the plain prompt list here")
+    p.set_defaults(run=_prompts)
+    s = sub.add_parser("score", help="score a GenEval image folder (<NNNNN>/metadata.jsonl + samples/*.png)")
+    s.add_argument("image_dir", type=Path)
+    s.add_argument("--out", type=Path, required=True, help="folder for results.jsonl, summary.json, summary.md")
+    s.add_argument("--detector", default=DEFAULT_DETECTOR, help="transformers model id or local folder")
+    s.add_argument("--clip-arch", default=DEFAULT_CLIP_ARCH)
+    s.add_argument("--clip-pretrained", default=DEFAULT_CLIP_PRETRAINED, help="open_clip tag or weights file")
+    s.add_argument("--device", default=None)
+    s.add_argument("--batch-size", type=int, default=8)
+    s.add_argument("--option", action="append", default=[], help="rule option key=value (threshold=0.3, ...)")
+    s.set_defaults(run=_score)
+    m = sub.add_parser("summary", help="summarise a results.jsonl (ours or GenEval's)")
+    m.add_argument("results", type=Path)
+    m.add_argument("--out", type=Path, default=None)
+    m.add_argument("--json", action="store_true", help="print JSON instead of Markdown")
+    m.set_defaults(run=_summary)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    args.run(args)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

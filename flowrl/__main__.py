@@ -1,0 +1,3 @@
+from flowrl.cli import main
+import sys
+sys.exit(main())

@@ -1,0 +1,151 @@
+"""Checkpoints in safetensors + JSON (no pickle): trainable weights, optimizer, EMA, RNG, iteration.
+
+A checkpoint folder is written under a temporary name and renamed when complete, so a run killed while
+saving never leaves a half-written folder that ``latest_checkpoint`` would pick up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+_NAME = re.compile(r"^iter-(\d+)$")
+
+
+class CheckpointError(RuntimeError):
+    pass
+
+
+# ------------------------------------------------------------------------------------------ optimizer
+def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split ``optimizer.state_dict()`` into tensors (for safetensors) and a JSON-able rest."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    scalars: dict[str, dict[str, Any]] = {}
+    for idx, state in sd["state"].items():
+        for key, value in state.items():
+            if torch.is_tensor(value):
+                tensors[f"{idx}.{key}"] = value.detach().cpu().contiguous()
+            else:
+                scalars.setdefault(str(idx), {})[key] = value
+    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+
+
+def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    state: dict[int, dict[str, Any]] = {}
+    for name, value in tensors.items():
+        idx, key = name.split(".", 1)
+        state.setdefault(int(idx), {})[key] = value
+    for idx, extra in meta["scalars"].items():
+        state.setdefault(int(idx), {}).update(extra)
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+# ------------------------------------------------------------------------------------------ RNG
+def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    tensors = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        for i, s in enumerate(torch.cuda.get_rng_state_all()):
+            tensors[f"cuda{i}"] = s
+    np_state = np.random.get_state()
+    meta = {
+        "python": [random.getstate()[0], list(random.getstate()[1]), random.getstate()[2]],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+    }
+    return tensors, meta
+
+
+def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted(tensors) if k.startswith("cuda")]
+    if cuda and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
+    version, state, gauss = meta["python"]
+    random.setstate((version, tuple(state), gauss))
+    name, keys, pos, has_gauss, cached = meta["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+
+
+# ------------------------------------------------------------------------------------------ folders
+def checkpoint_name(iteration: int) -> str:
+    return f"iter-{iteration:06d}"
+
+
+def save_checkpoint(
+    root: str | Path,
+    iteration: int,
+    trainable: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    ema: dict[str, torch.Tensor] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write ``root/iter-NNNNNN`` atomically. ``iteration`` is the number of completed iterations."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / checkpoint_name(iteration)
+    tmp = root / (final.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({k: v.detach().cpu().contiguous() for k, v in trainable.items()}, tmp / "trainable.safetensors")
+    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
+    save_file(opt_tensors, tmp / "optimizer.safetensors")
+    if ema is not None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in ema.items()}, tmp / "ema.safetensors")
+    rng_tensors, rng_meta = rng_state()
+    save_file(rng_tensors, tmp / "rng.safetensors")
+    state = {"iteration": iteration, "optimizer": opt_meta, "rng": rng_meta, **(extra or {})}
+    with open(tmp / STATE_FILE, "w") as f:
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read a checkpoint folder written by ``save_checkpoint``."""
+    path = Path(path)
+    if not (path / STATE_FILE).is_file():
+        raise CheckpointError(f"resume={str(path)!r}: not a complete flowrl checkpoint (no {STATE_FILE})")
+    state = json.loads((path / STATE_FILE).read_text())
+    state["trainable"] = load_file(path / "trainable.safetensors")
+    state["optimizer_tensors"] = load_file(path / "optimizer.safetensors")
+    state["ema"] = load_file(path / "ema.safetensors") if (path / "ema.safetensors").exists() else None
+    state["rng_tensors"] = load_file(path / "rng.safetensors")
+    return state
+
+
+def list_checkpoints(root: str | Path) -> list[Path]:
+    """Complete checkpoints under ``root``, oldest first (temporary folders are ignored)."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / STATE_FILE).is_file()]
+    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
+
+
+def latest_checkpoint(root: str | Path) -> Path | None:
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def prune_checkpoints(root: str | Path, keep_last: int) -> None:
+    """Delete all but the newest ``keep_last`` complete checkpoints (the newest is always kept)."""
+    found = list_checkpoints(root)
+    for old in found[: max(len(found) - max(keep_last, 1), 0)]:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,408 @@
+"""Run configuration: dataclasses nested by concern, YAML recipes holding overrides, ``key=value`` overrides.
+
+Every field is checked when the config is built; errors are one line that names the field (with the
+closest known key for a typo) and, for choices, the allowed values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A bad config value, key, recipe or override. The message is one line naming the culprit."""
+
+
+def _choice(name: str, value: Any, allowed: tuple) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{name}: {value!r} is not one of {', '.join(map(str, allowed))}")
+
+
+def _positive(name: str, value: float, strict: bool = True) -> None:
+    if value < 0 or (strict and value == 0):
+        raise ConfigError(f"{name}: must be {'> 0' if strict else '>= 0'}, got {value}")
+
+
+@dataclass
+class ModelConfig:
+    pipeline: str = "sd3"  # adapter name (`flowrl ls pipelines`)
+    path: str = "tiny"  # hub id, local folder, or "tiny" (real SD3 classes at a tiny size, offline)
+    tiny_size: str = "tiny"  # size preset of the offline model: tiny | small | 70m
+    revision: str | None = None
+    dtype: str = "fp32"  # dtype of the frozen weights: fp32 | fp16 | bf16
+    resolution: int = 512
+    max_sequence_length: int = 128  # T5 tokens
+
+    def __post_init__(self):
+        _choice("model.dtype", self.dtype, ("fp32", "fp16", "bf16"))
+        _choice("model.tiny_size", self.tiny_size, ("tiny", "small", "70m"))
+        _positive("model.resolution", self.resolution)
+        if self.resolution % 16:
+            raise ConfigError(f"model.resolution: must be a multiple of 16, got {self.resolution}")
+        _positive("model.max_sequence_length", self.max_sequence_length)
+
+
+@dataclass
+class DataConfig:
+    prompts: str = "builtin:tiny"  # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), builtin:NAME
+    eval_prompts: str | None = None  # held-out prompts for evaluation samples; default: `prompts`
+
+
+@dataclass
+class SampleConfig:
+    num_steps: int = 10  # denoising steps of training rollouts
+    eval_num_steps: int = 40  # steps of evaluation / `flowrl sample`
+    guidance_scale: float = 4.5  # CFG in rollouts (and in the training forward); 1 = no CFG
+    eval_guidance_scale: float | None = None  # default: guidance_scale
+    sde_type: str = "flow_sde"  # flow_sde | cps | dance_sde
+    noise_level: float = 0.7  # a of flow_sde / cps, eta of dance_sde
+    window_size: int = 0  # 0: stochastic at every step; k: an SDE window of k steps, ODE elsewhere
+    window_range: list[int] | None = None  # [lo, hi] where the window may start/end; default [0, num_steps]
+    timestep_fraction: float = 0.99  # without a window: train the first int(T * fraction) transitions
+    group_size: int = 24  # samples per prompt (G)
+    prompts_per_iteration: int = 48  # prompt groups per iteration, over all processes
+    batch_size: int = 9  # samples per rollout forward, per process; also the training minibatch
+    same_noise_in_group: bool = False  # group members start from the same initial noise
+
+    def __post_init__(self):
+        _positive("sample.num_steps", self.num_steps)
+        _positive("sample.eval_num_steps", self.eval_num_steps)
+        _positive("sample.guidance_scale", self.guidance_scale)
+        _choice("sample.sde_type", self.sde_type, ("flow_sde", "cps", "dance_sde"))
+        _positive("sample.noise_level", self.noise_level)
+        _positive("sample.window_size", self.window_size, strict=False)
+        if not 0 < self.timestep_fraction <= 1:
+            raise ConfigError(f"sample.timestep_fraction: must be in (0, 1], got {self.timestep_fraction}")
+        if self.group_size < 2:
+            raise ConfigError(f"sample.group_size: GRPO needs at least 2 samples per prompt, got {self.group_size}")
+        _positive("sample.prompts_per_iteration", self.prompts_per_iteration)
+        _positive("sample.batch_size", self.batch_size)
+        if self.window_size > self.num_steps:
+            raise ConfigError(f"sample.window_size: {self.window_size} exceeds sample.num_steps={self.num_steps}")
+        if self.window_range is not None:
+            lo_hi = self.window_range
+            if len(lo_hi) != 2 or not 0 <= lo_hi[0] <= lo_hi[1] - self.window_size or lo_hi[1] > self.num_steps:
+                raise ConfigError(
+                    f"sample.window_range: {lo_hi} must be [lo, hi] with 0 <= lo <= hi - window_size and "
+                    f"hi <= num_steps={self.num_steps}"
+                )
+        if self.window_size == 0 and int(self.num_steps * self.timestep_fraction) == 0:
+            raise ConfigError("sample.timestep_fraction: trains no transition at this num_steps")
+
+
+@dataclass
+class LoraConfig:
+    enabled: bool = True  # False: full fine-tuning of the transformer
+    rank: int = 32
+    alpha: float = 64
+    target_modules: list[str] | None = None  # default: the adapter's attention projections
+    init: str = "gaussian"  # peft init_lora_weights: gaussian | default
+    dropout: float = 0.0  # must stay 0 for exact on-policy log-probs
+
+    def __post_init__(self):
+        _positive("train.lora.rank", self.rank)
+        _positive("train.lora.alpha", self.alpha)
+        _choice("train.lora.init", self.init, ("gaussian", "default"))
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"train.lora.dropout: must be in [0, 1), got {self.dropout}")
+
+
+@dataclass
+class TrainConfig:
+    iterations: int = 100
+    learning_rate: float = 3e-4
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    weight_decay: float = 1e-4
+    adam_eps: float = 1e-8
+    max_grad_norm: float = 1.0
+    optimizer_steps_per_iteration: int = 2  # Flow-GRPO: two optimizer steps per epoch
+    clip_range: float = 1e-4  # PPO clip on the mean-reduced ratio (1e-5 for cps / windows)
+    adv_clip_max: float = 5.0
+    beta: float = 0.004  # KL weight, exact per-element Gaussian KL (= Flow-GRPO code beta 0.04 x |dt| 0.1)
+    global_std: bool = True  # normalise by the std of all rewards (True) or of each group (False)
+    std_eps: float = 1e-4
+    mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
+    gradient_checkpointing: bool = False
+    ema: bool = False
+    ema_decay: float = 0.9
+    ema_every: int = 8  # optimizer steps between EMA updates
+    onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
+    onpolicy_tol: float = 1e-4
+    lora: LoraConfig = field(default_factory=LoraConfig)
+
+    def __post_init__(self):
+        _positive("train.iterations", self.iterations, strict=False)
+        _positive("train.learning_rate", self.learning_rate)
+        if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
+            raise ConfigError(f"train.adam_betas: expected two values in [0, 1), got {self.adam_betas}")
+        _positive("train.weight_decay", self.weight_decay, strict=False)
+        _positive("train.max_grad_norm", self.max_grad_norm)
+        _positive("train.optimizer_steps_per_iteration", self.optimizer_steps_per_iteration)
+        _positive("train.clip_range", self.clip_range)
+        _positive("train.adv_clip_max", self.adv_clip_max)
+        _positive("train.beta", self.beta, strict=False)
+        _positive("train.std_eps", self.std_eps)
+        _choice("train.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
+        if not 0 <= self.ema_decay < 1:
+            raise ConfigError(f"train.ema_decay: must be in [0, 1), got {self.ema_decay}")
+        _positive("train.ema_every", self.ema_every)
+        _positive("train.onpolicy_tol", self.onpolicy_tol)
+
+
+@dataclass
+class MethodConfig:
+    name: str = "flow_grpo"  # `flowrl ls methods`
+    options: dict[str, Any] = field(default_factory=dict)  # method-specific settings
+
+
+@dataclass
+class LogConfig:
+    save_every: int = 10  # iterations between checkpoints (the last iteration always saves)
+    keep_last: int = 3  # checkpoints kept; the newest complete one is never deleted
+    sample_every: int = 10  # iterations between sample grids
+    num_sample_images: int = 8
+
+    def __post_init__(self):
+        _positive("log.save_every", self.save_every)
+        _positive("log.keep_last", self.keep_last)
+        _positive("log.sample_every", self.sample_every)
+        _positive("log.num_sample_images", self.num_sample_images)
+
+
+@dataclass
+class Config:
+    output_dir: str = "runs/flowrl"
+    seed: int = 42
+    resume: str | None = None  # checkpoint folder, or "latest" (newest in output_dir/checkpoints)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    reward: dict[str, float] = field(default_factory=lambda: {"jpeg_compressibility": 1.0})
+    reward_args: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-reward constructor kwargs
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def __post_init__(self):
+        from flowrl.reward_models import check_reward_name
+
+        if not self.reward:
+            raise ConfigError("reward: no reward configured; set reward.<name>=<weight>")
+        for name, weight in self.reward.items():
+            try:
+                check_reward_name(name)
+            except ValueError as exc:
+                raise ConfigError(f"reward.{name}: {exc}") from None
+            if not isinstance(weight, (int, float)) or isinstance(weight, bool):
+                raise ConfigError(f"reward.{name}: weight must be a number, got {weight!r}")
+        for name in self.reward_args:
+            if name not in self.reward:
+                raise ConfigError(f"reward_args.{name}: no reward named {name!r} is configured")
+        from flowrl.methods import check_method_name
+
+        try:
+            check_method_name(self.method.name)
+        except ValueError as exc:
+            raise ConfigError(f"method.name: {exc}") from None
+        if self.sample.eval_guidance_scale is None:
+            self.sample.eval_guidance_scale = self.sample.guidance_scale
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ----------------------------------------------------------------------------------------------------
+# building configs from dicts, recipes and overrides
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in (a for a in args if a is not type(None)):
+            try:
+                return _coerce(key, value, arg)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping of settings, got {value!r}")
+        return _build(tp, value, key + ".")
+    if origin is list:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key}: expected a list, got {value!r}")
+        (item_tp,) = typing.get_args(tp)
+        return [_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
+        key_tp, val_tp = typing.get_args(tp)
+        return {str(k): _coerce(f"{key}.{k}", v, val_tp) for k, v in value.items()}
+    if tp is Any:
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp is bool and not isinstance(value, bool):
+        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
+        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+    if not isinstance(value, tp):
+        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+    return value
+
+
+def _unknown_key(prefix: str, key: str, known: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    hint = f"; did you mean {prefix}{close[0]!r}?".replace(f"{prefix}'", f"'{prefix}") if close else ""
+    return ConfigError(f"unknown key {prefix + key!r}{hint}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in data.items():
+        if key not in names:
+            raise _unknown_key(prefix, str(key), names)
+        kwargs[key] = _coerce(prefix + key, value, hints[key])
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:  # pragma: no cover - guarded by the key check above
+        raise ConfigError(f"{prefix or 'config'}: {exc}") from None
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping of settings, got {type(data).__name__}")
+    return _build(Config, data)
+
+
+def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``tree[a][b][c] = value`` for ``dotted = "a.b.c"``, checking each part against Config."""
+    parts = dotted.split(".")
+    cls: Any = Config
+    node = tree
+    for depth, part in enumerate(parts):
+        prefix = ".".join(parts[:depth]) + ("." if depth else "")
+        if dataclasses.is_dataclass(cls):
+            names = [f.name for f in dataclasses.fields(cls)]
+            if part not in names:
+                raise _unknown_key(prefix, part, names)
+            cls = typing.get_type_hints(cls)[part]
+        elif typing.get_origin(cls) is dict or cls is Any:
+            cls = typing.get_args(cls)[1] if typing.get_origin(cls) is dict else Any
+        elif typing.get_origin(cls) in (typing.Union, types.UnionType):
+            inner = [a for a in typing.get_args(cls) if dataclasses.is_dataclass(a) or typing.get_origin(a) is dict]
+            if not inner:
+                raise ConfigError(f"{prefix.rstrip('.')}: is not a group of settings; cannot set {dotted!r}")
+            cls = inner[0]
+            names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else None
+            if names is not None and part not in names:
+                raise _unknown_key(prefix, part, names)
+            cls = typing.get_type_hints(cls)[part] if names is not None else typing.get_args(cls)[1]
+        else:
+            raise ConfigError(f"{prefix.rstrip('.')}: is not a group of settings; cannot set {dotted!r}")
+        if depth == len(parts) - 1:
+            node[part] = value
+        else:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``"train.learning_rate=1e-4"`` -> ``("train.learning_rate", 1e-4)``; values are parsed as YAML."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"override {text!r}: expected key=value")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    if isinstance(value, str) and _looks_numeric(value):
+        value = float(value)
+    return key, value
+
+
+def _looks_numeric(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for text in overrides:
+        key, value = parse_override(text)
+        _set_path(data, key, value)
+    return data
+
+
+# ----------------------------------------------------------------------------------------------------
+# recipes
+
+DEFAULT_RECIPE = "tiny-cpu"
+
+
+def recipe_names() -> list[str]:
+    folder = resources.files("flowrl") / "recipes"
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_recipe(name_or_path: str | None) -> dict[str, Any]:
+    """A shipped recipe by name, or a YAML file by path; returns the override tree it holds."""
+    name_or_path = name_or_path or DEFAULT_RECIPE
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise ConfigError(f"recipe {name_or_path!r}: no such file")
+        text = path.read_text()
+    else:
+        names = recipe_names()
+        if name_or_path not in names:
+            close = difflib.get_close_matches(name_or_path, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; shipped: {', '.join(names)}"
+            raise ConfigError(f"unknown recipe {name_or_path!r}{hint}")
+        text = (resources.files("flowrl") / "recipes" / f"{name_or_path}.yaml").read_text()
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f" at line {line + 1}" if line is not None else ""
+        raise ConfigError(f"recipe {name_or_path!r}: invalid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {name_or_path!r}: must be a mapping of settings")
+    return data
+
+
+def resolve_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
+    """Recipe (default ``tiny-cpu``) + ``key=value`` overrides -> a validated Config."""
+    data = load_recipe(recipe)
+    merge_overrides(data, overrides or [])
+    return config_from_dict(data)
+
+
+def dump_config(cfg: Config) -> str:
+    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)

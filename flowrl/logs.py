@@ -1,0 +1,77 @@
+"""Run-folder outputs: metrics.jsonl, sample grids, the reward curve."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+
+class MetricsWriter:
+    """Appends one JSON object per iteration to ``metrics.jsonl``.
+
+    When a run resumes at iteration k, lines of iterations >= k (written after the checkpoint by a
+    run that was then stopped) are dropped, so the file reads as one uninterrupted run.
+    """
+
+    def __init__(self, path: str | Path, start_iteration: int = 0):
+        self.path = Path(path)
+        if self.path.exists():
+            kept = [line for line in self.path.read_text().splitlines() if line.strip()
+                    and json.loads(line).get("iteration", -1) < start_iteration]
+            self.path.write_text("".join(line + "\n" for line in kept))
+
+    def write(self, metrics: dict[str, float]) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(metrics) + "\n")
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+@contextmanager
+def timed(store: dict[str, float], name: str) -> Iterator[None]:
+    """Adds the wall time of the block to ``store["timing_s/<name>"]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        key = f"timing_s/{name}"
+        store[key] = store.get(key, 0.0) + time.perf_counter() - start
+
+
+def save_grid(images: torch.Tensor, path: str | Path) -> None:
+    """Images (B, 3, H, W) in [0, 1] -> one PNG grid."""
+    from torchvision.utils import save_image
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    nrow = max(1, int(math.ceil(math.sqrt(images.shape[0]))))
+    save_image(images.float().cpu(), str(path), nrow=nrow, padding=2)
+
+
+def plot_reward_curve(metrics: list[dict], path: str | Path) -> None:
+    """reward/mean (with a +-std band) against iterations, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = [m["iteration"] for m in metrics]
+    mean = [m["reward/mean"] for m in metrics]
+    std = [m["reward/std"] for m in metrics]
+    fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
+    ax.plot(its, mean, color="tab:blue", label="reward/mean")
+    ax.fill_between(its, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
+                    color="tab:blue", alpha=0.2, label="+-std")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("reward")
+    ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,48 @@
+"""Policy losses for one trained transition. Pure tensor functions; shapes are (B,) per sample."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class PolicyLossOutput:
+    loss: torch.Tensor  # scalar
+    ratio: torch.Tensor  # (B,) detached
+    clip_frac: torch.Tensor  # scalar, detached
+    approx_kl: torch.Tensor  # scalar, detached
+
+
+def ppo_clip_loss(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, advantages: torch.Tensor, clip_range: float
+) -> PolicyLossOutput:
+    """PPO clipped surrogate as in Flow-GRPO (arXiv 2505.05470, Eq. 6):
+
+    rho = exp(logp - logp_old);  L = mean_B max(-A rho, -A clip(rho, 1 - eps, 1 + eps)).
+    Also returns the clip fraction and approx_kl = mean(0.5 (logp - logp_old)^2).
+    """
+    log_ratio = log_prob - old_log_prob
+    ratio = torch.exp(log_ratio)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
+    loss = torch.maximum(unclipped, clipped).mean()
+    with torch.no_grad():
+        clip_frac = ((ratio - 1.0).abs() > clip_range).float().mean()
+        approx_kl = 0.5 * (log_ratio**2).mean()
+    return PolicyLossOutput(loss, ratio.detach(), clip_frac, approx_kl)
+
+
+def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """Exact KL( N(mean, s^2 I) || N(ref_mean, s^2 I) ) per element, averaged over non-batch dims:
+
+    KL = mean_d (mean - ref_mean)^2 / (2 s^2), with ``std`` the per-element std (B,) of the step.
+
+    Convention: flowrl's beta multiplies this exact KL. Flow-GRPO's code (since 2025-07) divides by
+    g^2 instead of s^2 = g^2 |dt|, so its beta equals ours divided by |dt|: code beta 0.04 at 10 steps
+    (|dt| about 0.1) is our 0.004.
+    """
+    s = std.reshape(-1, *([1] * (mean.ndim - 1)))
+    per_element = (mean - ref_mean) ** 2 / (2 * s**2)
+    return per_element.mean(dim=tuple(range(1, mean.ndim)))

@@ -1,0 +1,110 @@
+"""Step plans: which transitions a rollout takes, with which step kind and noise, and which ones train.
+
+A plan is built from the pipeline's sigma schedule (its scheduler owns the shift math) and the sampling
+config. Methods may edit a plan before the rollout (per-step noise levels, merged transitions that jump
+from ``sigmas[i]`` to ``sigmas[i + l]``, a different trained set).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+
+import torch
+
+from flowrl.sde import STEP_KINDS
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """One rollout's transitions. All tensors are fp32/bool on CPU, length T (transitions).
+
+    sigma[i] -> sigma_next[i] is transition i; ``kinds[i]`` is its step function; ``noise_levels[i]``
+    its noise parameter; ``train[i]`` whether it is trained. ``sigma_at_one`` is the substitute used
+    by ``flow_sde`` where sigma == 1.
+    """
+
+    sigma: torch.Tensor
+    sigma_next: torch.Tensor
+    kinds: tuple[str, ...]
+    noise_levels: torch.Tensor
+    train: torch.Tensor
+    sigma_at_one: float
+
+    def __post_init__(self):
+        n = len(self.kinds)
+        for name in ("sigma", "sigma_next", "noise_levels", "train"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"StepPlan.{name} has length {len(getattr(self, name))}, expected {n}")
+        bad = [k for k in self.kinds if k not in STEP_KINDS]
+        if bad:
+            raise ValueError(f"unknown step kind {bad[0]!r}; choose one of {', '.join(STEP_KINDS)}")
+        if bool((self.train & torch.tensor([k == "ode" for k in self.kinds], dtype=torch.bool)).any()):
+            raise ValueError("an 'ode' transition cannot be trained: it has no log-prob")
+
+    def __len__(self) -> int:
+        return len(self.kinds)
+
+    @property
+    def trained_indices(self) -> list[int]:
+        return [i for i in range(len(self)) if bool(self.train[i])]
+
+    def with_noise_levels(self, noise_levels: torch.Tensor) -> "StepPlan":
+        return replace(self, noise_levels=torch.as_tensor(noise_levels, dtype=torch.float32))
+
+
+def ode_plan(sigmas: torch.Tensor) -> StepPlan:
+    """Deterministic Euler over the whole schedule (evaluation, ODE completions)."""
+    sigmas = sigmas.float().cpu()
+    n = len(sigmas) - 1
+    return StepPlan(
+        sigma=sigmas[:-1].clone(),
+        sigma_next=sigmas[1:].clone(),
+        kinds=("ode",) * n,
+        noise_levels=torch.zeros(n),
+        train=torch.zeros(n, dtype=torch.bool),
+        sigma_at_one=float(sigmas[1]) if n > 0 else 0.0,
+    )
+
+
+def make_plan(
+    sigmas: torch.Tensor,
+    sde_type: str = "flow_sde",
+    noise_level: float = 0.7,
+    window_size: int = 0,
+    window_range: tuple[int, int] | None = None,
+    timestep_fraction: float = 0.99,
+    rng: random.Random | None = None,
+) -> StepPlan:
+    """Flow-GRPO's plan over a schedule ``sigmas`` (T+1 values from 1 down to 0).
+
+    * No window (``window_size == 0``): every transition uses ``sde_type``; the first
+      ``int(T * timestep_fraction)`` train (0.99 of 10 -> 9: the last, nearly deterministic step is
+      left out).
+    * Window: a start is drawn uniformly in ``[lo, hi - size]`` (per call, from ``rng``); transitions in
+      the window are stochastic and trained, the others are ODE steps.
+    """
+    sigmas = sigmas.float().cpu()
+    n = len(sigmas) - 1
+    if n < 1:
+        raise ValueError("the schedule needs at least one transition")
+    if window_size > 0:
+        lo, hi = window_range if window_range is not None else (0, n)
+        if not 0 <= lo <= hi - window_size or hi > n:
+            raise ValueError(f"window of size {window_size} does not fit in range ({lo}, {hi}) of {n} steps")
+        start = (rng or random).randint(lo, hi - window_size)
+        sde = [start <= i < start + window_size for i in range(n)]
+        train = list(sde)
+    else:
+        sde = [True] * n
+        n_train = int(n * timestep_fraction)
+        train = [i < n_train for i in range(n)]
+    kinds = tuple(sde_type if s else "ode" for s in sde)
+    return StepPlan(
+        sigma=sigmas[:-1].clone(),
+        sigma_next=sigmas[1:].clone(),
+        kinds=kinds,
+        noise_levels=torch.tensor([noise_level if s else 0.0 for s in sde], dtype=torch.float32),
+        train=torch.tensor(train, dtype=torch.bool),
+        sigma_at_one=float(sigmas[1]),
+    )

@@ -1,0 +1,196 @@
+"""Stochastic and deterministic steps of a rectified-flow sampler, with exact log-probabilities.
+
+Conventions (diffusers ``FlowMatchEulerDiscreteScheduler``): ``x_s = (1 - s) x0 + s eps`` with
+``s`` in [0, 1] (1 is pure noise), the model predicts the velocity ``v = eps - x0``, and a transition
+goes from ``sigma`` to ``sigma_next < sigma``; ``dt = sigma_next - sigma < 0``.
+
+Every step is a pure function ``(v, x, sigma, sigma_next, ...) -> StepOutput`` computed in fp32. Given
+``x_next`` it only scores that state; otherwise it samples ``x_next = mean + std * noise``.
+
+Log-prob reduction: Flow-GRPO averages the per-element Gaussian log-density over all non-batch
+elements (C, H, W or C, F, H, W) instead of summing it. The importance ratio is then the geometric
+mean of per-element ratios and stays very close to 1, which is why the matching PPO clip range is tiny
+(1e-4 for ``flow_sde``, 1e-5 for ``cps``). ``reduction="sum"`` is available but needs a clip range
+re-tuned by roughly the number of latent elements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+import torch
+
+Reduction = Literal["mean", "sum"]
+STEP_KINDS = ("ode", "flow_sde", "cps", "dance_sde")
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+
+@dataclass
+class StepOutput:
+    """Result of one transition. ``log_prob`` is (B,); ``std`` is the per-element std (B,)."""
+
+    x_next: torch.Tensor
+    log_prob: torch.Tensor
+    mean: torch.Tensor
+    std: torch.Tensor
+
+
+def _as_batch(value: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
+    """Broadcast a scalar or a (B,) tensor to x's shape (B, 1, 1, ...), fp32."""
+    t = torch.as_tensor(value, dtype=torch.float32, device=x.device)
+    if t.ndim == 0:
+        t = t.expand(x.shape[0])
+    return t.reshape(-1, *([1] * (x.ndim - 1)))
+
+
+def _reduce(per_element: torch.Tensor, reduction: Reduction) -> torch.Tensor:
+    dims = tuple(range(1, per_element.ndim))
+    return per_element.mean(dim=dims) if reduction == "mean" else per_element.sum(dim=dims)
+
+
+def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, reduction: Reduction = "mean"):
+    """log N(x_next; mean, std^2 I) per element, reduced over non-batch dims. ``std``: (B, 1, ...)."""
+    per_element = -((x_next - mean) ** 2) / (2 * std**2) - torch.log(std) - _HALF_LOG_2PI
+    return _reduce(per_element, reduction)
+
+
+def _sample_or_score(mean, std, x_next, noise, generator, log_prob_fn):
+    if x_next is None:
+        if noise is None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=torch.float32)
+        x_next = mean + std * noise.float()
+    else:
+        x_next = x_next.detach().float()
+    return x_next, log_prob_fn(x_next)
+
+
+def flow_sde_g(sigma: torch.Tensor | float, noise_level: torch.Tensor | float, sigma_at_one: float | None = None):
+    """Flow-GRPO diffusion coefficient g = a * sqrt(s / (1 - s~)) (arXiv 2505.05470, Eq. 8).
+
+    ``s~ = s`` except where ``s == 1``: there it is replaced by ``sigma_at_one`` (Flow-GRPO uses the
+    schedule's first sigma below 1) to avoid dividing by zero.
+    """
+    sigma = torch.as_tensor(sigma, dtype=torch.float32)
+    denom_sigma = sigma
+    if sigma_at_one is not None:
+        denom_sigma = torch.where(sigma >= 1.0, torch.as_tensor(sigma_at_one, dtype=torch.float32), sigma)
+    return torch.as_tensor(noise_level, dtype=torch.float32) * torch.sqrt(sigma / (1 - denom_sigma))
+
+
+def _sde_mean(v, x, sigma, dt, g):
+    """Euler-Maruyama mean of the marginal-preserving reverse SDE:
+    mu = x + dt * [v + g^2 / (2 s) * (x + (1 - s) v)]  (Flow-GRPO Eq. 9)."""
+    return x + dt * (v + g**2 / (2 * sigma) * (x + (1 - sigma) * v))
+
+
+def flow_sde(
+    v: torch.Tensor,
+    x: torch.Tensor,
+    sigma: torch.Tensor | float,
+    sigma_next: torch.Tensor | float,
+    noise_level: torch.Tensor | float = 0.7,
+    *,
+    sigma_at_one: float | None = None,
+    x_next: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    reduction: Reduction = "mean",
+) -> StepOutput:
+    """Flow-GRPO SDE step: g = a sqrt(s/(1-s)), std = g sqrt(|dt|), Gaussian log-prob."""
+    v, x = v.float(), x.float()
+    s, s_next = _as_batch(sigma, x), _as_batch(sigma_next, x)
+    g = _as_batch(flow_sde_g(torch.as_tensor(sigma, dtype=torch.float32), noise_level, sigma_at_one).to(x.device), x)
+    dt = s_next - s
+    mean = _sde_mean(v, x, s, dt, g)
+    std = g * torch.sqrt(-dt)
+    x_next, log_prob = _sample_or_score(
+        mean, std, x_next, noise, generator, lambda y: gaussian_log_prob(y, mean, std, reduction)
+    )
+    return StepOutput(x_next, log_prob, mean, std.flatten())
+
+
+def dance_sde(
+    v: torch.Tensor,
+    x: torch.Tensor,
+    sigma: torch.Tensor | float,
+    sigma_next: torch.Tensor | float,
+    noise_level: torch.Tensor | float = 0.3,
+    *,
+    x_next: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    reduction: Reduction = "mean",
+    **_: object,
+) -> StepOutput:
+    """DanceGRPO step: the same drift with a constant diffusion coefficient g = eta (``noise_level``)."""
+    v, x = v.float(), x.float()
+    s, s_next = _as_batch(sigma, x), _as_batch(sigma_next, x)
+    g = _as_batch(noise_level, x)
+    dt = s_next - s
+    mean = _sde_mean(v, x, s, dt, g)
+    std = g * torch.sqrt(-dt)
+    x_next, log_prob = _sample_or_score(
+        mean, std, x_next, noise, generator, lambda y: gaussian_log_prob(y, mean, std, reduction)
+    )
+    return StepOutput(x_next, log_prob, mean, std.flatten())
+
+
+def cps(
+    v: torch.Tensor,
+    x: torch.Tensor,
+    sigma: torch.Tensor | float,
+    sigma_next: torch.Tensor | float,
+    noise_level: torch.Tensor | float = 0.8,
+    *,
+    x_next: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+    reduction: Reduction = "mean",
+    **_: object,
+) -> StepOutput:
+    """Coefficients-preserving sampling (arXiv 2509.05952).
+
+    std = s' sin(a pi / 2); mean = (1 - s') x0_hat + sqrt(s'^2 - std^2) x1_hat with
+    x0_hat = x - s v and x1_hat = x + (1 - s) v. The "log-prob" is unnormalised, -mean((x' - mean)^2),
+    as in Flow-GRPO; it is a surrogate, not a density, and pairs with clip range 1e-5.
+    """
+    v, x = v.float(), x.float()
+    s, s_next = _as_batch(sigma, x), _as_batch(sigma_next, x)
+    std = s_next * torch.sin(_as_batch(noise_level, x) * math.pi / 2)
+    x0_hat = x - s * v
+    x1_hat = x + (1 - s) * v
+    mean = (1 - s_next) * x0_hat + torch.sqrt((s_next**2 - std**2).clamp_min(0)) * x1_hat
+    x_next, log_prob = _sample_or_score(
+        mean, std, x_next, noise, generator, lambda y: -_reduce((y - mean) ** 2, reduction)
+    )
+    return StepOutput(x_next, log_prob, mean, std.flatten())
+
+
+def ode(
+    v: torch.Tensor,
+    x: torch.Tensor,
+    sigma: torch.Tensor | float,
+    sigma_next: torch.Tensor | float,
+    noise_level: torch.Tensor | float = 0.0,
+    **_: object,
+) -> StepOutput:
+    """Plain Euler step x' = x + dt v. It has no density: ``log_prob`` is zeros and must not be trained."""
+    v, x = v.float(), x.float()
+    dt = _as_batch(sigma_next, x) - _as_batch(sigma, x)
+    x_next = x + dt * v
+    zeros = torch.zeros(x.shape[0], device=x.device)
+    return StepOutput(x_next, zeros, x_next, zeros)
+
+
+STEPS: dict[str, Callable[..., StepOutput]] = {"ode": ode, "flow_sde": flow_sde, "cps": cps, "dance_sde": dance_sde}
+
+
+def step(kind: str, *args, **kwargs) -> StepOutput:
+    """Dispatch to the step named ``kind`` (one of ``STEP_KINDS``)."""
+    try:
+        fn = STEPS[kind]
+    except KeyError:
+        raise ValueError(f"unknown step kind {kind!r}; choose one of {', '.join(STEP_KINDS)}") from None
+    return fn(*args, **kwargs)

@@ -1,0 +1,415 @@
+"""The one trainer. Each iteration runs named, timed phases:
+
+    rollout -> reward -> advantage -> update -> log/save
+
+A method (``flowrl.methods``) chooses the step plan, the credit assignment and the transition loss;
+the pipeline adapter (``flowrl.pipelines``) owns the model; rewards come from ``flowrl.reward_models``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import random
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from flowrl import checkpoint as ckpt
+from flowrl.advantages import zero_std_ratio
+from flowrl.config import Config, dump_config
+from flowrl.data import GroupSampler, load_prompts
+from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
+from flowrl.methods import build_method
+from flowrl.pipelines.base import Conditioning, adapter_class
+from flowrl.reward_models import WeightedReward, build_reward
+from flowrl.rollout import Trajectory, rollout, transition
+
+logger = logging.getLogger(__name__)
+
+
+class OnPolicyError(RuntimeError):
+    """The first update's recomputed log-probs differ from the rollout's."""
+
+
+@dataclass
+class RolloutBatch:
+    traj: Trajectory
+    cond: Conditioning
+    prompts: list[str]
+    metadata: list[dict]
+    images: torch.Tensor  # (B, 3, H, W) in [0, 1], CPU
+
+
+@dataclass
+class UpdateStats:
+    values: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, **kwargs: float) -> None:
+        for k, v in kwargs.items():
+            self.values.setdefault(k, []).append(float(v))
+
+    def means(self) -> dict[str, float]:
+        return {k: sum(v) / len(v) for k, v in self.values.items() if v}
+
+
+class EMA:
+    """Exponential moving average of the trainable parameters (Flow-GRPO: used for export, not rollouts)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], decay: float):
+        self.decay = decay
+        self.shadow = {k: p.detach().clone().float() for k, p in params.items()}
+        self.updates = 0
+
+    @torch.no_grad()
+    def update(self, params: dict[str, torch.Tensor]) -> None:
+        self.updates += 1
+        d = min(self.decay, (1 + self.updates) / (10 + self.updates))  # warm-up as in Flow-GRPO
+        for k, p in params.items():
+            self.shadow[k].mul_(d).add_(p.detach().float(), alpha=1 - d)
+
+
+def build_rewards(cfg: Config) -> WeightedReward:
+    return WeightedReward(
+        {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in cfg.reward.items()}
+    )
+
+
+def _seed_of(*parts: object) -> int:
+    return random.Random(":".join(map(str, parts))).getrandbits(63)
+
+
+class Trainer:
+    def __init__(self, cfg: Config, accelerator=None):
+        from accelerate import Accelerator
+
+        self.cfg = cfg
+        self.acc = accelerator or Accelerator(mixed_precision=cfg.train.mixed_precision)
+        torch.manual_seed(_seed_of(cfg.seed, "init", self.acc.process_index))
+        self.out = Path(cfg.output_dir)
+        self.prompts = load_prompts(cfg.data.prompts)
+        s = cfg.sample
+        self.sampler = GroupSampler(
+            len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed,
+            self.acc.num_processes, self.acc.process_index,
+        )
+        self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
+        self.method = build_method(cfg)
+        self.reward = build_rewards(cfg)
+        self._setup_policy()
+        self.start_iteration = 0
+        self._checked_onpolicy = False
+        if cfg.resume:
+            self._resume(cfg.resume)
+
+    # ------------------------------------------------------------------------------------ set-up
+    def _setup_policy(self) -> None:
+        cfg, t = self.cfg, self.cfg.train
+        transformer = self.adapter.transformer
+        transformer.requires_grad_(False)
+        self.ref_model = None
+        if t.lora.enabled:
+            from peft import LoraConfig
+
+            transformer.add_adapter(
+                LoraConfig(
+                    r=t.lora.rank,
+                    lora_alpha=t.lora.alpha,
+                    init_lora_weights="gaussian" if t.lora.init == "gaussian" else True,
+                    target_modules=t.lora.target_modules or self.adapter.lora_target_modules,
+                    lora_dropout=t.lora.dropout,
+                )
+            )
+        else:
+            transformer.requires_grad_(True)
+            if t.beta > 0:  # full fine-tuning keeps a frozen copy as the KL reference
+                self.ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
+        for p in transformer.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+        if t.gradient_checkpointing:
+            transformer.enable_gradient_checkpointing()
+        transformer.eval()  # no dropout anywhere: rollout and update must compute the same function
+        self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
+        if not self.trainable:
+            raise ValueError("train.lora.target_modules matched no module: nothing to train")
+        optimizer = torch.optim.AdamW(
+            list(self.trainable.values()), lr=t.learning_rate, betas=tuple(t.adam_betas),
+            weight_decay=t.weight_decay, eps=t.adam_eps,
+        )
+        self.model, self.optimizer = self.acc.prepare(transformer, optimizer)
+        self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
+        self.optimizer_steps = 0
+
+    def _resume(self, spec: str) -> None:
+        path = ckpt.latest_checkpoint(self.out / "checkpoints") if spec == "latest" else Path(spec)
+        if path is None:
+            raise ckpt.CheckpointError(f"resume=latest: no complete checkpoint under {self.out / 'checkpoints'}")
+        state = ckpt.load_checkpoint(path)
+        missing = set(self.trainable) - set(state["trainable"])
+        if missing:
+            raise ckpt.CheckpointError(
+                f"resume={str(path)!r}: checkpoint lacks {len(missing)} trainable tensors "
+                f"(e.g. {sorted(missing)[0]!r}); was it saved with another model or LoRA setting?"
+            )
+        with torch.no_grad():
+            for name, p in self.trainable.items():
+                p.copy_(state["trainable"][name].to(p.device, p.dtype))
+        ckpt.optimizer_from_tensors(self.optimizer.optimizer, state["optimizer_tensors"], state["optimizer"])
+        if self.ema is not None and state["ema"] is not None:
+            self.ema.shadow = {k: v.to(self.acc.device) for k, v in state["ema"].items()}
+            self.ema.updates = state.get("ema_updates", 0)
+        ckpt.set_rng_state(state["rng_tensors"], state["rng"])
+        self.optimizer_steps = state.get("optimizer_steps", 0)
+        self.start_iteration = int(state["iteration"])
+        self._checked_onpolicy = True  # weights are no longer the rollout policy of iteration 0
+        logger.info("resumed from %s at iteration %d", path, self.start_iteration)
+
+    # ------------------------------------------------------------------------------------ phases
+    def collect(self, iteration: int) -> tuple[list[RolloutBatch], torch.Tensor]:
+        """Rollout phase: this process's share of the iteration's samples, in rollout batches."""
+        cfg, s = self.cfg, self.cfg.sample
+        rank = self.acc.process_index
+        samples = self.sampler.iteration(iteration)
+        prompt_index = samples.prompt_index[samples.local]
+        group_ids = samples.group_ids[samples.local]
+        device = self.acc.device
+        noise = self._initial_noise(iteration, group_ids)
+        gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, rank, "sde"))
+        plan_rng = random.Random(_seed_of(cfg.seed, iteration, rank, "plan"))
+        sigmas = self.adapter.sigmas(s.num_steps)
+        batches = []
+        for start in range(0, len(prompt_index), s.batch_size):
+            rows = slice(start, start + s.batch_size)
+            items = [self.prompts[i] for i in prompt_index[rows].tolist()]
+            prompts = [it.prompt for it in items]
+            cond = self.adapter.encode_prompts(prompts)
+            plan = self.method.plan(sigmas, plan_rng)
+            traj = rollout(self.adapter, cond, plan, noise[rows], group_ids[rows], s.guidance_scale, gen)
+            images = self.adapter.decode(traj.final).cpu()
+            batches.append(RolloutBatch(traj, cond, prompts, [dict(it.metadata) for it in items], images))
+        return batches, samples.group_ids
+
+    def _initial_noise(self, iteration: int, group_ids: torch.Tensor) -> torch.Tensor:
+        """x at sigma = 1 for the local samples; shared within a group if ``same_noise_in_group``.
+
+        Shared noise is seeded by (seed, iteration, group), so members on different processes agree.
+        """
+        cfg, device = self.cfg, self.acc.device
+        if not cfg.sample.same_noise_in_group:
+            gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, self.acc.process_index, "x0"))
+            return self.adapter.initial_noise(len(group_ids), gen)
+        noise = []
+        for g in group_ids.tolist():
+            gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "group", g))
+            noise.append(self.adapter.initial_noise(1, gen))
+        return torch.cat(noise)
+
+    def score(self, batches: list[RolloutBatch]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """Reward phase: local scores (n,), all processes' scores (N,) and each component's (N,)."""
+        images = torch.cat([b.images for b in batches])
+        prompts = [p for b in batches for p in b.prompts]
+        metadata = [m for b in batches for m in b.metadata]
+        out = self.reward(images, prompts, metadata)
+        device = self.acc.device
+        gathered = self.acc.gather(out.scores.to(device)).cpu()
+        comps = {k: self.acc.gather(v.to(device)).cpu() for k, v in out.details["components"].items()}
+        return out.scores, gathered, comps
+
+    def update(self, batches: list[RolloutBatch], advantages: torch.Tensor, first: bool) -> dict[str, float]:
+        """Update phase: PPO-clip (+ KL) over every trained transition of every kept sample.
+
+        ``advantages``: (n,) or (n, T) for the local samples, in rollout order. Samples whose advantage
+        is 0 at every trained step carry no signal and are dropped (single process; with several
+        processes every rank keeps its rows so that all ranks run the same number of backward passes).
+        """
+        t = self.cfg.train
+        units = []
+        offset = 0
+        for b in batches:
+            n = len(b.traj)
+            adv = advantages[offset : offset + n]
+            offset += n
+            keep = (adv != 0) if adv.ndim == 1 else (adv != 0).any(dim=1)
+            if self.acc.num_processes == 1 and not bool(keep.all()):
+                if not bool(keep.any()):
+                    continue
+                idx = keep.nonzero().flatten()
+                b = RolloutBatch(b.traj.select(idx), {k: v[idx.to(v.device)] for k, v in b.cond.items()},
+                                 [b.prompts[i] for i in idx.tolist()], [b.metadata[i] for i in idx.tolist()],
+                                 b.images[idx])
+                adv = adv[idx]
+            units.append((b, adv))
+        stats = UpdateStats()
+        stats.add(kept_frac=sum(len(u[0].traj) for u in units) / max(offset, 1))
+        if not units:
+            return stats.means()
+        n_steps = min(t.optimizer_steps_per_iteration, len(units))
+        per_step = math.ceil(len(units) / n_steps)
+        for u, (b, adv) in enumerate(units):
+            group_start = (u // per_step) * per_step
+            in_group = min(per_step, len(units) - group_start)
+            sync = u == group_start + in_group - 1
+            self._update_unit(b, adv, in_group, sync, stats, check=first and u == 0)
+            if sync:
+                grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                self.optimizer_steps += 1
+                stats.add(grad_norm=float(grad_norm))
+                if self.ema is not None and self.optimizer_steps % t.ema_every == 0:
+                    self.ema.update(self.trainable)
+        return stats.means()
+
+    def _update_unit(self, b: RolloutBatch, adv: torch.Tensor, in_group: int, sync: bool,
+                     stats: UpdateStats, check: bool) -> None:
+        traj, plan = b.traj, b.traj.plan
+        trained = plan.trained_indices
+        w = self.cfg.sample.guidance_scale
+        max_diff = 0.0
+        for k, j in enumerate(trained):
+            last = sync and k == len(trained) - 1
+            ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
+            adv_j = (adv if adv.ndim == 1 else adv[:, j]).to(self.acc.device)
+            with ctx:
+                x, x_next = traj.states[:, j], traj.states[:, j + 1]
+                new = transition(self.adapter, plan, j, x, b.cond, w, x_next=x_next, model=self.model)
+                ref_mean = self._reference_mean(plan, j, x, x_next, b.cond) if self.cfg.train.beta > 0 else None
+                tl = self.method.transition_loss(new, traj.log_probs[:, j], adv_j, ref_mean)
+                self.acc.backward(tl.loss / (len(trained) * in_group))
+            max_diff = max(max_diff, float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max()))
+            stats.add(loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
+                      clip_frac=tl.clip_frac, ratio_mean=tl.ratio_mean)
+        if check:
+            stats.add(onpolicy_logp_diff=max_diff)
+            if self.cfg.train.onpolicy_check and not self._checked_onpolicy:
+                self._checked_onpolicy = True
+                if max_diff > self.cfg.train.onpolicy_tol:
+                    raise OnPolicyError(
+                        f"step-0 on-policy check failed: recomputed log-prob differs from the rollout's by "
+                        f"{max_diff:.3g} > train.onpolicy_tol={self.cfg.train.onpolicy_tol:g}; the training "
+                        "forward is not the rollout's (precision/autocast mismatch, a different schedule or "
+                        "batch, or dropout left on)"
+                    )
+
+    @torch.no_grad()
+    def _reference_mean(self, plan, j, x, x_next, cond) -> torch.Tensor:
+        """Mean of transition j under the reference policy: the base weights (LoRA disabled)."""
+        w = self.cfg.sample.guidance_scale
+        if self.ref_model is not None:
+            return transition(self.adapter, plan, j, x, cond, w, x_next=x_next, model=self.ref_model).mean
+        with self._adapters_disabled():
+            return transition(self.adapter, plan, j, x, cond, w, x_next=x_next).mean
+
+    @contextmanager
+    def _adapters_disabled(self):
+        transformer = self.adapter.transformer
+        transformer.disable_adapters()
+        try:
+            yield
+        finally:
+            transformer.enable_adapters()
+
+    # ------------------------------------------------------------------------------------ one iteration
+    def step(self, iteration: int) -> dict[str, float]:
+        metrics: dict[str, float] = {"iteration": iteration}
+        with timed(metrics, "iteration"):
+            with timed(metrics, "rollout"):
+                batches, group_ids = self.collect(iteration)
+            with timed(metrics, "reward"):
+                local_scores, scores, comps = self.score(batches)
+            with timed(metrics, "advantage"):
+                adv_all = self.method.advantages(scores, group_ids)
+                share = self.sampler.iteration(iteration).local
+                advantages = adv_all[share]
+            with timed(metrics, "update"):
+                first = iteration == self.start_iteration
+                upd = self.update(batches, advantages, first)
+        metrics.update(self._reward_metrics(scores, comps, group_ids))
+        metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
+        metrics["adv/kept_frac"] = upd.get("kept_frac", 0.0)
+        metrics["adv/abs_mean"] = float(adv_all.abs().mean())
+        self._last_images = torch.cat([b.images for b in batches])
+        return metrics
+
+    @staticmethod
+    def _reward_metrics(scores, comps, group_ids) -> dict[str, float]:
+        m = {"reward/mean": float(scores.mean()), "reward/std": float(scores.std(unbiased=False))}
+        for name, v in comps.items():
+            m[f"reward/{name}/mean"] = float(v.mean())
+            m[f"reward/{name}/std"] = float(v.std(unbiased=False))
+        m["reward/zero_std_ratio"] = zero_std_ratio(scores, group_ids)
+        return m
+
+    # ------------------------------------------------------------------------------------ run
+    def train(self) -> list[dict]:
+        """Run ``train.iterations`` iterations (from the resumed one); returns the metrics written."""
+        cfg, main = self.cfg, self.acc.is_main_process
+        if main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.yaml").write_text(dump_config(cfg))
+        writer = MetricsWriter(self.out / "metrics.jsonl", self.start_iteration) if main else None
+        history = []
+        bar = _progress(range(self.start_iteration, cfg.train.iterations), disable=not main)
+        iteration = self.start_iteration
+        try:
+            for iteration in bar:
+                metrics = self.step(iteration)
+                history.append(metrics)
+                if main:
+                    writer.write(metrics)
+                    bar.set_postfix(reward=f"{metrics['reward/mean']:.4f}", kl=f"{metrics.get('policy/kl', 0):.2g}")
+                    self._maybe_save_samples(iteration)
+                done = iteration + 1
+                if done % cfg.log.save_every == 0 or done == cfg.train.iterations:
+                    self.save(done)
+        except KeyboardInterrupt:
+            logger.warning("interrupted: saving the last completed iteration and stopping")
+            if iteration > self.start_iteration:
+                self.save(iteration)
+            raise
+        if main and (self.out / "metrics.jsonl").exists():
+            plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
+        return history
+
+    def _maybe_save_samples(self, iteration: int) -> None:
+        log = self.cfg.log
+        last = iteration == self.cfg.train.iterations - 1
+        if iteration % log.sample_every == 0 or last:
+            save_grid(self._last_images[: log.num_sample_images], self.out / "samples" / f"iter-{iteration:06d}.png")
+
+    def save(self, iterations_done: int) -> None:
+        """Checkpoint (rank 0 writes, every rank waits) and export the LoRA in diffusers format."""
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            root = self.out / "checkpoints"
+            ckpt.save_checkpoint(
+                root, iterations_done, self.trainable, self.optimizer.optimizer,
+                ema=self.ema.shadow if self.ema else None,
+                extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0},
+            )
+            ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
+            if self.cfg.train.lora.enabled:
+                self.export_lora(self.out / "lora")
+        self.acc.wait_for_everyone()
+
+    def export_lora(self, directory: Path) -> None:
+        """The trained LoRA (EMA weights when enabled) as ``pytorch_lora_weights.safetensors``."""
+        from peft.utils import get_peft_model_state_dict
+
+        transformer = self.acc.unwrap_model(self.model)
+        state = get_peft_model_state_dict(transformer)
+        if self.ema is not None:
+            names = {n.replace(".default", ""): n for n in self.ema.shadow}
+            state = {k: self.ema.shadow[names[k]].to(v.dtype) if k in names else v for k, v in state.items()}
+        directory.mkdir(parents=True, exist_ok=True)
+        self.adapter.save_lora(directory, state)
+
+
+def _progress(iterable, disable: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, desc="flowrl", unit="it", disable=disable, dynamic_ncols=True)

@@ -1,0 +1,1 @@
+"""Pipeline adapters, one per diffusers family, and offline builders of tiny pipelines."""

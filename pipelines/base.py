@@ -1,0 +1,75 @@
+"""The pipeline-adapter contract and the registry of adapters.
+
+An adapter wraps one diffusers pipeline family and exposes only what the RL loop needs, built from the
+pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler's sigmas, the VAE):
+
+* ``encode_prompts(prompts)`` -> conditioning, a dict of tensors with the batch first (cached per prompt);
+* ``negative_conditioning(n)`` -> the unconditional branch for CFG;
+* ``sigmas(num_steps)`` -> the schedule (T+1 values from 1 to 0), shift included;
+* ``initial_noise(n, generator)`` -> x at sigma = 1;
+* ``velocity(x, sigma, cond, guidance_scale)`` -> v, one batched forward for both CFG branches;
+* ``decode(latents)`` -> images (B, 3, H, W) in [0, 1];
+* ``transformer`` (the trained module) and ``lora_target_modules``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from typing import Any, Protocol
+
+import torch
+
+Conditioning = dict[str, torch.Tensor]
+
+
+def select(cond: Conditioning, index: torch.Tensor) -> Conditioning:
+    """Rows ``index`` of every tensor in ``cond``."""
+    return {k: v.index_select(0, index.to(v.device)) for k, v in cond.items()}
+
+
+def concat(conds: list[Conditioning]) -> Conditioning:
+    return {k: torch.cat([c[k] for c in conds]) for k in conds[0]}
+
+
+class PipelineAdapter(Protocol):
+    transformer: torch.nn.Module
+    lora_target_modules: list[str]
+    device: torch.device
+
+    def encode_prompts(self, prompts: list[str]) -> Conditioning: ...
+
+    def negative_conditioning(self, n: int) -> Conditioning: ...
+
+    def sigmas(self, num_steps: int) -> torch.Tensor: ...
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Conditioning,
+        guidance_scale: float,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor: ...
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor: ...
+
+
+_ADAPTERS: dict[str, str] = {
+    "sd3": "flowrl.pipelines.sd3:SD3Adapter",
+}
+
+
+def list_pipelines() -> list[str]:
+    return sorted(_ADAPTERS)
+
+
+def adapter_class(name: str) -> Any:
+    if name not in _ADAPTERS:
+        close = difflib.get_close_matches(name, list(_ADAPTERS), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(list_pipelines())}"
+        raise ValueError(f"unknown pipeline {name!r}{hint}")
+    module, _, attr = _ADAPTERS[name].partition(":")
+    return getattr(importlib.import_module(module), attr)

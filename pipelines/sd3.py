@@ -1,0 +1,207 @@
+"""Stable Diffusion 3 / 3.5 adapter, built from ``StableDiffusion3Pipeline``'s public pieces."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from flowrl.pipelines.base import Conditioning
+
+logger = logging.getLogger(__name__)
+
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+# Flow-GRPO's SD3.5 LoRA targets: joint attention projections of both streams.
+SD3_LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+]
+
+
+class HubUnavailableError(RuntimeError):
+    """The model is neither a local folder nor reachable on the hub."""
+
+
+def load_sd3_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
+    """``StableDiffusion3Pipeline.from_pretrained`` from a hub id or a local folder, with a clear error."""
+    from diffusers import StableDiffusion3Pipeline
+
+    torch_dtype = DTYPES[dtype]
+    local = Path(path).expanduser()
+    try:
+        return StableDiffusion3Pipeline.from_pretrained(
+            str(local) if local.exists() else path, torch_dtype=torch_dtype, revision=revision
+        )
+    except (OSError, ValueError) as exc:
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else "it could not be fetched"
+        raise HubUnavailableError(
+            f"model.path={path!r}: not a local folder and {why}; download it first "
+            f"(huggingface-cli download {path}) or set model.path to a local folder"
+        ) from exc
+
+
+class SD3Adapter:
+    """SD3/SD3.5 for RL. ``pipe`` is a ``StableDiffusion3Pipeline``; the transformer is the policy."""
+
+    lora_target_modules = SD3_LORA_TARGETS
+
+    def __init__(
+        self,
+        pipe,
+        resolution: int = 512,
+        max_sequence_length: int = 128,
+        device: torch.device | str = "cpu",
+        vae_dtype: torch.dtype = torch.float32,
+    ):
+        self.pipe = pipe
+        self.device = torch.device(device)
+        self.resolution = resolution
+        self.max_sequence_length = max_sequence_length
+        pipe.set_progress_bar_config(disable=True)
+        # text encoders and VAE are frozen; the VAE decodes in fp32 (as Flow-GRPO does)
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
+            module = getattr(pipe, name, None)
+            if module is not None:
+                module.requires_grad_(False).eval()
+                module.to(self.device)
+        if pipe.vae.dtype != vae_dtype:
+            pipe.vae.to(dtype=vae_dtype)
+        pipe.transformer.to(self.device)
+        # one private scheduler copy: sigmas are read from it, never stepped
+        self._scheduler = copy.deepcopy(pipe.scheduler)
+        self._cache: dict[str, Conditioning] = {}
+        self._negative: Conditioning | None = None
+        self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
+
+    @classmethod
+    def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> "SD3Adapter":
+        """Build from ``ModelConfig``: ``path="tiny"`` builds the offline tiny model, else loads."""
+        if model_cfg.path == "tiny":
+            from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+
+            pipe = build_tiny_sd3_pipeline(model_cfg.resolution, model_cfg.tiny_size, seed=seed)
+        else:
+            pipe = load_sd3_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
+        dtype = DTYPES[model_cfg.dtype]
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"):
+            module = getattr(pipe, name, None)
+            if module is not None and module.dtype != dtype:
+                module.to(dtype=dtype)
+        return cls(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device)
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.pipe.transformer
+
+    # ------------------------------------------------------------------ conditioning
+    @torch.no_grad()
+    def _encode(self, prompts: list[str]) -> Conditioning:
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            prompt_2=None,
+            prompt_3=None,
+            device=self.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+        )
+        return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
+
+    def encode_prompts(self, prompts: list[str]) -> Conditioning:
+        """Embeddings of ``prompts`` (B, L, D) and (B, P); each distinct prompt is encoded once and cached."""
+        missing = sorted({p for p in prompts if p not in self._cache})
+        if missing:
+            fresh = self._encode(missing)
+            for i, p in enumerate(missing):
+                self._cache[p] = {k: v[i : i + 1] for k, v in fresh.items()}
+        rows = [self._cache[p] for p in prompts]
+        return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+
+    def negative_conditioning(self, n: int) -> Conditioning:
+        """The empty-prompt embedding used as the CFG negative, expanded to ``n`` rows."""
+        if self._negative is None:
+            self._negative = self._encode([""])
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._negative.items()}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ sampling pieces
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The scheduler's shifted schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
+        self._scheduler.set_timesteps(num_steps, device="cpu")
+        return self._scheduler.sigmas.detach().float().cpu().clone()
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int]:
+        factor = self.pipe.vae_scale_factor
+        c = self.transformer.config.in_channels
+        return (c, self.resolution // factor, self.resolution // factor)
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32)."""
+        c, h, w = self.latent_shape
+        f = self.pipe.vae_scale_factor
+        return self.pipe.prepare_latents(n, c, h * f, w * f, torch.float32, self.device, generator)
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor,
+        cond: Conditioning,
+        guidance_scale: float,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
+        """v(x, sigma | c) with CFG ``v_u + w (v_c - v_u)``; both branches in one forward. Returns fp32.
+
+        x: (B, C, H, W); sigma: (B,) or scalar; cond: rows aligned with x. ``model`` defaults to the
+        pipeline's transformer (pass a DDP/FSDP wrapper of it, or a frozen reference copy).
+        """
+        b = x.shape[0]
+        dtype = self.transformer.dtype
+        timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device).expand(b) * self._num_train_timesteps
+        embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
+        use_cfg = guidance_scale != 1.0
+        if use_cfg:
+            neg = self.negative_conditioning(b)
+            x_in = torch.cat([x, x])
+            timestep = torch.cat([timestep, timestep])
+            embeds = torch.cat([neg["prompt_embeds"], embeds])
+            pooled = torch.cat([neg["pooled_prompt_embeds"], pooled])
+        else:
+            x_in = x
+        out = (model or self.transformer)(
+            hidden_states=x_in.to(dtype),
+            timestep=timestep,
+            encoder_hidden_states=embeds.to(dtype),
+            pooled_projections=pooled.to(dtype),
+            return_dict=False,
+        )[0].float()
+        if use_cfg:
+            v_uncond, v_cond = out.chunk(2)
+            return v_uncond + guidance_scale * (v_cond - v_uncond)
+        return out
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents (B, C, h, w) -> images (B, 3, H, W) float in [0, 1]."""
+        vae = self.pipe.vae
+        z = latents.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
+        images = vae.decode(z, return_dict=False)[0]
+        return (images.float() / 2 + 0.5).clamp(0, 1)
+
+    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
+        """Write a LoRA in diffusers format, loadable with ``pipe.load_lora_weights(directory)``."""
+        from diffusers import StableDiffusion3Pipeline
+
+        StableDiffusion3Pipeline.save_lora_weights(str(directory), transformer_lora_layers=state_dict)

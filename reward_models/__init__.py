@@ -1,0 +1,66 @@
+"""Reward models: the contract, the registry and the built-in scorers.
+
+Built-in names are registered as lazy ``"module:attr"`` strings, so importing this package loads neither
+transformers nor onnxruntime; a back end is imported when ``build_reward`` chooses it.
+"""
+
+from flowrl.reward_models.base import (
+    ENTRY_POINT_GROUP,
+    PairwiseReward,
+    RewardError,
+    RewardModel,
+    RewardOutput,
+    WeightedReward,
+    build_reward,
+    check_reward_name,
+    check_scores,
+    images_to_uint8,
+    is_known_reward,
+    list_rewards,
+    load_entry_points,
+    register_reward,
+    win_rates,
+)
+
+_BUILTIN_REWARDS = {
+    "jpeg_compressibility": "flowrl.reward_models.jpeg:JpegCompressibility",
+    "jpeg_incompressibility": "flowrl.reward_models.jpeg:JpegIncompressibility",
+    "ocr": "flowrl.reward_models.ocr:OcrReward",
+    "pickscore": "flowrl.reward_models.pickscore:PickScoreReward",
+    "geneval": "flowrl.reward_models.geneval:GenEvalReward",
+    "hpsv2": "flowrl.reward_models.hps:HPSv2Reward",
+    "hpsv3": "flowrl.reward_models.hps:HPSv3Reward",
+    "imagereward": "flowrl.reward_models.imagereward:ImageRewardReward",
+    "aesthetic": "flowrl.reward_models.aesthetic:AestheticReward",
+    "clipscore": "flowrl.reward_models.clipscore:ClipScoreReward",
+    "nsfw": "flowrl.reward_models.nsfw:NsfwPenalty",
+    "vlm_judge": "flowrl.reward_models.vlm:VlmJudgeReward",
+    "unifiedreward": "flowrl.reward_models.vlm:UnifiedRewardReward",
+    "video": "flowrl.reward_models.video:VideoFrameReward",
+    "clap": "flowrl.reward_models.audio:ClapReward",
+    "speech": "flowrl.reward_models.audio:SpeechReward",
+    "av_sync": "flowrl.reward_models.av:AvSyncReward",
+    "remote": "flowrl.reward_models.remote:RemoteReward",
+}
+
+for _name, _target in _BUILTIN_REWARDS.items():
+    register_reward(_name, _target)
+del _name, _target
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "PairwiseReward",
+    "RewardError",
+    "RewardModel",
+    "RewardOutput",
+    "WeightedReward",
+    "build_reward",
+    "check_reward_name",
+    "check_scores",
+    "images_to_uint8",
+    "is_known_reward",
+    "list_rewards",
+    "load_entry_points",
+    "register_reward",
+    "win_rates",
+]

@@ -1,0 +1,305 @@
+"""The reward contract, the registry of reward names, and the weighted multi-reward.
+
+A reward model is any callable ``reward(media, prompts, metadata) -> RewardOutput`` where ``media`` is a
+float tensor of images ``(B, 3, H, W)`` in ``[0, 1]`` (video ``(B, F, 3, H, W)``), ``prompts`` a list of
+``B`` strings and ``metadata`` a list of ``B`` dicts (may be empty dicts). ``RewardOutput.scores`` has
+shape ``(B,)``; ``details`` holds optional per-sample extras (lists or tensors of length ``B``).
+
+Rewards are named in a registry. A name maps to a class or to a lazy ``"module:attr"`` string, so that
+heavy back ends are imported only when chosen; a user may also give ``"module:attr"`` directly, and an
+installed package adds names through the entry-point group ``flowrl.reward_models`` (``name =
+"module:attr"``), read once, lazily, the first time a name is looked up.
+
+Optional attributes a reward may declare (read by ``flowrl rewards test`` and the reward server):
+``modality`` (``"image"`` default, ``"video"``, ``"audio"``, ``"audio_video"``), ``score_range``
+(``(low, high)``, either may be ``None``) and ``pairwise`` (True for rewards built on ``compare``; see
+``PairwiseReward``: they score whole prompt groups at once).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import itertools
+import logging
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RewardOutput:
+    """Scores of one batch. ``scores``: (B,) float32 on CPU."""
+
+    scores: torch.Tensor
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class RewardModel(Protocol):
+    """What the trainer calls. ``name`` is used in error messages and metric names."""
+
+    def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput: ...
+
+
+class RewardError(ValueError):
+    """A reward returned something unusable (wrong shape, NaN) or could not be built."""
+
+
+# name -> class, factory or lazy "module:attr" string
+_REGISTRY: dict[str, Any] = {}
+
+
+def register_reward(name: str, target: Any | None = None):
+    """Register ``target`` (class, factory or ``"module:attr"``) under ``name``; usable as a decorator.
+
+    Duplicate names are refused, so two plug-ins cannot silently shadow each other.
+    """
+
+    def _add(obj: Any) -> Any:
+        # equality, not identity: re-importing a module re-registers equal "module:attr" strings
+        if name in _REGISTRY and _REGISTRY[name] != obj:
+            raise ValueError(f"reward name {name!r} is already registered")
+        _REGISTRY[name] = obj
+        return obj
+
+    if target is None:
+        return _add
+    return _add(target)
+
+
+ENTRY_POINT_GROUP = "flowrl.reward_models"
+_entry_points_read = False
+
+
+def load_entry_points(force: bool = False) -> list[str]:
+    """Register the rewards that installed packages declare in the ``flowrl.reward_models`` group.
+
+    Each entry point's value (``"module:attr"``) is registered lazily: nothing is imported. A plug-in name
+    that clashes with a registered one is skipped with a warning. Returns the names added.
+    """
+    global _entry_points_read
+    if _entry_points_read and not force:
+        return []
+    _entry_points_read = True
+    from importlib.metadata import entry_points
+
+    added = []
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name in _REGISTRY and _REGISTRY[ep.name] != ep.value:
+            logger.warning("reward plug-in %r (%s) skipped: the name is already registered", ep.name, ep.value)
+            continue
+        _REGISTRY[ep.name] = ep.value
+        added.append(ep.name)
+    return added
+
+
+def list_rewards() -> list[str]:
+    load_entry_points()
+    return sorted(_REGISTRY)
+
+
+def _import_attr(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise RewardError(f"reward {spec!r}: expected 'module:attr'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RewardError(f"reward {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    try:
+        return getattr(module, attr)
+    except AttributeError as exc:
+        raise RewardError(f"reward {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
+
+
+def is_known_reward(name: str) -> bool:
+    if name not in _REGISTRY and ":" not in name:
+        load_entry_points()
+    return name in _REGISTRY or ":" in name
+
+
+def check_reward_name(name: str) -> None:
+    """Raise a one-line error with the closest registered name if ``name`` is unknown."""
+    if is_known_reward(name):
+        return
+    close = difflib.get_close_matches(name, list_rewards(), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(list_rewards())}"
+    raise RewardError(f"unknown reward {name!r}{hint}")
+
+
+def build_reward(name: str, **kwargs: Any) -> RewardModel:
+    """Build the reward registered as ``name`` (or a ``module:attr`` callable) with ``kwargs``.
+
+    A ``module:attr`` that names a plain function (not a class) is used as the reward itself; it may
+    return a ``RewardOutput``, a tensor, a numpy array or a list of floats.
+    """
+    check_reward_name(name)
+    target = _REGISTRY.get(name, name)
+    if isinstance(target, str):
+        target = _import_attr(target)
+    if isinstance(target, type):
+        return target(**kwargs)
+    if kwargs:
+        return _FunctionReward(target, kwargs)
+    return _FunctionReward(target, {})
+
+
+class _FunctionReward:
+    """Adapts a plain function ``fn(media, prompts, metadata, **kwargs)`` to the contract."""
+
+    def __init__(self, fn: Callable, kwargs: dict[str, Any]):
+        self.fn = fn
+        self.kwargs = kwargs
+
+    def __call__(self, media, prompts, metadata) -> RewardOutput:
+        out = self.fn(media, prompts, metadata, **self.kwargs)
+        if isinstance(out, RewardOutput):
+            return out
+        return RewardOutput(scores=torch.as_tensor(out, dtype=torch.float32))
+
+
+def images_to_uint8(name: str, media: torch.Tensor) -> np.ndarray:
+    """Float images (B, 3, H, W) in [0, 1] -> uint8 (B, H, W, 3) via ``clip(round(x * 255), 0, 255)``."""
+    if media.ndim != 4 or media.shape[1] != 3:
+        raise RewardError(f"reward {name!r} expects images (B, 3, H, W), got shape {tuple(media.shape)}")
+    pixels = (media.detach().float() * 255).round().clamp(0, 255).to(torch.uint8)  # (B, 3, H, W)
+    return pixels.permute(0, 2, 3, 1).cpu().numpy()  # (B, H, W, 3)
+
+
+def check_scores(name: str, out: Any, batch: int) -> RewardOutput:
+    """Validate one reward's output; errors name the reward."""
+    if not isinstance(out, RewardOutput):
+        raise RewardError(f"reward {name!r} returned {type(out).__name__}, expected RewardOutput")
+    scores = torch.as_tensor(out.scores).detach().float().cpu()
+    if scores.shape != (batch,):
+        raise RewardError(f"reward {name!r} returned scores of shape {tuple(scores.shape)}, expected ({batch},)")
+    if not torch.isfinite(scores).all():
+        bad = int((~torch.isfinite(scores)).sum())
+        raise RewardError(f"reward {name!r} returned {bad} non-finite score(s) (NaN or inf)")
+    return RewardOutput(scores=scores, details=out.details)
+
+
+class WeightedReward:
+    """Weighted sum of named rewards: ``total = sum_k w_k * r_k`` (Flow-GRPO's ``avg``).
+
+    ``rewards`` maps a metric name to ``(reward, weight)``. The output's details hold every component's
+    scores under its name, so the trainer logs ``reward/<name>/mean`` for each.
+    """
+
+    def __init__(self, rewards: dict[str, tuple[RewardModel, float]]):
+        if not rewards:
+            raise RewardError("no reward configured: set reward.<name>=<weight>")
+        for name, (_, weight) in rewards.items():
+            if not math.isfinite(weight):
+                raise RewardError(f"reward {name!r} has a non-finite weight {weight}")
+        self.rewards = rewards
+
+    def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:
+        batch = len(prompts)
+        total = torch.zeros(batch)
+        components: dict[str, torch.Tensor] = {}
+        for name, (reward, weight) in self.rewards.items():
+            out = check_scores(name, reward(media, prompts, metadata), batch)
+            components[name] = out.scores
+            total += weight * out.scores
+        return RewardOutput(scores=total, details={"components": components})
+
+
+# ---------------------------------------------------------------------------------------------- media helpers
+
+
+def batch_size_of(media: Any) -> int:
+    """B of a tensor batch or of a mapping of named tensors (``{"video": ..., "audio": ...}``)."""
+    if isinstance(media, Mapping):
+        tensors = [v for v in media.values() if isinstance(v, torch.Tensor)]
+        if not tensors:
+            raise RewardError("media mapping holds no tensor")
+        return len(tensors[0])
+    return len(media)
+
+
+def index_media(media: Any, index: Sequence[int] | torch.Tensor) -> Any:
+    """Select samples ``index`` of a tensor batch or of every tensor in a mapping (other values are kept)."""
+    index = torch.as_tensor(index, dtype=torch.long)
+    if isinstance(media, Mapping):
+        return {k: v[index] if isinstance(v, torch.Tensor) else v for k, v in media.items()}
+    return media[index]
+
+
+# ---------------------------------------------------------------------------------------------- pairwise rewards
+
+
+def prompt_groups(prompts: list[str], metadata: list[dict] | None, key: str = "group") -> list[list[int]]:
+    """Indices of each prompt group, in order of first appearance.
+
+    Samples are grouped by ``metadata[i][key]`` when every sample has it, else by the prompt string.
+    """
+    metadata = metadata or [{}] * len(prompts)
+    use_key = bool(metadata) and all(isinstance(m, dict) and key in m for m in metadata)
+    groups: dict[Any, list[int]] = {}
+    for i, prompt in enumerate(prompts):
+        groups.setdefault(metadata[i][key] if use_key else prompt, []).append(i)
+    return list(groups.values())
+
+
+def win_rates(num: int, pairs: list[tuple[int, int]], p_first: torch.Tensor) -> torch.Tensor:
+    """Pref-GRPO's win rate: ``r_i = sum of i's wins / number of i's comparisons``.
+
+    ``p_first[k]`` is P(``pairs[k][0]`` beats ``pairs[k][1]``): 1 a win, 0 a loss, 0.5 a tie or an
+    unparsable verdict; the second sample gets ``1 - p``. A sample with no comparison gets 0.5. (num,).
+    """
+    wins = torch.zeros(num, dtype=torch.float64)
+    count = torch.zeros(num, dtype=torch.float64)
+    for (a, b), p in zip(pairs, p_first.double().tolist()):
+        wins[a] += p
+        wins[b] += 1.0 - p
+        count[a] += 1
+        count[b] += 1
+    rates = torch.where(count > 0, wins / count.clamp(min=1), torch.full_like(wins, 0.5))
+    return rates.float()
+
+
+class PairwiseReward:
+    """Base of pairwise rewards: subclasses implement ``compare``; calling scores whole prompt groups.
+
+    ``compare(media_a, media_b, prompts, metadata) -> (K,)`` P(a beats b) in [0, 1]. ``__call__`` judges
+    every unordered pair within each prompt group (C(G, 2) comparisons, ``compare_batch`` at a time) and
+    returns the win rates (``win_rates``). The trainer must hand over complete groups (gather across
+    processes first), or the rates are computed within partial groups (Pref-GRPO issue #18).
+    """
+
+    name = "pairwise"
+    pairwise = True
+    score_range = (0.0, 1.0)
+    group_key = "group"
+    compare_batch = 16
+
+    def compare(self, media_a: Any, media_b: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
+        num = batch_size_of(media)
+        if num != len(prompts):
+            raise RewardError(f"reward {self.name!r}: {num} samples but {len(prompts)} prompts")
+        metadata = metadata or [{} for _ in prompts]
+        groups = prompt_groups(prompts, metadata, self.group_key)
+        pairs = [pair for group in groups for pair in itertools.combinations(group, 2)]
+        probs = []
+        for start in range(0, len(pairs), self.compare_batch):
+            chunk = pairs[start : start + self.compare_batch]
+            first, second = [a for a, _ in chunk], [b for _, b in chunk]
+            p = self.compare(
+                index_media(media, first), index_media(media, second), [prompts[a] for a in first],
+                [metadata[a] for a in first],
+            )
+            probs.append(torch.as_tensor(p, dtype=torch.float32).reshape(len(chunk)).clamp(0, 1))
+        p_first = torch.cat(probs) if probs else torch.zeros(0)
+        scores = win_rates(num, pairs, p_first)
+        return RewardOutput(scores=scores, details={"comparisons": len(pairs)})

@@ -1,0 +1,23 @@
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def tiny_cfg_overrides():
+    """Overrides that make the tiny-cpu recipe as small as a test wants."""
+    return [
+        "sample.num_steps=3",
+        "sample.group_size=4",
+        "sample.prompts_per_iteration=2",
+        "sample.batch_size=4",
+        "log.save_every=1000",
+        "log.sample_every=1000",
+    ]

@@ -1,0 +1,109 @@
+import pytest
+import torch
+
+from flowrl.config import ConfigError, config_from_dict, load_recipe, recipe_names, resolve_config
+from flowrl.data import GroupSampler, load_prompts
+
+
+@pytest.mark.parametrize("name", recipe_names())
+def test_every_shipped_recipe_loads_and_validates(name):
+    cfg = resolve_config(name)
+    assert cfg.reward
+    assert load_prompts(cfg.data.prompts)
+
+
+def test_defaults_follow_the_spec():
+    cfg = resolve_config("sd35m-ocr")
+    assert (cfg.sample.num_steps, cfg.sample.eval_num_steps, cfg.sample.guidance_scale) == (10, 40, 4.5)
+    assert (cfg.sample.noise_level, cfg.sample.group_size, cfg.train.clip_range) == (0.7, 24, 1e-4)
+    assert (cfg.train.lora.rank, cfg.train.lora.alpha, cfg.train.learning_rate) == (32, 64, 3e-4)
+    assert cfg.train.beta == pytest.approx(0.004)
+
+
+def test_overrides_are_typed():
+    cfg = resolve_config(None, ["train.iterations=3", "train.learning_rate=1e-4", "sample.window_size=2",
+                                "sample.window_range=[0, 4]", "reward.jpeg_incompressibility=0.5",
+                                "train.lora.target_modules=[attn.to_q]", "seed=7"])
+    assert cfg.train.iterations == 3 and cfg.train.learning_rate == 1e-4 and cfg.seed == 7
+    assert cfg.sample.window_range == [0, 4]
+    assert cfg.reward == {"jpeg_compressibility": 1.0, "jpeg_incompressibility": 0.5}
+    assert cfg.train.lora.target_modules == ["attn.to_q"]
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.learnig_rate=1e-4", "unknown key 'train.learnig_rate'; did you mean 'train.learning_rate'?"),
+        ("trian.iterations=3", "unknown key 'trian'; did you mean 'train'?"),
+        ("train.iterations=three", "train.iterations: expected an integer, got 'three'"),
+        ("train.iterations=2.5", "train.iterations: expected an integer, got 2.5"),
+        ("train.ema=maybe", "train.ema: expected true or false, got 'maybe'"),
+        ("train.learning_rate=-1", "train.learning_rate: must be > 0, got -1.0"),
+        ("sample.sde_type=sdee", "sample.sde_type: 'sdee' is not one of flow_sde, cps, dance_sde"),
+        ("sample.group_size=1", "sample.group_size: GRPO needs at least 2 samples per prompt, got 1"),
+        ("sample.window_size=20", "sample.window_size: 20 exceeds sample.num_steps=6"),
+        ("model.resolution=30", "model.resolution: must be a multiple of 16, got 30"),
+        ("model.dtype=fp8", "model.dtype: 'fp8' is not one of fp32, fp16, bf16"),
+        ("train.mixed_precision=fp64", "train.mixed_precision: 'fp64' is not one of no, fp16, bf16"),
+        ("reward.jpeg_compresibility=1", "unknown reward 'jpeg_compresibility'; did you mean 'jpeg_compressibility'?"),
+        ("reward.ocr=heavy", "reward.ocr: expected float, got 'heavy'"),
+        ("reward_args.pickscore.device=cpu", "reward_args.pickscore: no reward named 'pickscore' is configured"),
+        ("method.name=flow_grp", "method.name: unknown method 'flow_grp'; did you mean 'flow_grpo'?"),
+        ("train.adam_betas=[0.9]", "train.adam_betas: expected two values in [0, 1), got [0.9]"),
+        ("train.lora.rank=0", "train.lora.rank: must be > 0, got 0"),
+        ("train.iterations.x=1", "train.iterations: is not a group of settings"),
+        ("iterations", "override 'iterations': expected key=value"),
+    ],
+)
+def test_bad_overrides_name_the_culprit(override, message):
+    with pytest.raises(ConfigError) as info:
+        resolve_config(None, [override])
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_bad_recipes(tmp_path):
+    with pytest.raises(ConfigError, match="unknown recipe 'tiny-cpuu'; did you mean 'tiny-cpu'"):
+        load_recipe("tiny-cpuu")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="invalid YAML at line"):
+        load_recipe(str(bad))
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="must be a mapping"):
+        load_recipe(str(bad))
+    with pytest.raises(ConfigError, match="no such file"):
+        load_recipe(str(tmp_path / "missing.yaml"))
+    with pytest.raises(ConfigError, match="train: expected a mapping of settings"):
+        config_from_dict({"train": 3})
+
+
+def test_prompt_sources(tmp_path):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n  \n")
+    with pytest.raises(ConfigError, match="holds no prompts"):
+        load_prompts(str(empty))
+    with pytest.raises(ConfigError, match="no such file"):
+        load_prompts(str(tmp_path / "nope.txt"))
+    with pytest.raises(ConfigError, match="unknown builtin prompt set 'tinyy'"):
+        load_prompts("builtin:tinyy")
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:2: each line needs a string field 'prompt'"):
+        load_prompts(str(bad))
+    bad.write_text('{"prompt": "a", "tag": "x"}\nnot json\n')
+    with pytest.raises(ConfigError, match=r"p.jsonl:2: not valid JSON"):
+        load_prompts(str(bad))
+    bad.write_text('{"prompt": "a", "tag": "x"}\n')
+    assert load_prompts(str(bad))[0].metadata == {"tag": "x"}
+
+
+def test_group_sampler_deals_complete_groups():
+    shares = [GroupSampler(10, 3, 4, seed=1, world_size=2, rank=r).iteration(5) for r in range(2)]
+    one = GroupSampler(10, 3, 4, seed=1).iteration(5)
+    gathered = torch.cat([s.prompt_index[s.local] for s in shares])
+    assert torch.equal(gathered, one.prompt_index)  # rank order restores the single-process order
+    assert torch.equal(one.group_ids, torch.arange(3).repeat_interleave(4))
+    assert len(set(one.prompt_index.tolist())) == 3
+    with pytest.raises(ConfigError, match="must divide by the 5 processes"):
+        GroupSampler(10, 3, 4, seed=1, world_size=5)

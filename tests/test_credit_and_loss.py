@@ -1,0 +1,58 @@
+import math
+
+import pytest
+import torch
+
+from flowrl.advantages import clip_advantages, group_advantages, zero_std_ratio
+from flowrl.losses import gaussian_kl, ppo_clip_loss
+
+
+def test_group_advantages_by_hand():
+    # group 0: rewards 1, 3 (mean 2); group 1: rewards 5, 5 (mean 5)
+    rewards = torch.tensor([1.0, 3.0, 5.0, 5.0])
+    groups = torch.tensor([0, 0, 1, 1])
+    # per-group std: group 0 std 1 -> A = -1, +1 (eps 1e-4); group 1 std 0 -> A = 0
+    adv = group_advantages(rewards, groups, global_std=False, eps=1e-4)
+    assert adv.tolist() == pytest.approx([-1 / 1.0001, 1 / 1.0001, 0.0, 0.0])
+    # global std of [1, 3, 5, 5] = sqrt(2.75) = 1.6583
+    adv = group_advantages(rewards, groups, global_std=True, eps=1e-4)
+    assert adv.tolist() == pytest.approx([-1 / (math.sqrt(2.75) + 1e-4), 1 / (math.sqrt(2.75) + 1e-4), 0, 0])
+    assert zero_std_ratio(rewards, groups) == 0.5
+    assert clip_advantages(torch.tensor([-7.0, 2.0, 9.0]), 5).tolist() == [-5, 2, 5]
+
+
+def test_advantages_are_invariant_to_reward_scale_and_shift():
+    r = torch.randn(12)
+    g = torch.arange(3).repeat_interleave(4)
+    a = group_advantages(r, g, eps=0)
+    b = group_advantages(3 * r + 7, g, eps=0)
+    assert torch.allclose(a, b, atol=1e-5)
+    for k in range(3):
+        assert a[g == k].sum().abs() < 1e-5
+
+
+def test_ppo_clip_by_hand():
+    # ratios e^0.1 = 1.10517 and e^-0.1 = 0.90484; clip range 0.05
+    logp = torch.tensor([0.1, -0.1, 0.0])
+    old = torch.zeros(3)
+    adv = torch.tensor([1.0, 1.0, -2.0])
+    out = ppo_clip_loss(logp, old, adv, 0.05)
+    # sample 0: max(-1.10517, -1.05) = -1.05; sample 1: max(-0.90484, -0.95) = -0.90484; sample 2: 2 * 1
+    assert out.loss.item() == pytest.approx((-1.05 - 0.904837 + 2.0) / 3, abs=1e-5)
+    assert out.clip_frac.item() == pytest.approx(2 / 3)
+    assert out.approx_kl.item() == pytest.approx(0.5 * (0.01 + 0.01 + 0) / 3)
+    # gradient flows only through the unclipped sample 1: d/dlogp1 of -A rho / 3 = -0.904837 / 3
+    logp = logp.clone().requires_grad_(True)
+    ppo_clip_loss(logp, old, adv, 0.05).loss.backward()
+    assert logp.grad.tolist() == pytest.approx([0.0, -0.904837 / 3, 2 / 3], abs=1e-5)
+
+
+def test_gaussian_kl_matches_torch_distributions():
+    torch.manual_seed(0)
+    mean, ref = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
+    std = torch.tensor([0.3, 0.7])
+    kl = gaussian_kl(mean, ref, std)
+    for b in range(2):
+        p = torch.distributions.Normal(mean[b], std[b])
+        q = torch.distributions.Normal(ref[b], std[b])
+        assert kl[b].item() == pytest.approx(torch.distributions.kl_divergence(p, q).mean().item(), rel=1e-5)

@@ -1,0 +1,413 @@
+"""VLM rewards (vlm_judge, unifiedreward) and HPSv3 on tiny randomly initialised Qwen2.5-VL / Qwen2-VL models
+built from config (tokenizer made in code, chat template committed), and against a real OpenAI-compatible
+HTTP endpoint on loopback. Hand-checked: P(yes) normalisation, score parsing, win rates, smart_resize."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import base64
+import io
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from flowrl.reward_models import RewardError, build_reward, win_rates
+from flowrl.reward_models.vlm import (
+    ChatRequest,
+    TransformersChat,
+    UnifiedRewardReward,
+    VlmJudgeReward,
+    parse_final_score,
+    parse_preference,
+    word_probs_from_choice,
+    yes_probability,
+)
+from PIL import Image
+
+ASSETS = Path(__file__).parent / "assets" / "rewards"
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+
+
+# ---------------------------------------------------------------------------------------------- pure maths
+
+
+def test_yes_probability_by_hand():
+    assert yes_probability({"yes": 0.6, "no": 0.2}, True) == pytest.approx(0.75)  # 0.6 / 0.8
+    assert yes_probability({"yes": 0.6, "no": 0.2}, False) == pytest.approx(0.6)
+    assert yes_probability({"yes": 0.0, "no": 0.0}, True) == 0.5
+
+
+def test_word_probs_from_top_logprobs():
+    choice = {"logprobs": {"content": [{"token": "Yes", "logprob": math.log(0.5), "top_logprobs": [
+        {"token": "Yes", "logprob": math.log(0.5)}, {"token": " yes", "logprob": math.log(0.1)},
+        {"token": "No", "logprob": math.log(0.3)}, {"token": "Maybe", "logprob": math.log(0.1)}]}]}}
+    probs = word_probs_from_choice(choice, {"yes": ("Yes", "yes"), "no": ("No", "no")})
+    assert probs == pytest.approx({"yes": 0.6, "no": 0.3})  # " yes" counts after stripping
+    text_only = {"message": {"content": "No, it does not."}}
+    assert word_probs_from_choice(text_only, {"yes": ("Yes",), "no": ("No",)}) == {"yes": 0.0, "no": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("The image fits.\nFinal Score: 4", 4.0), ("**Final Score:** 3.5", 3.5), ("final score 2\nFinal Score: 5", 5.0),
+     ("I would give it four.", None)],
+)
+def test_parse_final_score(text, value):
+    assert parse_final_score(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "p"),
+    [("<think>hmm</think><answer>Image 1 is better</answer>", 1.0), ("Image 2 is better.", 0.0),
+     ("<think>Image 1 is better at first</think><answer>Image 2 is better</answer>", 0.0),
+     ("Both are equal", 0.5), ("Image 1 is better. No, Image 2 is better.", 0.5)],
+)
+def test_parse_preference(text, p):
+    assert parse_preference(text) == p
+
+
+def test_win_rates_by_hand():
+    # group of three: 0 beats 1, 0 ties 2, 2 beats 1 -> wins 0: 1 + 0.5, 1: 0 + 0, 2: 0.5 + 1, two games each
+    rates = win_rates(4, [(0, 1), (0, 2), (1, 2)], torch.tensor([1.0, 0.5, 0.0]))
+    assert rates.tolist() == pytest.approx([0.75, 0.0, 0.75, 0.5])  # sample 3 played no game: 0.5
+
+
+class _ScriptedJudge:
+    """A chat back end whose answers follow the images: the brighter image wins; pointwise text is canned."""
+
+    def __init__(self, pointwise: list[str] | None = None):
+        self.pointwise, self.requests = pointwise, []
+
+    def generate(self, requests, max_new_tokens):
+        self.requests += requests
+        if self.pointwise is not None:
+            return self.pointwise[: len(requests)]
+        out = []
+        for r in requests:
+            half = len(r.images) // 2  # video pairs: frames of sample 1, then of sample 2
+            a, b = float(np.mean(r.images[:half])), float(np.mean(r.images[half:]))
+            out.append("<answer>Image 1 is better</answer>" if a > b else "<answer>Image 2 is better</answer>")
+        return out
+
+
+def test_unifiedreward_pairwise_scores_whole_groups():
+    judge = _ScriptedJudge()
+    reward = UnifiedRewardReward(mode="pairwise", backend=judge, image_size=None)
+    levels = [0.2, 0.9, 0.5, 0.1, 0.4]
+    images = torch.stack([torch.full((3, 8, 8), v) for v in levels])
+    prompts = ["cat", "cat", "cat", "dog", "dog"]
+    out = reward(images, prompts, [{}] * 5)
+    # cat group: 0.9 beats both, 0.5 beats 0.2 -> 0/2, 2/2, 1/2; dog group: 0.4 beats 0.1 -> 0/1, 1/1
+    assert out.scores.tolist() == pytest.approx([0.0, 1.0, 0.5, 0.0, 1.0])
+    assert out.details["comparisons"] == 4 and len(judge.requests) == 4
+    assert all(len(r.images) == 2 and ("cat" in r.text or "dog" in r.text) for r in judge.requests)
+    order = [4, 2, 0, 3, 1]  # any order of the batch gives the same per-sample rates
+    again = reward(images[order], [prompts[i] for i in order], [{}] * 5)
+    assert again.scores.tolist() == pytest.approx([out.scores[i].item() for i in order])
+
+
+def test_unifiedreward_pointwise_parses_and_falls_back():
+    judge = _ScriptedJudge(pointwise=["ok\nFinal Score: 4", "Final Score: 7", "no idea"])
+    reward = UnifiedRewardReward(mode="pointwise", backend=judge, image_size=16)
+    out = reward(torch.rand(3, 3, 20, 24), ["a", "b", "c"], [{}] * 3)
+    assert out.scores.tolist() == pytest.approx([0.8, 1.0, 0.0])  # 4/5, 7/5 clipped, unparsable -> fallback 0
+    assert out.details["parsed"] == [True, True, False]
+    assert judge.requests[0].images[0].shape == (16, 16, 3) and "Prompt: a" in judge.requests[0].text
+
+
+def test_unifiedreward_video_pairs_show_sampled_frames():
+    judge = _ScriptedJudge()
+    reward = UnifiedRewardReward(mode="pairwise", backend=judge, image_size=None, video_frames=3)
+    videos = torch.rand(2, 10, 3, 8, 8)
+    reward(videos, ["p", "p"], [{}, {}])
+    assert len(judge.requests[0].images) == 6  # 3 frames of video 1, then 3 of video 2
+
+
+# ---------------------------------------------------------------------------------------------- tiny Qwen-VL
+
+
+def _tokenizer(extra_specials=()):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {c: i for i, c in enumerate(sorted(ByteLevel.alphabet()))}
+    merges = [("Y", "e"), ("Ye", "s"), ("y", "e"), ("ye", "s"), ("N", "o"), ("n", "o")]  # Yes / yes / No / no
+    for a, b in merges:
+        vocab.setdefault(a + b, len(vocab))
+    core = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer.add_special_tokens({"additional_special_tokens": SPECIALS + list(extra_specials)})
+    return tokenizer
+
+
+def _ids(tokenizer):
+    convert = tokenizer.convert_tokens_to_ids
+    return dict(image_token_id=convert("<|image_pad|>"), video_token_id=convert("<|video_pad|>"),
+                vision_start_token_id=convert("<|vision_start|>"), vision_end_token_id=convert("<|vision_end|>"))
+
+
+def _text_config(tokenizer):
+    return dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+                rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]}, tie_word_embeddings=True,
+                bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                pad_token_id=tokenizer.pad_token_id)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen25vl():
+    from transformers import (
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    tokenizer = _tokenizer()
+    processor = Qwen2_5_VLProcessor(
+        image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=56 * 56 * 4),
+        tokenizer=tokenizer, video_processor=Qwen2VLVideoProcessor(),
+        chat_template=(ASSETS / "qwen_vl_chat_template.jinja").read_text(),
+    )
+    config = Qwen2_5_VLConfig(
+        text_config=_text_config(tokenizer),
+        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=32,
+                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                           fullatt_block_indexes=[1]),
+        **_ids(tokenizer),
+    )
+    torch.manual_seed(0)
+    return Qwen2_5_VLForConditionalGeneration(config).eval(), processor
+
+
+def test_vlm_judge_local_is_the_normalised_first_token_probability(tiny_qwen25vl):
+    model, processor = tiny_qwen25vl
+    chat = TransformersChat(model, processor, device="cpu", batch_size=2)
+    reward = VlmJudgeReward(backend=chat)
+    images = torch.rand(3, 3, 60, 50, generator=torch.Generator().manual_seed(2))
+    prompts = ["a cat", "a much longer prompt about a red cube on a table", "x"]
+    metadata = [{}, {"question": ["Is it red?", "Is it a cube on a table?"]}, {}]
+    out = reward(images, prompts, metadata)
+    assert out.scores.shape == (3,) and ((out.scores > 0) & (out.scores < 1)).all()
+
+    yes_id, no_id = processor.tokenizer.encode("Yes")[0], processor.tokenizer.encode("No")[0]
+    lower_yes, lower_no = processor.tokenizer.encode("yes")[0], processor.tokenizer.encode("no")[0]
+
+    def p_yes(image, question):  # one request alone, no padding: the reference
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert text.endswith("<|im_start|>assistant\n") and "<|image_pad|>" in text
+        pixels = Image.fromarray((image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy())
+        inputs = processor(text=[text], images=[pixels], return_tensors="pt")
+        with torch.no_grad():
+            probs = model(**inputs).logits[0, -1].softmax(-1)
+        yes, no = probs[yes_id] + probs[lower_yes], probs[no_id] + probs[lower_no]
+        return float(yes / (yes + no))
+
+    expected = [p_yes(images[0], 'Does this image show "a cat"? Please answer yes or no.'),
+                (p_yes(images[1], "Is it red?") + p_yes(images[1], "Is it a cube on a table?")) / 2,
+                p_yes(images[2], 'Does this image show "x"? Please answer yes or no.')]
+    assert out.scores.tolist() == pytest.approx(expected, abs=1e-4)  # left padding changes nothing
+
+
+def test_unifiedreward_local_generation_runs(tiny_qwen25vl):
+    model, processor = tiny_qwen25vl
+    chat = TransformersChat(model, processor, device="cpu")
+    reward = UnifiedRewardReward(mode="pairwise", backend=chat, max_new_tokens=3, image_size=28)
+    out = reward(torch.rand(3, 3, 32, 32), ["p", "p", "q"], [{}] * 3)
+    # random weights write no verdict: every game is a tie, every rate 0.5 (the lone "q" played none)
+    assert out.scores.tolist() == [0.5, 0.5, 0.5]
+    texts = chat.generate([ChatRequest([np.zeros((28, 28, 3), np.uint8)], "hi")], 4)
+    assert len(texts) == 1 and isinstance(texts[0], str)
+
+
+# ---------------------------------------------------------------------------------------------- OpenAI endpoint
+
+
+class _FakeVllm(BaseHTTPRequestHandler):
+    """An OpenAI-compatible /v1/chat/completions on loopback: the first request gets a 503 (retry)."""
+
+    calls = 0
+
+    def log_message(self, *args):
+        pass
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).calls += 1
+        if type(self).calls == 1:
+            return self._send(503, {"error": {"message": "warming up"}})
+        if self.headers.get("Authorization") != "Bearer k":
+            return self._send(401, {"error": {"message": "bad key"}})
+        content = body["messages"][0]["content"]
+        text = content[-1]["text"]
+        images = [c["image_url"]["url"] for c in content if c["type"] == "image_url"]
+        assert all(url.startswith("data:image/png;base64,") for url in images)
+        if body.get("logprobs"):
+            yes = 0.6 if "cat" in text else 0.1
+            top = [{"token": "Yes", "logprob": math.log(yes)}, {"token": "No", "logprob": math.log(0.3)}]
+            choice = {"message": {"content": "Yes"}, "logprobs": {"content": [{"token": "Yes", "logprob": 0.0, "top_logprobs": top}]}}
+        else:
+            means = [np.array(Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1])))).mean() for u in images]
+            if len(means) == 2:
+                choice = {"message": {"content": f"<answer>Image {1 if means[0] > means[1] else 2} is better</answer>"}}
+            else:
+                choice = {"message": {"content": "Final Score: 3"}}
+        self._send(200, {"choices": [choice]})
+
+    def _send(self, status, payload):
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+@pytest.fixture()
+def fake_vllm():
+    _FakeVllm.calls = 0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
+    server.shutdown()
+    server.server_close()
+
+
+def test_vlm_judge_against_an_openai_endpoint(fake_vllm):
+    reward = build_reward("vlm_judge", model="served", base_url=fake_vllm, api_key="k", retries=2, concurrency=3)
+    out = reward(torch.rand(3, 3, 16, 16), ["a cat", "a dog", "a cat"], [{}] * 3)
+    # cat: 0.6 / (0.6 + 0.3) = 2/3; dog: 0.1 / (0.1 + 0.3) = 1/4 (the first request was retried after a 503)
+    assert out.scores.tolist() == pytest.approx([2 / 3, 0.25, 2 / 3], abs=1e-6)
+    assert _FakeVllm.calls == 4
+
+
+def test_unifiedreward_against_an_openai_endpoint(fake_vllm):
+    pointwise = build_reward("unifiedreward", base_url=fake_vllm, model="served", api_key="k", retries=1)
+    assert pointwise(torch.rand(2, 3, 16, 16), ["a", "b"], [{}, {}]).scores.tolist() == pytest.approx([0.6, 0.6])
+    pairwise = build_reward("unifiedreward", mode="pairwise", base_url=fake_vllm, model="served", api_key="k")
+    images = torch.stack([torch.full((3, 16, 16), v) for v in (0.1, 0.8, 0.5)])
+    assert pairwise(images, ["p"] * 3, [{}] * 3).scores.tolist() == pytest.approx([0.0, 1.0, 0.5])
+
+
+def test_wrong_api_key_is_one_line_without_retry(fake_vllm):
+    reward = build_reward("vlm_judge", base_url=fake_vllm, api_key="wrong", retries=3, backoff=0.01)
+    with pytest.raises(RewardError, match="HTTP 401: bad key"):
+        reward(torch.rand(1, 3, 8, 8), ["a"], [{}])
+    assert _FakeVllm.calls == 2  # the 503, then the 401 that is not retried
+
+
+# ---------------------------------------------------------------------------------------------- HPSv3
+
+
+@pytest.mark.parametrize(
+    ("hw", "expected"),
+    [
+        # 1024x768 rounds to 1036x756 = 783,216 > 200,704: beta = sqrt(786,432 / 200,704) = 1.97949,
+        # floor(1024 / beta / 28) = floor(18.47) = 18 -> 504, floor(768 / beta / 28) = floor(13.86) = 13 -> 364
+        ((1024, 768), (504, 364)),
+        # 600x500 -> 588x504 = 296,352 > max: beta = sqrt(300,000 / 200,704) = 1.22261 -> 17 * 28, 14 * 28
+        ((600, 500), (476, 392)),
+        # 200x100 -> 196x112 = 21,952 < min: beta = sqrt(200,704 / 20,000) = 3.16784,
+        # ceil(200 * beta / 28) = ceil(22.63) = 23 -> 644, ceil(100 * beta / 28) = ceil(11.31) = 12 -> 336
+        ((200, 100), (644, 336)),
+        ((448, 448), (448, 448)),  # already 200,704 pixels on the grid
+    ],
+)
+def test_smart_resize_by_hand(hw, expected):
+    from flowrl.reward_models.hps import smart_resize
+
+    assert smart_resize(*hw) == expected
+
+
+def test_hpsv3_template_from_an_installed_package(tmp_path, monkeypatch):
+    from flowrl.reward_models.hps import read_hpsv3_template
+
+    package = tmp_path / "hpsv3" / "dataset"
+    package.mkdir(parents=True)
+    (tmp_path / "hpsv3" / "__init__.py").write_text("raise ImportError('must not be imported')\n")
+    (package / "data_collator_qwen.py").write_text(
+        'import torch\nINSTRUCTION = """Judge {text_prompt}.\n"""\nprompt_with_special_token = """Score: <|Reward|>\n"""\n'
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert read_hpsv3_template() == "Judge {text_prompt}.\nScore: <|Reward|>\n"
+    bad = tmp_path / "bad.txt"
+    bad.write_text("no placeholder\n---\n<|Reward|>")
+    with pytest.raises(RewardError, match="text_prompt"):
+        read_hpsv3_template(str(bad))
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2vl():
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers import Qwen2VLVideoProcessor
+
+    tokenizer = _tokenizer()
+    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=tokenizer,
+                                 video_processor=Qwen2VLVideoProcessor(),
+                                 chat_template=(ASSETS / "qwen_vl_chat_template.jinja").read_text())
+    config = Qwen2VLConfig(
+        text_config=_text_config(tokenizer),
+        vision_config=dict(depth=2, embed_dim=32, hidden_size=32, mlp_ratio=2, num_heads=4, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        **_ids(tokenizer),
+    )
+    torch.manual_seed(0)
+    return Qwen2VLForConditionalGeneration(config).eval(), processor
+
+
+def test_hpsv3_loading_and_reward_token_readout(tiny_qwen2vl, tmp_path):
+    from flowrl.reward_models.hps import REWARD_TOKEN, HPSv3Reward, hpsv3_head
+    from safetensors.torch import save_file
+
+    base, processor = tiny_qwen2vl
+    base.save_pretrained(tmp_path / "base")
+    processor.save_pretrained(tmp_path / "base")
+    (tmp_path / "template.txt").write_text("Rate this image for: {text_prompt}\n---\nOverall: <|Reward|>\n")
+
+    # the "released" reward model: base + <|Reward|> row + trained head, keys in transformers-4.45 layout
+    import copy
+
+    trained = copy.deepcopy(base)
+    trained.resize_token_embeddings(len(processor.tokenizer) + 1)
+    torch.manual_seed(1)
+    head = hpsv3_head(32)
+    state = {}
+    for key, value in trained.state_dict().items():
+        key = key.replace("model.language_model.", "model.").replace("model.visual.", "visual.")
+        state[key] = value.contiguous()
+    state.update({"rm_head." + k: v for k, v in head.state_dict().items()})
+    state.pop("lm_head.weight", None)  # tied to the embeddings
+    save_file(state, str(tmp_path / "HPSv3.safetensors"))
+
+    reward = HPSv3Reward(checkpoint=str(tmp_path / "HPSv3.safetensors"), base=str(tmp_path / "base"),
+                         instruction_file=str(tmp_path / "template.txt"), device="cpu", dtype=torch.float32)
+    reward.pixels = 56 * 56  # tiny images: 2 x 2 merged tokens each
+    images = torch.rand(2, 3, 70, 60, generator=torch.Generator().manual_seed(3))
+    prompts = ["a cat", "a red cube on a table"]
+    out = reward(images, prompts, [{}, {}])
+
+    # reference: transformers' own multimodal forward with sequential positions, read at <|Reward|>
+    inputs = reward._inputs(images, prompts)
+    reward_id = reward.processor.tokenizer.convert_tokens_to_ids(REWARD_TOKEN)
+    assert (inputs["input_ids"] == reward_id).sum(dim=1).tolist() == [1, 1]
+    assert inputs["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]  # 56 x 56 pixels: 4 x 4 patches of 14
+    positions = torch.arange(inputs["input_ids"].shape[1])[None].expand(2, -1)
+    with torch.no_grad():
+        hidden = trained.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                               pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
+                               position_ids=positions).last_hidden_state
+        mu_sigma = head(hidden[inputs["input_ids"] == reward_id])
+    assert out.scores.tolist() == pytest.approx(mu_sigma[:, 0].tolist(), abs=1e-4)
+    assert out.details["sigma"].tolist() == pytest.approx(mu_sigma[:, 1].tolist(), abs=1e-4)

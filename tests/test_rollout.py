@@ -1,0 +1,104 @@
+import random
+
+import pytest
+import torch
+
+from flowrl.config import ModelConfig
+from flowrl.pipelines.sd3 import SD3Adapter
+from flowrl.plan import make_plan, ode_plan
+from flowrl.rollout import rollout, transition
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return SD3Adapter.from_config(ModelConfig(path="tiny", resolution=32, max_sequence_length=8))
+
+
+def test_plan_fraction_and_window():
+    sigmas = torch.linspace(1, 0, 11)
+    plan = make_plan(sigmas, "flow_sde", 0.7, timestep_fraction=0.99)
+    assert plan.kinds == ("flow_sde",) * 10
+    assert plan.trained_indices == list(range(9))  # int(10 * 0.99) = 9: the last step never trains
+    assert plan.sigma_at_one == pytest.approx(0.9)
+    starts = set()
+    for seed in range(50):
+        p = make_plan(sigmas, "cps", 0.8, window_size=3, window_range=(0, 5), rng=random.Random(seed))
+        idx = p.trained_indices
+        assert len(idx) == 3 and idx == list(range(idx[0], idx[0] + 3)) and 0 <= idx[0] <= 2
+        assert [k for k in p.kinds if k != "ode"] == ["cps"] * 3
+        assert p.noise_levels[idx].tolist() == pytest.approx([0.8] * 3)
+        starts.add(idx[0])
+    assert starts == {0, 1, 2}
+    with pytest.raises(ValueError, match="does not fit"):
+        make_plan(sigmas, window_size=4, window_range=(0, 3))
+
+
+def test_sigmas_come_from_the_scheduler_with_shift(adapter):
+    sigmas = adapter.sigmas(10)
+    assert len(sigmas) == 11 and sigmas[0] == 1 and sigmas[-1] == 0
+    # diffusers: unshifted sigmas linspace(1, s_min, T) with s_min the shifted training minimum
+    # 3 * 0.001 / (1 + 2 * 0.001) = 0.002994; then the SD3 shift s -> 3 s / (1 + 2 s)
+    s = torch.linspace(1, 0.002994, 10)
+    shifted = 3 * s / (1 + 2 * s)
+    assert torch.allclose(sigmas[:-1], shifted, atol=1e-3)
+
+
+def _rollout(adapter, prompts, guidance, plan=None, seed=0):
+    cond = adapter.encode_prompts(prompts)
+    plan = plan or make_plan(adapter.sigmas(4), "flow_sde", 0.7)
+    gen = torch.Generator().manual_seed(seed)
+    noise = adapter.initial_noise(len(prompts), gen)
+    return rollout(adapter, cond, plan, noise, torch.arange(len(prompts)), guidance, gen), cond
+
+
+@pytest.mark.parametrize("guidance", [1.0, 4.5])
+def test_recomputed_log_prob_equals_rollout(adapter, guidance):
+    traj, cond = _rollout(adapter, ["a red cat", "a blue car", "a red cat"], guidance)
+    for j in traj.plan.trained_indices:
+        out = transition(adapter, traj.plan, j, traj.states[:, j], cond, guidance, x_next=traj.states[:, j + 1])
+        ratio = torch.exp(out.log_prob - traj.log_probs[:, j])
+        assert torch.equal(ratio, torch.ones_like(ratio))  # exactly 1 for unchanged weights
+
+
+def test_cfg_runs_both_branches_in_one_forward(adapter):
+    calls = []
+    hook = adapter.transformer.register_forward_hook(lambda m, a, kw, out: calls.append(kw["hidden_states"].shape[0]),
+                                                     with_kwargs=True)
+    try:
+        _rollout(adapter, ["a cat", "a dog"], 4.5)
+    finally:
+        hook.remove()
+    assert calls == [4] * 4  # 4 steps, one forward each, batch 2 x (uncond, cond)
+
+
+def test_prompt_embeddings_are_encoded_once_per_prompt(adapter, monkeypatch):
+    adapter.clear_cache()
+    seen = []
+    real = adapter._encode
+    monkeypatch.setattr(adapter, "_encode", lambda prompts: seen.append(list(prompts)) or real(prompts))
+    cond = adapter.encode_prompts(["a cat"] * 4 + ["a dog"] * 4)
+    adapter.encode_prompts(["a dog", "a cat"])
+    assert seen == [["a cat", "a dog"]]
+    assert cond["prompt_embeds"].shape[0] == 8
+    assert torch.equal(cond["prompt_embeds"][0], cond["prompt_embeds"][3])
+
+
+def test_ode_plan_matches_the_diffusers_pipeline(adapter):
+    """Our Euler rollout with noise level 0 reproduces StableDiffusion3Pipeline's own sampler."""
+    prompts = ["a red apple on a table", "a cat"]
+    cond = adapter.encode_prompts(prompts)
+    neg = adapter.negative_conditioning(2)
+    gen = torch.Generator().manual_seed(1)
+    noise = adapter.initial_noise(2, gen)
+    traj = rollout(adapter, cond, ode_plan(adapter.sigmas(5)), noise, torch.arange(2), 4.5)
+    ref = adapter.pipe(
+        prompt_embeds=cond["prompt_embeds"],
+        pooled_prompt_embeds=cond["pooled_prompt_embeds"],
+        negative_prompt_embeds=neg["prompt_embeds"],
+        negative_pooled_prompt_embeds=neg["pooled_prompt_embeds"],
+        latents=noise.clone(),
+        num_inference_steps=5,
+        guidance_scale=4.5,
+        output_type="latent",
+    ).images
+    assert torch.allclose(traj.final, ref, atol=1e-5)
