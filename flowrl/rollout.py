@@ -51,7 +51,7 @@ def transition(
     plan: StepPlan,
     i: int,
     x: torch.Tensor,
-    cond: Conditioning,
+    inputs: Conditioning,
     guidance_scale: float,
     *,
     x_next: torch.Tensor | None = None,
@@ -60,19 +60,20 @@ def transition(
 ) -> StepOutput:
     """Transition ``i`` of ``plan`` from ``x``: sample it, or score ``x_next`` when given.
 
+    ``inputs`` is ``adapter.model_inputs(cond, guidance_scale)`` for the rows of ``x``.
     The rollout and the training update both call this, so the recomputed log-prob goes through
     exactly the same forward and step math as the one recorded. ``model`` replaces the adapter's
     transformer for this forward (the trainer passes its distributed wrapper or the KL reference).
     """
-    sigma = plan.sigma[i].item()
-    v = adapter.velocity(x, torch.full((x.shape[0],), sigma, device=x.device), cond, guidance_scale, model=model)
+    sigma = float(plan.sigma[i])
+    v = adapter.velocity(x, sigma, inputs, guidance_scale, model=model)
     return step(
         plan.kinds[i],
         v,
         x,
         sigma,
-        plan.sigma_next[i].item(),
-        plan.noise_levels[i].item(),
+        float(plan.sigma_next[i]),
+        float(plan.noise_levels[i]),
         sigma_at_one=plan.sigma_at_one,
         x_next=x_next,
         generator=generator,
@@ -91,10 +92,11 @@ def rollout(
 ) -> Trajectory:
     """Sample ``noise.shape[0]`` trajectories along ``plan``. ``cond`` rows align with ``noise`` rows."""
     x = noise.float()
+    inputs = adapter.model_inputs(cond, guidance_scale)
     states = [x]
     log_probs = []
     for i in range(len(plan)):
-        out = transition(adapter, plan, i, x, cond, guidance_scale, generator=generator)
+        out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator)
         x = out.x_next
         states.append(x)
         log_probs.append(out.log_prob)

@@ -37,12 +37,35 @@ class StepOutput:
     std: torch.Tensor
 
 
-def _as_batch(value: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
-    """Broadcast a scalar or a (B,) tensor to x's shape (B, 1, 1, ...), fp32."""
+Scalar = float  # a transition's sigma or noise level shared by the whole batch
+
+
+def _coef(value: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor | float:
+    """A python float stays a float (the fast path of a rollout, where the batch shares one sigma);
+    a (B,) tensor becomes (B, 1, 1, ...) fp32 on x's device."""
+    if isinstance(value, (int, float)):
+        return float(value)
     t = torch.as_tensor(value, dtype=torch.float32, device=x.device)
     if t.ndim == 0:
-        t = t.expand(x.shape[0])
+        return float(t)
     return t.reshape(-1, *([1] * (x.ndim - 1)))
+
+
+def _per_sample(value: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
+    """(B,) fp32 tensor of a per-sample or shared value."""
+    if isinstance(value, float):
+        return torch.full((x.shape[0],), value, device=x.device)
+    return value.flatten().expand(x.shape[0]) if value.numel() == 1 else value.flatten()
+
+
+def _sqrt(value):
+    return math.sqrt(value) if isinstance(value, float) else torch.sqrt(value)
+
+
+def _log(value):
+    if isinstance(value, float):
+        return math.log(value) if value > 0 else -math.inf  # a zero-noise step has no density
+    return torch.log(value)
 
 
 def _reduce(per_element: torch.Tensor, reduction: Reduction) -> torch.Tensor:
@@ -50,17 +73,25 @@ def _reduce(per_element: torch.Tensor, reduction: Reduction) -> torch.Tensor:
     return per_element.mean(dim=dims) if reduction == "mean" else per_element.sum(dim=dims)
 
 
-def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, reduction: Reduction = "mean"):
-    """log N(x_next; mean, std^2 I) per element, reduced over non-batch dims. ``std``: (B, 1, ...)."""
-    per_element = -((x_next - mean) ** 2) / (2 * std**2) - torch.log(std) - _HALF_LOG_2PI
-    return _reduce(per_element, reduction)
+def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std, reduction: Reduction = "mean"):
+    """log N(x_next; mean, std^2 I) per element, reduced over non-batch dims.
+
+    ``std`` is a float or (B, 1, ...). Written as -reduce((x' - mean)^2) / (2 std^2) - log std - log(2 pi)/2
+    (times the element count for ``sum``), which is the per-element density reduced exactly.
+    """
+    diff = x_next - mean
+    n = 1 if reduction == "mean" else diff[0].numel()
+    sq = _reduce(diff * diff, reduction)
+    if not isinstance(std, float):
+        std = std.flatten()
+    return -sq / (2 * std * std) - n * (_log(std) + _HALF_LOG_2PI)
 
 
 def _sample_or_score(mean, std, x_next, noise, generator, log_prob_fn):
     if x_next is None:
         if noise is None:
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=torch.float32)
-        x_next = mean + std * noise.float()
+        x_next = torch.add(mean, noise.float(), alpha=std) if isinstance(std, float) else mean + std * noise.float()
     else:
         x_next = x_next.detach().float()
     return x_next, log_prob_fn(x_next)
@@ -72,6 +103,9 @@ def flow_sde_g(sigma: torch.Tensor | float, noise_level: torch.Tensor | float, s
     ``s~ = s`` except where ``s == 1``: there it is replaced by ``sigma_at_one`` (Flow-GRPO uses the
     schedule's first sigma below 1) to avoid dividing by zero.
     """
+    if isinstance(sigma, (int, float)) and isinstance(noise_level, (int, float)):
+        denom = sigma_at_one if (sigma >= 1.0 and sigma_at_one is not None) else sigma
+        return float(noise_level) * math.sqrt(sigma / (1 - denom))
     sigma = torch.as_tensor(sigma, dtype=torch.float32)
     denom_sigma = sigma
     if sigma_at_one is not None:
@@ -82,7 +116,21 @@ def flow_sde_g(sigma: torch.Tensor | float, noise_level: torch.Tensor | float, s
 def _sde_mean(v, x, sigma, dt, g):
     """Euler-Maruyama mean of the marginal-preserving reverse SDE:
     mu = x + dt * [v + g^2 / (2 s) * (x + (1 - s) v)]  (Flow-GRPO Eq. 9)."""
-    return x + dt * (v + g**2 / (2 * sigma) * (x + (1 - sigma) * v))
+    c = g * g / (2 * sigma)
+    if isinstance(c, float) and isinstance(dt, float):  # shared sigma: fold into two scaled adds
+        return torch.add(x * (1 + dt * c), v, alpha=dt * (1 + c * (1 - sigma)))
+    return x + dt * (v + c * (x + (1 - sigma) * v))
+
+
+def _gaussian_step(v, x, s, s_next, g, x_next, noise, generator, reduction) -> StepOutput:
+    """Shared by flow_sde and dance_sde: drift mean, per-element std g sqrt(|dt|), Gaussian log-prob."""
+    dt = s_next - s
+    mean = _sde_mean(v, x, s, dt, g)
+    std = g * _sqrt(-dt)
+    x_next, log_prob = _sample_or_score(
+        mean, std, x_next, noise, generator, lambda y: gaussian_log_prob(y, mean, std, reduction)
+    )
+    return StepOutput(x_next, log_prob, mean, _per_sample(std, x))
 
 
 def flow_sde(
@@ -100,15 +148,12 @@ def flow_sde(
 ) -> StepOutput:
     """Flow-GRPO SDE step: g = a sqrt(s/(1-s)), std = g sqrt(|dt|), Gaussian log-prob."""
     v, x = v.float(), x.float()
-    s, s_next = _as_batch(sigma, x), _as_batch(sigma_next, x)
-    g = _as_batch(flow_sde_g(torch.as_tensor(sigma, dtype=torch.float32), noise_level, sigma_at_one).to(x.device), x)
-    dt = s_next - s
-    mean = _sde_mean(v, x, s, dt, g)
-    std = g * torch.sqrt(-dt)
-    x_next, log_prob = _sample_or_score(
-        mean, std, x_next, noise, generator, lambda y: gaussian_log_prob(y, mean, std, reduction)
-    )
-    return StepOutput(x_next, log_prob, mean, std.flatten())
+    s, s_next = _coef(sigma, x), _coef(sigma_next, x)
+    if isinstance(s, float) and not isinstance(noise_level, torch.Tensor):
+        g = flow_sde_g(s, float(noise_level), sigma_at_one)
+    else:
+        g = _coef(flow_sde_g(torch.as_tensor(sigma, dtype=torch.float32), noise_level, sigma_at_one), x)
+    return _gaussian_step(v, x, s, s_next, g, x_next, noise, generator, reduction)
 
 
 def dance_sde(
@@ -126,15 +171,8 @@ def dance_sde(
 ) -> StepOutput:
     """DanceGRPO step: the same drift with a constant diffusion coefficient g = eta (``noise_level``)."""
     v, x = v.float(), x.float()
-    s, s_next = _as_batch(sigma, x), _as_batch(sigma_next, x)
-    g = _as_batch(noise_level, x)
-    dt = s_next - s
-    mean = _sde_mean(v, x, s, dt, g)
-    std = g * torch.sqrt(-dt)
-    x_next, log_prob = _sample_or_score(
-        mean, std, x_next, noise, generator, lambda y: gaussian_log_prob(y, mean, std, reduction)
-    )
-    return StepOutput(x_next, log_prob, mean, std.flatten())
+    s, s_next = _coef(sigma, x), _coef(sigma_next, x)
+    return _gaussian_step(v, x, s, s_next, _coef(noise_level, x), x_next, noise, generator, reduction)
 
 
 def cps(
@@ -157,15 +195,20 @@ def cps(
     as in Flow-GRPO; it is a surrogate, not a density, and pairs with clip range 1e-5.
     """
     v, x = v.float(), x.float()
-    s, s_next = _as_batch(sigma, x), _as_batch(sigma_next, x)
-    std = s_next * torch.sin(_as_batch(noise_level, x) * math.pi / 2)
+    s, s_next, a = _coef(sigma, x), _coef(sigma_next, x), _coef(noise_level, x)
+    if isinstance(a, float):
+        std = s_next * math.sin(a * math.pi / 2)
+        keep = s_next * math.cos(a * math.pi / 2)  # sqrt(s'^2 - std^2)
+    else:
+        std = s_next * torch.sin(a * math.pi / 2)
+        keep = torch.sqrt((s_next**2 - std**2).clamp_min(0))
     x0_hat = x - s * v
     x1_hat = x + (1 - s) * v
-    mean = (1 - s_next) * x0_hat + torch.sqrt((s_next**2 - std**2).clamp_min(0)) * x1_hat
+    mean = (1 - s_next) * x0_hat + keep * x1_hat
     x_next, log_prob = _sample_or_score(
         mean, std, x_next, noise, generator, lambda y: -_reduce((y - mean) ** 2, reduction)
     )
-    return StepOutput(x_next, log_prob, mean, std.flatten())
+    return StepOutput(x_next, log_prob, mean, _per_sample(std, x))
 
 
 def ode(
@@ -178,7 +221,7 @@ def ode(
 ) -> StepOutput:
     """Plain Euler step x' = x + dt v. It has no density: ``log_prob`` is zeros and must not be trained."""
     v, x = v.float(), x.float()
-    dt = _as_batch(sigma_next, x) - _as_batch(sigma, x)
+    dt = _coef(sigma_next, x) - _coef(sigma, x)
     x_next = x + dt * v
     zeros = torch.zeros(x.shape[0], device=x.device)
     return StepOutput(x_next, zeros, x_next, zeros)

@@ -270,14 +270,15 @@ class Trainer:
         trained = plan.trained_indices
         w = self.cfg.sample.guidance_scale
         max_diff = 0.0
+        inputs = self.adapter.model_inputs(b.cond, w)
         for k, j in enumerate(trained):
             last = sync and k == len(trained) - 1
             ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
             adv_j = (adv if adv.ndim == 1 else adv[:, j]).to(self.acc.device)
             with ctx:
                 x, x_next = traj.states[:, j], traj.states[:, j + 1]
-                new = transition(self.adapter, plan, j, x, b.cond, w, x_next=x_next, model=self.model)
-                ref_mean = self._reference_mean(plan, j, x, x_next, b.cond) if self.cfg.train.beta > 0 else None
+                new = transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.model)
+                ref_mean = self._reference_mean(plan, j, x, x_next, inputs) if self.cfg.train.beta > 0 else None
                 tl = self.method.transition_loss(new, traj.log_probs[:, j], adv_j, ref_mean)
                 self.acc.backward(tl.loss / (len(trained) * in_group))
             max_diff = max(max_diff, float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max()))
@@ -296,13 +297,13 @@ class Trainer:
                     )
 
     @torch.no_grad()
-    def _reference_mean(self, plan, j, x, x_next, cond) -> torch.Tensor:
+    def _reference_mean(self, plan, j, x, x_next, inputs) -> torch.Tensor:
         """Mean of transition j under the reference policy: the base weights (LoRA disabled)."""
         w = self.cfg.sample.guidance_scale
         if self.ref_model is not None:
-            return transition(self.adapter, plan, j, x, cond, w, x_next=x_next, model=self.ref_model).mean
+            return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.ref_model).mean
         with self._adapters_disabled():
-            return transition(self.adapter, plan, j, x, cond, w, x_next=x_next).mean
+            return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next).mean
 
     @contextmanager
     def _adapters_disabled(self):

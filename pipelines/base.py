@@ -7,7 +7,8 @@ pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler'
 * ``negative_conditioning(n)`` -> the unconditional branch for CFG;
 * ``sigmas(num_steps)`` -> the schedule (T+1 values from 1 to 0), shift included;
 * ``initial_noise(n, generator)`` -> x at sigma = 1;
-* ``velocity(x, sigma, cond, guidance_scale)`` -> v, one batched forward for both CFG branches;
+* ``model_inputs(cond, guidance_scale)`` -> transformer-ready conditioning (CFG rows stacked), once a batch;
+* ``velocity(x, sigma, inputs, guidance_scale)`` -> v, one batched forward for both CFG branches;
 * ``decode(latents)`` -> images (B, 3, H, W) in [0, 1];
 * ``transformer`` (the trained module) and ``lora_target_modules``.
 """
@@ -45,11 +46,13 @@ class PipelineAdapter(Protocol):
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
 
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning: ...
+
     def velocity(
         self,
         x: torch.Tensor,
-        sigma: torch.Tensor,
-        cond: Conditioning,
+        sigma: torch.Tensor | float,
+        inputs: Conditioning,
         guidance_scale: float,
         model: torch.nn.Module | None = None,
     ) -> torch.Tensor: ...

@@ -154,37 +154,47 @@ class SD3Adapter:
         f = self.pipe.vae_scale_factor
         return self.pipe.prepare_latents(n, c, h * f, w * f, torch.float32, self.device, generator)
 
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
+        """Transformer-ready conditioning for ``velocity``: cast to the model dtype and, with CFG, the
+        empty-prompt rows stacked before the prompt rows (uncond first, as the pipeline does).
+        Built once per batch, not once per step."""
+        dtype = self.transformer.dtype
+        embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
+        if guidance_scale != 1.0:
+            neg = self.negative_conditioning(embeds.shape[0])
+            embeds = torch.cat([neg["prompt_embeds"], embeds])
+            pooled = torch.cat([neg["pooled_prompt_embeds"], pooled])
+        return {"prompt_embeds": embeds.to(dtype), "pooled_prompt_embeds": pooled.to(dtype)}
+
     def velocity(
         self,
         x: torch.Tensor,
-        sigma: torch.Tensor,
-        cond: Conditioning,
+        sigma: torch.Tensor | float,
+        inputs: Conditioning,
         guidance_scale: float,
         model: torch.nn.Module | None = None,
     ) -> torch.Tensor:
         """v(x, sigma | c) with CFG ``v_u + w (v_c - v_u)``; both branches in one forward. Returns fp32.
 
-        x: (B, C, H, W); sigma: (B,) or scalar; cond: rows aligned with x. ``model`` defaults to the
-        pipeline's transformer (pass a DDP/FSDP wrapper of it, or a frozen reference copy).
+        x: (B, C, H, W); sigma: a float or (B,); inputs: ``model_inputs(cond, guidance_scale)``.
+        ``model`` defaults to the pipeline's transformer (pass a DDP/FSDP wrapper of it, or a frozen
+        reference copy).
         """
-        b = x.shape[0]
-        dtype = self.transformer.dtype
-        timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device).expand(b) * self._num_train_timesteps
-        embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
         use_cfg = guidance_scale != 1.0
-        if use_cfg:
-            neg = self.negative_conditioning(b)
-            x_in = torch.cat([x, x])
-            timestep = torch.cat([timestep, timestep])
-            embeds = torch.cat([neg["prompt_embeds"], embeds])
-            pooled = torch.cat([neg["pooled_prompt_embeds"], pooled])
-        else:
-            x_in = x
+        rows = 2 * x.shape[0] if use_cfg else x.shape[0]
+        if inputs["prompt_embeds"].shape[0] != rows:
+            raise ValueError(
+                f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {x.shape[0]} latents; "
+                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
+            )
+        x_in = torch.cat([x, x]) if use_cfg else x
+        timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
+        timestep = timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep])
         out = (model or self.transformer)(
-            hidden_states=x_in.to(dtype),
+            hidden_states=x_in.to(self.transformer.dtype),
             timestep=timestep,
-            encoder_hidden_states=embeds.to(dtype),
-            pooled_projections=pooled.to(dtype),
+            encoder_hidden_states=inputs["prompt_embeds"],
+            pooled_projections=inputs["pooled_prompt_embeds"],
             return_dict=False,
         )[0].float()
         if use_cfg:

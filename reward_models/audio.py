@@ -10,7 +10,8 @@ signal is cut into 512-sample chunks, each fed with the 64 samples before it and
 details ``speech_frac`` (chunks with P > 0.5).
 
 clap: ``r = cos(text_embedding, audio_embedding)`` of a CLAP model (default ``laion/clap-htsat-unfused``,
-48 kHz, the processor's log-mel features and truncation/padding rules); details none.
+48 kHz, the processor's log-mel features and padding rules; clips longer than the extractor's
+``max_length_s`` keep their first part, so that its random crop never runs); details none.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ class ClapReward:
     def embed(self, media: Any, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Unit-norm audio and text embeddings (B, D) each."""
         mono = to_mono(self.name, media, self.sample_rate, self.model_rate)  # (B, N)
+        longest = int(self.processor.feature_extractor.nb_max_samples)
+        mono = mono[:, :longest]  # keep the first max_length_s: the extractor would otherwise crop at random
         features = self.processor.feature_extractor(list(mono.numpy()), sampling_rate=self.model_rate, return_tensors="pt")
         tokens = self.processor.tokenizer(prompts, padding=True, truncation=True, return_tensors="pt")
         audio_in = {k: v.to(self.device) for k, v in features.items()}

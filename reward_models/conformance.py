@@ -141,26 +141,36 @@ def run_conformance(reward: Any, name: str, batch: int = 4, seed: int = 0) -> Co
     media, prompts, metadata = synthetic_batch(modality, batch, bool(getattr(reward, "pairwise", False)), seed)
     try:
         start = time.perf_counter()
-        first = check_scores(name, reward(media, prompts, metadata), batch)
+        out = reward(media, prompts, metadata)
         report.seconds = time.perf_counter() - start
-    except (RewardError, ValueError, RuntimeError, TypeError) as exc:
+    except (RewardError, ValueError, RuntimeError, TypeError, KeyError) as exc:
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        kind = "shape and finiteness" if isinstance(exc, RewardError) else "call"
-        report.checks.append(Check(kind, False, f"{type(exc).__name__}: {message}"))
+        report.checks.append(Check("call", False, f"{type(exc).__name__}: {message}"))
         return report
-    report.scores = first.scores.tolist()
     report.checks.append(Check("call", True))
-    report.checks.append(Check("shape", True, f"({batch},)"))
-    report.checks.append(Check("finite", True))
-    report.checks.append(_range_check(first.scores, getattr(reward, "score_range", None)))
+    scores = torch.as_tensor(getattr(out, "scores", out)).detach().float().cpu()
+    report.checks.append(Check("shape", tuple(scores.shape) == (batch,), f"{tuple(scores.shape)}, expected ({batch},)"))
+    if not report.checks[-1].ok:
+        return report
+    report.scores = scores.tolist()
+    bad = int((~torch.isfinite(scores)).sum())
+    report.checks.append(Check("finiteness", bad == 0, f"{bad} NaN or inf" if bad else ""))
+    if bad:
+        return report
+    report.checks.append(_range_check(scores, getattr(reward, "score_range", None)))
 
     order = list(reversed(range(batch_size_of(media))))
-    flipped = check_scores(name, reward(index_media(media, order), [prompts[i] for i in order],
-                                        [metadata[i] for i in order]), batch)
-    same, diff = _close(flipped.scores, first.scores[order])
-    report.checks.append(Check("batch-order invariance", same, f"max |diff| {diff:.2e} after reversing the batch"))
-
-    again = check_scores(name, reward(media, prompts, metadata), batch)
-    same, diff = _close(again.scores, first.scores)
-    report.checks.append(Check("determinism", same, f"max |diff| {diff:.2e} between two identical calls"))
+    checks = [
+        ("batch-order invariance", (index_media(media, order), [prompts[i] for i in order], [metadata[i] for i in order]),
+         scores[order], "after reversing the batch"),
+        ("determinism", (media, prompts, metadata), scores, "between two identical calls"),
+    ]
+    for check, args, expected, what in checks:
+        try:
+            got = check_scores(name, reward(*args), batch).scores
+        except (RewardError, ValueError, RuntimeError, TypeError, KeyError) as exc:
+            report.checks.append(Check(check, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+            continue
+        same, diff = _close(got, expected)
+        report.checks.append(Check(check, same, f"max |diff| {diff:.2e} {what}"))
     return report

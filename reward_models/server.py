@@ -106,6 +106,9 @@ class RewardService:
 
     def score(self, body: Any) -> dict:
         media, prompts, metadata = _validate(body)
+        kind = body["media"].get("kind")
+        if kind != self.info["modality"]:
+            raise BadRequest(422, f"reward {self.name!r} takes {self.info['modality']} media, got {kind}")
         num = len(prompts)
         step = num if self.info["pairwise"] else self.max_batch
         scores, details = [], {}

@@ -286,7 +286,7 @@ def fake_vllm():
 
 
 def test_vlm_judge_against_an_openai_endpoint(fake_vllm):
-    reward = build_reward("vlm_judge", model="served", base_url=fake_vllm, api_key="k", retries=2, concurrency=3)
+    reward = build_reward("vlm_judge", model="served", base_url=fake_vllm, api_key="k", retries=2, backoff=0.05, concurrency=3)
     out = reward(torch.rand(3, 3, 16, 16), ["a cat", "a dog", "a cat"], [{}] * 3)
     # cat: 0.6 / (0.6 + 0.3) = 2/3; dog: 0.1 / (0.1 + 0.3) = 1/4 (the first request was retried after a 503)
     assert out.scores.tolist() == pytest.approx([2 / 3, 0.25, 2 / 3], abs=1e-6)
@@ -294,7 +294,7 @@ def test_vlm_judge_against_an_openai_endpoint(fake_vllm):
 
 
 def test_unifiedreward_against_an_openai_endpoint(fake_vllm):
-    pointwise = build_reward("unifiedreward", base_url=fake_vllm, model="served", api_key="k", retries=1)
+    pointwise = build_reward("unifiedreward", base_url=fake_vllm, model="served", api_key="k", retries=1, backoff=0.05)
     assert pointwise(torch.rand(2, 3, 16, 16), ["a", "b"], [{}, {}]).scores.tolist() == pytest.approx([0.6, 0.6])
     pairwise = build_reward("unifiedreward", mode="pairwise", base_url=fake_vllm, model="served", api_key="k")
     images = torch.stack([torch.full((3, 16, 16), v) for v in (0.1, 0.8, 0.5)])
@@ -382,7 +382,7 @@ def test_hpsv3_loading_and_reward_token_readout(tiny_qwen2vl, tmp_path):
     trained = copy.deepcopy(base)
     trained.resize_token_embeddings(len(processor.tokenizer) + 1)
     torch.manual_seed(1)
-    head = hpsv3_head(32)
+    head = hpsv3_head(32).eval()  # eval: no dropout in the reference either
     state = {}
     for key, value in trained.state_dict().items():
         key = key.replace("model.language_model.", "model.").replace("model.visual.", "visual.")

@@ -54,8 +54,9 @@ def _rollout(adapter, prompts, guidance, plan=None, seed=0):
 @pytest.mark.parametrize("guidance", [1.0, 4.5])
 def test_recomputed_log_prob_equals_rollout(adapter, guidance):
     traj, cond = _rollout(adapter, ["a red cat", "a blue car", "a red cat"], guidance)
+    inputs = adapter.model_inputs(cond, guidance)
     for j in traj.plan.trained_indices:
-        out = transition(adapter, traj.plan, j, traj.states[:, j], cond, guidance, x_next=traj.states[:, j + 1])
+        out = transition(adapter, traj.plan, j, traj.states[:, j], inputs, guidance, x_next=traj.states[:, j + 1])
         ratio = torch.exp(out.log_prob - traj.log_probs[:, j])
         assert torch.equal(ratio, torch.ones_like(ratio))  # exactly 1 for unchanged weights
 

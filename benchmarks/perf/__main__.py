@@ -1,0 +1,3 @@
+from flowrl.benchmarks.perf.overhead import main
+
+main()
