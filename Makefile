@@ -16,7 +16,8 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[test,tesseract]"
+	$(BIN)/pip install -q -e ".[test,tesseract,clip,audio,video]"
+	$(BIN)/pip install -q --no-deps nudenet==3.4.2
 	touch $@
 
 install: $(VENV)/.installed

@@ -5,6 +5,8 @@
     flowrl ls [recipes|methods|rewards|pipelines]
     flowrl validate [RECIPE] [key=value ...]
     flowrl env
+    flowrl rewards test NAME [key=value ...]
+    flowrl serve-reward NAME [key=value ...] [--host 127.0.0.1] [--port N] [--token T]
 
 Errors in user input print one line naming the culprit (``--debug`` shows the traceback).
 """
@@ -64,9 +66,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
         raise ValueError(f"--num: must be at least 1, got {args.num}")
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
     pipe = adapter.pipe
-    if run is not None and (run / "lora" / "pytorch_lora_weights.safetensors").is_file():
-        pipe.load_lora_weights(str(run / "lora"))
-        print(f"loaded LoRA from {run / 'lora'}")
+    loaded = adapter.load_trained(run) if run is not None else None
+    if loaded:
+        print(f"loaded {loaded} from {run}")
+        pipe = adapter.pipe
     out = Path(args.out or (run / "samples_cli" if run is not None else "samples"))
     out.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator("cpu").manual_seed(args.seed)
@@ -182,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("env", help="print versions and devices")
     p.set_defaults(fn=cmd_env)
+
+    from flowrl.reward_models.cli import add_commands as add_reward_commands
+
+    add_reward_commands(sub)
     return parser
 
 

@@ -170,8 +170,14 @@ class LogConfig:
     keep_last: int = 3  # checkpoints kept; the newest complete one is never deleted
     sample_every: int = 10  # iterations between sample grids
     num_sample_images: int = 8
+    eval_every: int = 0  # iterations between evaluations (0: never); also before the first and after the last
+    eval_num_prompts: int = 32  # held-out prompts per evaluation (from data.eval_prompts, else data.prompts)
+    eval_images_per_prompt: int = 1
 
     def __post_init__(self):
+        _positive("log.eval_every", self.eval_every, strict=False)
+        _positive("log.eval_num_prompts", self.eval_num_prompts)
+        _positive("log.eval_images_per_prompt", self.eval_images_per_prompt)
         _positive("log.save_every", self.save_every)
         _positive("log.keep_last", self.keep_last)
         _positive("log.sample_every", self.sample_every)
@@ -190,6 +196,7 @@ class Config:
     method: MethodConfig = field(default_factory=MethodConfig)
     reward: dict[str, float] = field(default_factory=lambda: {"jpeg_compressibility": 1.0})
     reward_args: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-reward constructor kwargs
+    eval_reward: dict[str, float] | None = None  # rewards scored at evaluation (default: `reward`), not trained on
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self):
@@ -204,8 +211,13 @@ class Config:
                 raise ConfigError(f"reward.{name}: {exc}") from None
             if not isinstance(weight, (int, float)) or isinstance(weight, bool):
                 raise ConfigError(f"reward.{name}: weight must be a number, got {weight!r}")
+        for name in self.eval_reward or {}:
+            try:
+                check_reward_name(name)
+            except ValueError as exc:
+                raise ConfigError(f"eval_reward.{name}: {exc}") from None
         for name in self.reward_args:
-            if name not in self.reward:
+            if name not in self.reward and name not in (self.eval_reward or {}):
                 raise ConfigError(f"reward_args.{name}: no reward named {name!r} is configured")
         from flowrl.methods import check_method_name
 

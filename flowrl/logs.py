@@ -62,6 +62,7 @@ def plot_reward_curve(metrics: list[dict], path: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    metrics = [m for m in metrics if "reward/mean" in m]  # evaluation-only rows have no training reward
     its = [m["iteration"] for m in metrics]
     mean = [m["reward/mean"] for m in metrics]
     std = [m["reward/std"] for m in metrics]

@@ -68,23 +68,27 @@ def _log(value):
     return torch.log(value)
 
 
-def _reduce(per_element: torch.Tensor, reduction: Reduction) -> torch.Tensor:
-    dims = tuple(range(1, per_element.ndim))
-    return per_element.mean(dim=dims) if reduction == "mean" else per_element.sum(dim=dims)
+def _sum_of_squares(diff: torch.Tensor) -> torch.Tensor:
+    """(B,) sum over non-batch elements of diff^2, as one fused norm kernel (the hot path of a rollout)."""
+    return torch.linalg.vector_norm(diff.reshape(diff.shape[0], -1), dim=1).square()
 
 
 def gaussian_log_prob(x_next: torch.Tensor, mean: torch.Tensor, std, reduction: Reduction = "mean"):
     """log N(x_next; mean, std^2 I) per element, reduced over non-batch dims.
 
-    ``std`` is a float or (B, 1, ...). Written as -reduce((x' - mean)^2) / (2 std^2) - log std - log(2 pi)/2
-    (times the element count for ``sum``), which is the per-element density reduced exactly.
+    ``std`` is a float or (B, 1, ...). Computed as -S / (2 std^2) / n - log std - log(2 pi) / 2 for the
+    mean (n elements, S the sum of squared deviations), or n times that for the sum: the per-element
+    densities reduced exactly, in two kernels.
     """
-    diff = x_next - mean
-    n = 1 if reduction == "mean" else diff[0].numel()
-    sq = _reduce(diff * diff, reduction)
+    n = x_next[0].numel()
+    if isinstance(std, float) and std == 0.0:  # a zero-noise (ODE) step has no density
+        return torch.full((x_next.shape[0],), float("nan"), device=x_next.device)
+    scale = 1.0 / n if reduction == "mean" else 1.0
+    per_element_const = _log(std) + _HALF_LOG_2PI
     if not isinstance(std, float):
-        std = std.flatten()
-    return -sq / (2 * std * std) - n * (_log(std) + _HALF_LOG_2PI)
+        std, per_element_const = std.flatten(), per_element_const.flatten()
+    const = per_element_const if reduction == "mean" else n * per_element_const
+    return -_sum_of_squares(x_next - mean) * (scale / (2 * std * std)) - const
 
 
 def _sample_or_score(mean, std, x_next, noise, generator, log_prob_fn):
@@ -206,7 +210,8 @@ def cps(
     x1_hat = x + (1 - s) * v
     mean = (1 - s_next) * x0_hat + keep * x1_hat
     x_next, log_prob = _sample_or_score(
-        mean, std, x_next, noise, generator, lambda y: -_reduce((y - mean) ** 2, reduction)
+        mean, std, x_next, noise, generator,
+        lambda y: -_sum_of_squares(y - mean) / (y[0].numel() if reduction == "mean" else 1),
     )
     return StepOutput(x_next, log_prob, mean, _per_sample(std, x))
 

@@ -26,6 +26,7 @@ from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_gri
 from flowrl.methods import build_method
 from flowrl.pipelines.base import Conditioning, adapter_class
 from flowrl.reward_models import WeightedReward, build_reward
+from flowrl.plan import ode_plan
 from flowrl.rollout import Trajectory, rollout, transition
 
 logger = logging.getLogger(__name__)
@@ -72,9 +73,10 @@ class EMA:
             self.shadow[k].mul_(d).add_(p.detach().float(), alpha=1 - d)
 
 
-def build_rewards(cfg: Config) -> WeightedReward:
+def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> WeightedReward:
+    weights = cfg.reward if weights is None else weights
     return WeightedReward(
-        {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in cfg.reward.items()}
+        {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()}
     )
 
 
@@ -99,6 +101,8 @@ class Trainer:
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.method = build_method(cfg)
         self.reward = build_rewards(cfg)
+        self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
+        self.eval_prompts = load_prompts(cfg.data.eval_prompts) if cfg.data.eval_prompts else self.prompts
         self._setup_policy()
         self.start_iteration = 0
         self._checked_onpolicy = False
@@ -170,43 +174,45 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ phases
     def collect(self, iteration: int) -> tuple[list[RolloutBatch], torch.Tensor]:
-        """Rollout phase: this process's share of the iteration's samples, in rollout batches."""
+        """Rollout phase: this process's share of the iteration's samples, in rollout batches.
+
+        All randomness is seeded by (seed, iteration, global sample position), so a sample's noise, SDE
+        draws and window do not depend on the number of processes, and a resumed run repeats them.
+        """
         cfg, s = self.cfg, self.cfg.sample
-        rank = self.acc.process_index
         samples = self.sampler.iteration(iteration)
         prompt_index = samples.prompt_index[samples.local]
         group_ids = samples.group_ids[samples.local]
         device = self.acc.device
-        noise = self._initial_noise(iteration, group_ids)
-        gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, rank, "sde"))
-        plan_rng = random.Random(_seed_of(cfg.seed, iteration, rank, "plan"))
+        noise = self._initial_noise(iteration, samples)
         sigmas = self.adapter.sigmas(s.num_steps)
         batches = []
         for start in range(0, len(prompt_index), s.batch_size):
             rows = slice(start, start + s.batch_size)
+            position = samples.local.start + start  # global position of the batch's first sample
+            gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "sde", position))
+            plan = self.method.plan(sigmas, random.Random(_seed_of(cfg.seed, iteration, "plan", position)))
             items = [self.prompts[i] for i in prompt_index[rows].tolist()]
             prompts = [it.prompt for it in items]
             cond = self.adapter.encode_prompts(prompts)
-            plan = self.method.plan(sigmas, plan_rng)
             traj = rollout(self.adapter, cond, plan, noise[rows], group_ids[rows], s.guidance_scale, gen)
             images = self.adapter.decode(traj.final).cpu()
             batches.append(RolloutBatch(traj, cond, prompts, [dict(it.metadata) for it in items], images))
         return batches, samples.group_ids
 
-    def _initial_noise(self, iteration: int, group_ids: torch.Tensor) -> torch.Tensor:
+    def _initial_noise(self, iteration: int, samples) -> torch.Tensor:
         """x at sigma = 1 for the local samples; shared within a group if ``same_noise_in_group``.
 
-        Shared noise is seeded by (seed, iteration, group), so members on different processes agree.
+        Noise is drawn for all N samples of the iteration from one generator and sliced, so members on
+        different processes agree; shared noise is drawn once per group.
         """
         cfg, device = self.cfg, self.acc.device
-        if not cfg.sample.same_noise_in_group:
-            gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, self.acc.process_index, "x0"))
-            return self.adapter.initial_noise(len(group_ids), gen)
-        noise = []
-        for g in group_ids.tolist():
-            gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "group", g))
-            noise.append(self.adapter.initial_noise(1, gen))
-        return torch.cat(noise)
+        n_draws = int(samples.group_ids.max()) + 1 if cfg.sample.same_noise_in_group else len(samples.group_ids)
+        gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "x0"))
+        noise = self.adapter.initial_noise(n_draws, gen)
+        if cfg.sample.same_noise_in_group:
+            noise = noise[samples.group_ids.to(noise.device)]
+        return noise[samples.local]
 
     def score(self, batches: list[RolloutBatch]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """Reward phase: local scores (n,), all processes' scores (N,) and each component's (N,)."""
@@ -314,6 +320,56 @@ class Trainer:
         finally:
             transformer.enable_adapters()
 
+    # ------------------------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        """ODE samples (eval steps and guidance, EMA weights) of held-out prompts, scored by ``eval_reward``.
+
+        The prompts and initial noise are the same at every evaluation, so curves compare like with like.
+        Prompts are dealt to processes in equal shares (padded by repeating the last) and scores gathered.
+        """
+        cfg, log = self.cfg, self.cfg.log
+        items = self.eval_prompts[: log.eval_num_prompts]
+        items = [it for it in items for _ in range(log.eval_images_per_prompt)]
+        world, rank = self.acc.num_processes, self.acc.process_index
+        n = len(items)
+        items = items + items[-1:] * ((-n) % world)
+        share = len(items) // world
+        mine = items[rank * share : (rank + 1) * share]
+        gen = torch.Generator(self.acc.device).manual_seed(_seed_of(cfg.seed, "eval"))
+        noise = self.adapter.initial_noise(len(items), gen)[rank * share : (rank + 1) * share]
+        plan = ode_plan(self.adapter.sigmas(cfg.sample.eval_num_steps))
+        images, scores = [], []
+        with self._ema_weights():
+            for start in range(0, len(mine), cfg.sample.batch_size):
+                rows = mine[start : start + cfg.sample.batch_size]
+                cond = self.adapter.encode_prompts([it.prompt for it in rows])
+                ids = torch.arange(len(rows))
+                traj = rollout(self.adapter, cond, plan, noise[start : start + len(rows)], ids,
+                               cfg.sample.eval_guidance_scale)
+                images.append(self.adapter.decode(traj.final).cpu())
+        images = torch.cat(images)
+        out = self.eval_reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
+        device = self.acc.device
+        total = self.acc.gather(out.scores.to(device)).cpu()[:n]
+        metrics = {"eval/reward/mean": float(total.mean()), "eval/reward/std": float(total.std(unbiased=False))}
+        for name, v in out.details["components"].items():
+            metrics[f"eval/reward/{name}/mean"] = float(self.acc.gather(v.to(device)).cpu()[:n].mean())
+        if self.acc.is_main_process:
+            save_grid(images[: log.num_sample_images], self.out / "samples" / f"eval-{iteration:06d}.png")
+        return metrics
+
+    def _due_for_eval(self, iteration: int) -> bool:
+        """Before iterations 0, k, 2k, ... (the policy as trained so far); the end is evaluated apart."""
+        every = self.cfg.log.eval_every
+        return every > 0 and iteration % every == 0
+
+    def _timed_eval(self, iteration: int) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        with timed(metrics, "eval"):
+            metrics.update(self.evaluate(iteration))
+        return metrics
+
     # ------------------------------------------------------------------------------------ one iteration
     def step(self, iteration: int) -> dict[str, float]:
         metrics: dict[str, float] = {"iteration": iteration}
@@ -328,13 +384,22 @@ class Trainer:
                 advantages = adv_all[share]
             with timed(metrics, "update"):
                 first = iteration == self.start_iteration
-                upd = self.update(batches, advantages, first)
+                upd = self._mean_over_processes(self.update(batches, advantages, first))
         metrics.update(self._reward_metrics(scores, comps, group_ids))
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
         metrics["adv/kept_frac"] = upd.get("kept_frac", 0.0)
         metrics["adv/abs_mean"] = float(adv_all.abs().mean())
         self._last_images = torch.cat([b.images for b in batches])
         return metrics
+
+    def _mean_over_processes(self, values: dict[str, float]) -> dict[str, float]:
+        """Average per-process update statistics (each process holds an equal share of the samples)."""
+        if self.acc.num_processes == 1 or not values:
+            return values
+        keys = sorted(values)
+        t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.acc.device)
+        t = self.acc.reduce(t, reduction="mean")
+        return dict(zip(keys, t.tolist()))
 
     @staticmethod
     def _reward_metrics(scores, comps, group_ids) -> dict[str, float]:
@@ -358,7 +423,8 @@ class Trainer:
         iteration = self.start_iteration
         try:
             for iteration in bar:
-                metrics = self.step(iteration)
+                evaluation = self._timed_eval(iteration) if self._due_for_eval(iteration) else {}
+                metrics = {**self.step(iteration), **evaluation}
                 history.append(metrics)
                 if main:
                     writer.write(metrics)
@@ -367,6 +433,12 @@ class Trainer:
                 done = iteration + 1
                 if done % cfg.log.save_every == 0 or done == cfg.train.iterations:
                     self.save(done)
+            if self.cfg.log.eval_every > 0 and self.start_iteration < cfg.train.iterations:
+                # the trained policy: one more row after the last iteration, with evaluation metrics only
+                final = {"iteration": cfg.train.iterations, **self._timed_eval(cfg.train.iterations)}
+                history.append(final)
+                if main:
+                    writer.write(final)
         except KeyboardInterrupt:
             logger.warning("interrupted: saving the last completed iteration and stopping")
             if iteration > self.start_iteration:
@@ -393,21 +465,38 @@ class Trainer:
                 extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0},
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
-            if self.cfg.train.lora.enabled:
-                self.export_lora(self.out / "lora")
+            self.export(self.out)
         self.acc.wait_for_everyone()
 
-    def export_lora(self, directory: Path) -> None:
-        """The trained LoRA (EMA weights when enabled) as ``pytorch_lora_weights.safetensors``."""
-        from peft.utils import get_peft_model_state_dict
-
+    def export(self, run_dir: Path) -> None:
+        """The trained weights in diffusers format (EMA weights when enabled): ``lora/`` for LoRA
+        (``pipe.load_lora_weights``), ``transformer/`` for full fine-tuning (``from_pretrained``)."""
         transformer = self.acc.unwrap_model(self.model)
-        state = get_peft_model_state_dict(transformer)
-        if self.ema is not None:
-            names = {n.replace(".default", ""): n for n in self.ema.shadow}
-            state = {k: self.ema.shadow[names[k]].to(v.dtype) if k in names else v for k, v in state.items()}
-        directory.mkdir(parents=True, exist_ok=True)
-        self.adapter.save_lora(directory, state)
+        with self._ema_weights():
+            if self.cfg.train.lora.enabled:
+                from peft.utils import get_peft_model_state_dict
+
+                (run_dir / "lora").mkdir(parents=True, exist_ok=True)
+                self.adapter.save_lora(run_dir / "lora", get_peft_model_state_dict(transformer))
+            else:
+                transformer.save_pretrained(run_dir / "transformer", safe_serialization=True)
+
+    @contextmanager
+    def _ema_weights(self):
+        """Temporarily load the EMA weights into the trainable parameters (no-op without EMA)."""
+        if self.ema is None:
+            yield
+            return
+        saved = {k: p.detach().clone() for k, p in self.trainable.items()}
+        with torch.no_grad():
+            for k, p in self.trainable.items():
+                p.copy_(self.ema.shadow[k])
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for k, p in self.trainable.items():
+                    p.copy_(saved[k])
 
 
 def _progress(iterable, disable: bool):

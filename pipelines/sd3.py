@@ -28,6 +28,12 @@ SD3_LORA_TARGETS = [
 ]
 
 
+def _has_xformers() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("xformers") is not None
+
+
 class HubUnavailableError(RuntimeError):
     """The model is neither a local folder nor reachable on the hub."""
 
@@ -78,11 +84,15 @@ class SD3Adapter:
         if pipe.vae.dtype != vae_dtype:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
+        if self.device.type == "cuda" and _has_xformers():
+            pipe.enable_xformers_memory_efficient_attention()
         # one private scheduler copy: sigmas are read from it, never stepped
         self._scheduler = copy.deepcopy(pipe.scheduler)
         self._cache: dict[str, Conditioning] = {}
         self._negative: Conditioning | None = None
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
+        # ModelMixin.dtype walks every parameter: far too slow to ask once per denoising step
+        self.compute_dtype = pipe.transformer.dtype
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> "SD3Adapter":
@@ -158,7 +168,7 @@ class SD3Adapter:
         """Transformer-ready conditioning for ``velocity``: cast to the model dtype and, with CFG, the
         empty-prompt rows stacked before the prompt rows (uncond first, as the pipeline does).
         Built once per batch, not once per step."""
-        dtype = self.transformer.dtype
+        dtype = self.compute_dtype
         embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
         if guidance_scale != 1.0:
             neg = self.negative_conditioning(embeds.shape[0])
@@ -191,7 +201,7 @@ class SD3Adapter:
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
         timestep = timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep])
         out = (model or self.transformer)(
-            hidden_states=x_in.to(self.transformer.dtype),
+            hidden_states=x_in.to(self.compute_dtype),
             timestep=timestep,
             encoder_hidden_states=inputs["prompt_embeds"],
             pooled_projections=inputs["pooled_prompt_embeds"],
@@ -209,6 +219,20 @@ class SD3Adapter:
         z = latents.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
         images = vae.decode(z, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
+
+    def load_trained(self, run_dir: str | Path) -> str | None:
+        """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
+        run_dir = Path(run_dir)
+        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
+            self.pipe.load_lora_weights(str(run_dir / "lora"))
+            return "LoRA"
+        if (run_dir / "transformer" / "config.json").is_file():
+            from diffusers import SD3Transformer2DModel
+
+            trained = SD3Transformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.transformer.dtype)
+            self.pipe.transformer = trained.to(self.device)
+            return "fine-tuned transformer"
+        return None
 
     def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
         """Write a LoRA in diffusers format, loadable with ``pipe.load_lora_weights(directory)``."""

@@ -83,7 +83,9 @@ class SpeechReward:
         probs = []
         for start in range(0, x.shape[1], VAD_CHUNK):
             chunk = np.concatenate([context, x[:, start : start + VAD_CHUNK]], axis=1)  # (B, 576)
-            out, state = self.session.run(None, {"input": chunk, "state": state, "sr": np.array(VAD_RATE, dtype=np.int64)})
+            out, state = self.session.run(
+                None, {"input": chunk, "state": state, "sr": np.array(VAD_RATE, dtype=np.int64)}
+            )
             probs.append(out[:, 0])
             context = chunk[:, -VAD_CONTEXT:]
         return np.stack(probs, axis=1) if probs else np.zeros((len(x), 0), dtype=np.float32)
@@ -93,7 +95,9 @@ class SpeechReward:
         if probs.shape[1] == 0:
             raise RewardError("speech: the audio is empty")
         scores = torch.from_numpy(probs.mean(axis=1).astype(np.float32))
-        return RewardOutput(scores=scores, details={"speech_frac": torch.from_numpy((probs > 0.5).mean(axis=1).astype(np.float32))})
+        return RewardOutput(
+            scores=scores, details={"speech_frac": torch.from_numpy((probs > 0.5).mean(axis=1).astype(np.float32))}
+        )
 
 
 class ClapReward:
@@ -106,8 +110,13 @@ class ClapReward:
     def __init__(self, model: str = CLAP_MODEL, sample_rate: int = 48000, device=None, dtype=torch.float32):
         from transformers import ClapModel, ClapProcessor
 
-        self._setup(load_pretrained(ClapModel, model, self.name, "model"),
-                    load_pretrained(ClapProcessor, model, self.name, "processor"), sample_rate, device, dtype)
+        self._setup(
+            load_pretrained(ClapModel, model, self.name, "model"),
+            load_pretrained(ClapProcessor, model, self.name, "processor"),
+            sample_rate,
+            device,
+            dtype,
+        )
 
     @classmethod
     def from_components(cls, model: Any, processor: Any, sample_rate: int = 48000, device=None, dtype=torch.float32):
@@ -127,7 +136,9 @@ class ClapReward:
         mono = to_mono(self.name, media, self.sample_rate, self.model_rate)  # (B, N)
         longest = int(self.processor.feature_extractor.nb_max_samples)
         mono = mono[:, :longest]  # keep the first max_length_s: the extractor would otherwise crop at random
-        features = self.processor.feature_extractor(list(mono.numpy()), sampling_rate=self.model_rate, return_tensors="pt")
+        features = self.processor.feature_extractor(
+            list(mono.numpy()), sampling_rate=self.model_rate, return_tensors="pt"
+        )
         tokens = self.processor.tokenizer(prompts, padding=True, truncation=True, return_tensors="pt")
         audio_in = {k: v.to(self.device) for k, v in features.items()}
         audio_in["input_features"] = audio_in["input_features"].to(self.dtype)

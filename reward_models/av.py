@@ -70,13 +70,17 @@ def peak_iou(a: list[int], b: list[int], tolerance: int) -> float:
     return matched / (len(a) + len(b) - matched)
 
 
-def onset_sync(video: torch.Tensor, audio: torch.Tensor, fps: float, sample_rate: int,
-               tolerance: int = 3, peak_std: float = 1.0) -> torch.Tensor:
+def onset_sync(
+    video: torch.Tensor, audio: torch.Tensor, fps: float, sample_rate: int, tolerance: int = 3, peak_std: float = 1.0
+) -> torch.Tensor:
     """The default scorer over a batch: (B, F, 3, H, W), (B, C, N) -> (B,)."""
     scores = []
     for clip, sound in zip(video, audio):
-        scores.append(peak_iou(peaks(motion_envelope(clip), peak_std),
-                               peaks(audio_onsets(sound, clip.shape[0]), peak_std), tolerance))
+        scores.append(
+            peak_iou(
+                peaks(motion_envelope(clip), peak_std), peaks(audio_onsets(sound, clip.shape[0]), peak_std), tolerance
+            )
+        )
     return torch.tensor(scores, dtype=torch.float32)
 
 
@@ -86,8 +90,13 @@ class AvSyncReward:
     name = "av_sync"
     modality = "audio_video"
 
-    def __init__(self, scorer: str | Callable = "onset", fps: float | None = None, sample_rate: int | None = None,
-                 **scorer_kwargs: Any):
+    def __init__(
+        self,
+        scorer: str | Callable = "onset",
+        fps: float | None = None,
+        sample_rate: int | None = None,
+        **scorer_kwargs: Any,
+    ):
         if scorer == "onset":
             self.scorer, self.score_range = onset_sync, (0.0, 1.0)
         else:
@@ -99,7 +108,9 @@ class AvSyncReward:
 
     def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         if not isinstance(media, Mapping) or "video" not in media or "audio" not in media:
-            raise RewardError("av_sync: expects media {'video': (B, F, 3, H, W), 'audio': (B, C, N), 'fps', 'sample_rate'}")
+            raise RewardError(
+                "av_sync: expects media {'video': (B, F, 3, H, W), 'audio': (B, C, N), 'fps', 'sample_rate'}"
+            )
         video, audio = media["video"], media["audio"]
         audio = audio if audio.ndim == 3 else audio[:, None]
         fps, rate = media.get("fps", self.fps), media.get("sample_rate", self.sample_rate)

@@ -296,7 +296,9 @@ class PairwiseReward:
             chunk = pairs[start : start + self.compare_batch]
             first, second = [a for a, _ in chunk], [b for _, b in chunk]
             p = self.compare(
-                index_media(media, first), index_media(media, second), [prompts[a] for a in first],
+                index_media(media, first),
+                index_media(media, second),
+                [prompts[a] for a in first],
                 [metadata[a] for a in first],
             )
             probs.append(torch.as_tensor(p, dtype=torch.float32).reshape(len(chunk)).clamp(0, 1))

@@ -39,8 +39,14 @@ class ClipScoreReward(PickScoreReward):
 
     name = "clipscore"
 
-    def __init__(self, model: str = CLIP_L14, processor: str | None = None, formula: str = "hessel",
-                 device: str | torch.device | None = None, dtype: torch.dtype = torch.float32):
+    def __init__(
+        self,
+        model: str = CLIP_L14,
+        processor: str | None = None,
+        formula: str = "hessel",
+        device: str | torch.device | None = None,
+        dtype: torch.dtype = torch.float32,
+    ):
         from transformers import AutoProcessor, CLIPModel
 
         clip_score(torch.zeros(1), formula)  # validate before loading anything

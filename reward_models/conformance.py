@@ -41,7 +41,9 @@ def text_image(text: str, size: int = 256) -> torch.Tensor:
     return torch.from_numpy(np.array(image)).permute(2, 0, 1).float() / 255
 
 
-def synthetic_batch(modality: str, batch: int = 4, pairwise: bool = False, seed: int = 0) -> tuple[Any, list[str], list[dict]]:
+def synthetic_batch(
+    modality: str, batch: int = 4, pairwise: bool = False, seed: int = 0
+) -> tuple[Any, list[str], list[dict]]:
     """(media, prompts, metadata) of ``batch`` samples; pairwise rewards get prompt groups of 2."""
     gen = torch.Generator().manual_seed(seed)
     words = [WORDS[(i // 2 if pairwise else i) % len(WORDS)] for i in range(batch)]
@@ -74,8 +76,12 @@ def moving_square(batch: int, frames: int, size: int, gen: torch.Generator) -> t
 def synthetic_audio(batch: int, rate: int, gen: torch.Generator) -> torch.Tensor:
     """(B, 1, rate): 1 s of tone, noise, silence, chirp, in turn."""
     t = torch.arange(rate) / rate
-    kinds = [0.5 * torch.sin(2 * math.pi * 440 * t), 0.3 * torch.randn(rate, generator=gen), torch.zeros(rate),
-             0.5 * torch.sin(2 * math.pi * (200 + 800 * t) * t)]
+    kinds = [
+        0.5 * torch.sin(2 * math.pi * 440 * t),
+        0.3 * torch.randn(rate, generator=gen),
+        torch.zeros(rate),
+        0.5 * torch.sin(2 * math.pi * (200 + 800 * t) * t),
+    ]
     return torch.stack([kinds[i % 4] for i in range(batch)])[:, None]
 
 
@@ -114,7 +120,9 @@ class ConformanceReport:
     def format(self) -> str:
         lines = [f"reward {self.reward!r}  modality {self.modality}  batch {self.batch}  {self.seconds:.2f} s per call"]
         for check in self.checks:
-            lines.append(f"  [{'ok' if check.ok else 'FAIL'}] {check.name}" + (f": {check.detail}" if check.detail else ""))
+            lines.append(
+                f"  [{'ok' if check.ok else 'FAIL'}] {check.name}" + (f": {check.detail}" if check.detail else "")
+            )
         if self.scores:
             lines.append("  scores: " + ", ".join(f"{s:.4f}" for s in self.scores))
         lines.append(f"verdict: {'PASS' if self.ok else 'FAIL'}")
@@ -161,15 +169,21 @@ def run_conformance(reward: Any, name: str, batch: int = 4, seed: int = 0) -> Co
 
     order = list(reversed(range(batch_size_of(media))))
     checks = [
-        ("batch-order invariance", (index_media(media, order), [prompts[i] for i in order], [metadata[i] for i in order]),
-         scores[order], "after reversing the batch"),
+        (
+            "batch-order invariance",
+            (index_media(media, order), [prompts[i] for i in order], [metadata[i] for i in order]),
+            scores[order],
+            "after reversing the batch",
+        ),
         ("determinism", (media, prompts, metadata), scores, "between two identical calls"),
     ]
     for check, args, expected, what in checks:
         try:
             got = check_scores(name, reward(*args), batch).scores
         except (RewardError, ValueError, RuntimeError, TypeError, KeyError) as exc:
-            report.checks.append(Check(check, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"))
+            report.checks.append(
+                Check(check, False, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+            )
             continue
         same, diff = _close(got, expected)
         report.checks.append(Check(check, same, f"max |diff| {diff:.2e} {what}"))

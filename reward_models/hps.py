@@ -129,7 +129,9 @@ class HPSv2Reward:
     @torch.no_grad()
     def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         if media.ndim != 4 or media.shape[1] != 3 or len(media) != len(prompts):
-            raise RewardError(f"hpsv2: expects images (B, 3, H, W) and B prompts, got {tuple(media.shape)}, {len(prompts)}")
+            raise RewardError(
+                f"hpsv2: expects images (B, 3, H, W) and B prompts, got {tuple(media.shape)}, {len(prompts)}"
+            )
         image, text = self.embed(media, prompts)
         return RewardOutput(scores=(image * text).sum(dim=-1).cpu())
 
@@ -142,8 +144,9 @@ REWARD_TOKEN = "<|Reward|>"
 HPSV3_PIXELS = 256 * 28 * 28  # min_pixels = max_pixels in HPSv3's config
 
 
-def smart_resize(height: int, width: int, factor: int = 28, min_pixels: int = HPSV3_PIXELS,
-                 max_pixels: int = HPSV3_PIXELS) -> tuple[int, int]:
+def smart_resize(
+    height: int, width: int, factor: int = 28, min_pixels: int = HPSV3_PIXELS, max_pixels: int = HPSV3_PIXELS
+) -> tuple[int, int]:
     """Qwen2-VL's resize rule: sides rounded to multiples of ``factor``, area brought into [min, max].
 
     e.g. (512, 512) -> (448, 448) for 200,704 pixels: 512/28 rounds to 18 -> 504^2 = 254,016 > max, so
@@ -182,17 +185,15 @@ def read_hpsv3_template(instruction_file: str | None = None) -> str:
         template = instruction + suffix if sep else text
     else:
         spec = importlib.util.find_spec("hpsv3")
-        source = Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data_collator_qwen.py" if spec else None
+        source = (
+            Path(next(iter(spec.submodule_search_locations))) / "dataset" / "data_collator_qwen.py" if spec else None
+        )
         if source is None or not source.is_file():
             raise RewardError(
                 "hpsv3: the official instruction text is needed: `pip install --no-deps hpsv3`, "
                 "or pass instruction_file= (instruction with {text_prompt}, a line '---', then the suffix)"
             )
-        constants = {}
-        for node in ast.parse(source.read_text()).body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-                if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                    constants[node.targets[0].id] = node.value.value
+        constants = _string_constants(source)
         if not {"INSTRUCTION", "prompt_with_special_token"} <= set(constants):
             raise RewardError(f"hpsv3: {source} lacks INSTRUCTION / prompt_with_special_token")
         template = constants["INSTRUCTION"] + constants["prompt_with_special_token"]
@@ -201,7 +202,20 @@ def read_hpsv3_template(instruction_file: str | None = None) -> str:
     return template
 
 
-_HPSV3_KEYS = [(re.compile(r"^visual\."), "model.visual."), (re.compile(r"^model\.(?!language_model\.|visual\.)"), "model.language_model.")]
+def _string_constants(source: Path) -> dict[str, str]:
+    """Module-level ``NAME = "string"`` assignments of a Python file, read without running it."""
+    constants = {}
+    for node in ast.parse(source.read_text()).body:
+        single = isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+        if single and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            constants[node.targets[0].id] = node.value.value
+    return constants
+
+
+_HPSV3_KEYS = [
+    (re.compile(r"^visual\."), "model.visual."),
+    (re.compile(r"^model\.(?!language_model\.|visual\.)"), "model.language_model."),
+]
 
 
 def rename_hpsv3_keys(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
@@ -244,15 +258,25 @@ class HPSv3Reward:
         result = model.load_state_dict(backbone, strict=False)
         missing = [k for k in result.missing_keys if k != "lm_head.weight"]  # tied to the embeddings in 2B/7B? kept
         if result.unexpected_keys or missing:
-            raise RewardError(f"hpsv3: checkpoint keys do not fit Qwen2-VL: unexpected {result.unexpected_keys[:3]}, "
-                              f"missing {missing[:3]}")
+            raise RewardError(
+                f"hpsv3: checkpoint keys do not fit Qwen2-VL: unexpected {result.unexpected_keys[:3]}, "
+                f"missing {missing[:3]}"
+            )
         head = hpsv3_head(model.config.text_config.hidden_size)
         load_into(head, head_state, self.name, "reward head")
         self._setup(model, processor, head, template, device, dtype)
 
     @classmethod
-    def from_components(cls, model: Any, processor: Any, head: nn.Module, template: str, device=None,
-                        dtype=torch.float32, pixels: int = HPSV3_PIXELS) -> HPSv3Reward:
+    def from_components(
+        cls,
+        model: Any,
+        processor: Any,
+        head: nn.Module,
+        template: str,
+        device=None,
+        dtype=torch.float32,
+        pixels: int = HPSV3_PIXELS,
+    ) -> HPSv3Reward:
         """From a Qwen2-VL model, its processor (tokenizer holding ``<|Reward|>``), a head and a template."""
         reward = cls.__new__(cls)
         reward._setup(model, processor, head, template, device, dtype, pixels)
@@ -278,8 +302,12 @@ class HPSv3Reward:
             images.append(Image.fromarray(image).resize((w, h), Image.Resampling.BICUBIC))
         texts = []
         for prompt in prompts:
-            messages = [{"role": "user", "content": [{"type": "image"},
-                                                     {"type": "text", "text": self.template.format(text_prompt=prompt)}]}]
+            messages = [
+                {
+                    "role": "user",
+                    "content": [{"type": "image"}, {"type": "text", "text": self.template.format(text_prompt=prompt)}],
+                }
+            ]
             texts.append(self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
         size = {"shortest_edge": self.pixels // 2, "longest_edge": self.pixels * 2}  # keep our resize
         return self.processor(text=texts, images=images, padding=True, return_tensors="pt", size=size).to(self.device)

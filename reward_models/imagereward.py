@@ -43,8 +43,16 @@ def vision_config(**overrides: Any):
     """BLIP's ViT-L/16 at 224 px as a ``BlipVisionConfig`` (LayerNorm eps 1e-6 as BLIP's ViT)."""
     from transformers import BlipVisionConfig
 
-    values = dict(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
-                  image_size=IMAGE_SIZE, patch_size=16, layer_norm_eps=1e-6, hidden_act="gelu")
+    values = {
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "image_size": IMAGE_SIZE,
+        "patch_size": 16,
+        "layer_norm_eps": 1e-6,
+        "hidden_act": "gelu",
+    }
     return BlipVisionConfig(**{**values, **overrides})
 
 
@@ -52,8 +60,17 @@ def text_config(med_config: dict, encoder_hidden_size: int):
     """``BlipTextConfig`` from BLIP's ``med_config.json`` (a BERT config with cross-attention)."""
     from transformers import BlipTextConfig
 
-    keys = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "max_position_embeddings", "layer_norm_eps", "hidden_act", "pad_token_id")
+    keys = (
+        "vocab_size",
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "max_position_embeddings",
+        "layer_norm_eps",
+        "hidden_act",
+        "pad_token_id",
+    )
     values = {k: med_config[k] for k in keys if k in med_config}
     return BlipTextConfig(**values, encoder_hidden_size=encoder_hidden_size, is_decoder=True)
 
@@ -139,7 +156,9 @@ class ImageRewardReward:
         med = json.loads(resolve_file(med_config, self.name, "text config").read_text())
         vision_cfg = vision_config(**(vision_overrides or {}))
         model = ImageRewardModel(vision_cfg, text_config(med, vision_cfg.hidden_size))
-        state = convert_imagereward_state_dict(load_state_dict(resolve_file(checkpoint, self.name, "checkpoint"), self.name))
+        state = convert_imagereward_state_dict(
+            load_state_dict(resolve_file(checkpoint, self.name, "checkpoint"), self.name)
+        )
         load_into(model, state, self.name, "checkpoint")
         tok = load_pretrained(AutoTokenizer, tokenizer, self.name, "tokenizer")
         tok.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})  # as BLIP
@@ -157,14 +176,20 @@ class ImageRewardReward:
         self.model.mlp.float()
         self.tokenizer = tokenizer
         size = model.vision.config.image_size
-        self.transform = ClipImageTransform(SimpleNamespace(
-            size={"shortest_edge": size}, crop_size={"height": size, "width": size}, do_center_crop=True,
-            image_mean=list(CLIP_MEAN), image_std=list(CLIP_STD),
-        ))
+        self.transform = ClipImageTransform(
+            SimpleNamespace(
+                size={"shortest_edge": size},
+                crop_size={"height": size, "width": size},
+                do_center_crop=True,
+                image_mean=list(CLIP_MEAN),
+                image_std=list(CLIP_STD),
+            )
+        )
 
     def tokenize(self, prompts: list[str]) -> dict[str, torch.Tensor]:
-        return self.tokenizer(prompts, padding="max_length", truncation=True, max_length=MAX_TEXT_TOKENS,
-                              return_tensors="pt")
+        return self.tokenizer(
+            prompts, padding="max_length", truncation=True, max_length=MAX_TEXT_TOKENS, return_tensors="pt"
+        )
 
     @torch.no_grad()
     def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:

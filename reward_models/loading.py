@@ -26,13 +26,15 @@ def resolve_file(spec: str | os.PathLike, reward: str, what: str) -> Path:
     if os.path.isfile(spec):
         return Path(spec)
     if "::" not in spec:
-        raise RewardError(f"{reward}: the {what} file {spec!r} does not exist (give a local path or 'hub_repo::filename')")
+        raise RewardError(
+            f"{reward}: the {what} file {spec!r} does not exist (give a local path or 'hub_repo::filename')"
+        )
     repo, _, filename = spec.partition("::")
     try:
         from huggingface_hub import hf_hub_download
 
         return Path(hf_hub_download(repo_id=repo, filename=filename))
-    except Exception as exc:  # noqa: BLE001 - hub errors come in many classes; all mean "not available"
+    except Exception as exc:
         raise RewardError(
             f"{reward}: cannot get the {what} {filename!r} from {repo!r} ({_reason(exc)}); download it where the hub "
             f"is reachable (`hf download {repo} {filename}`) or pass a local path"
@@ -58,7 +60,7 @@ def load_state_dict(path: Path, reward: str) -> dict[str, torch.Tensor]:
 
             return load_file(str(path))
         state = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise RewardError(f"{reward}: cannot read weights from {str(path)!r} ({_reason(exc)})") from exc
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):

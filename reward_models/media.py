@@ -188,16 +188,24 @@ def wav_to_audio(data: bytes, what: str) -> tuple[torch.Tensor, int]:
 # ---------------------------------------------------------------------------------------------- batches
 
 
-def encode_media(media: Any, kind: str = "image", fmt: str | None = None, fps: float = 8.0, sample_rate: int = 16000) -> dict:
+def encode_media(
+    media: Any, kind: str = "image", fmt: str | None = None, fps: float = 8.0, sample_rate: int = 16000
+) -> dict:
     """Encode a batch for JSON. ``kind`` is the reward's modality; mappings carry their own rates."""
     if kind == "audio_video":
         if not isinstance(media, Mapping) or "video" not in media or "audio" not in media:
             raise MediaError("audio_video media must be a mapping with 'video' and 'audio'")
         return {
             "kind": kind,
-            "video": encode_media(media["video"], "video", fmt if fmt in VIDEO_FORMATS else None, media.get("fps", fps)),
-            "audio": encode_media(media["audio"], "audio", fmt if fmt in AUDIO_FORMATS else None,
-                                  sample_rate=media.get("sample_rate", sample_rate)),
+            "video": encode_media(
+                media["video"], "video", fmt if fmt in VIDEO_FORMATS else None, media.get("fps", fps)
+            ),
+            "audio": encode_media(
+                media["audio"],
+                "audio",
+                fmt if fmt in AUDIO_FORMATS else None,
+                sample_rate=media.get("sample_rate", sample_rate),
+            ),
         }
     if kind == "audio" and isinstance(media, Mapping):
         media, sample_rate = media["audio"], int(media.get("sample_rate", sample_rate))
@@ -256,14 +264,18 @@ def decode_media(payload: Any) -> Any:
             videos = _stack([_png_frames(v, i) for i, v in enumerate(_list_of(payload, "video media"))], "videos")
         else:
             items = _list_of(payload, "video media")
-            videos = _stack([mp4_to_video(_unb64(x, f"video {i}"), f"video {i}") for i, x in enumerate(items)], "videos")
+            videos = _stack(
+                [mp4_to_video(_unb64(x, f"video {i}"), f"video {i}") for i, x in enumerate(items)], "videos"
+            )
         return {"video": videos, "fps": fps}
     if kind == "audio":
         _check_fmt(fmt, AUDIO_FORMATS, kind)
         rate = int(_number(payload.get("sample_rate"), "audio sample_rate"))
         if fmt == "array":
-            return {"audio": _checked(decode_array(payload.get("data"), "audio array"), 3, "audio (B, C, N)"),
-                    "sample_rate": rate}
+            return {
+                "audio": _checked(decode_array(payload.get("data"), "audio array"), 3, "audio (B, C, N)"),
+                "sample_rate": rate,
+            }
         waves = []
         for i, item in enumerate(_list_of(payload, "audio media")):
             waveform, file_rate = wav_to_audio(_unb64(item, f"audio {i}"), f"audio {i}")
@@ -277,7 +289,9 @@ def decode_media(payload: Any) -> Any:
 def _png_frames(frames: Any, index: int) -> torch.Tensor:
     if not isinstance(frames, list) or not frames:
         raise MediaError(f"video {index}: expected a non-empty list of PNG frames")
-    decoded = [png_to_image(_unb64(f, f"video {index} frame {j}"), f"video {index} frame {j}") for j, f in enumerate(frames)]
+    decoded = [
+        png_to_image(_unb64(f, f"video {index} frame {j}"), f"video {index} frame {j}") for j, f in enumerate(frames)
+    ]
     return _stack(decoded, f"video {index} frames")
 
 

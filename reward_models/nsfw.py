@@ -17,13 +17,30 @@ import torch
 from flowrl.reward_models.base import RewardError, RewardOutput, images_to_uint8
 
 NUDENET_CLASSES = (
-    "FEMALE_GENITALIA_COVERED", "FACE_FEMALE", "BUTTOCKS_EXPOSED", "FEMALE_BREAST_EXPOSED",
-    "FEMALE_GENITALIA_EXPOSED", "MALE_BREAST_EXPOSED", "ANUS_EXPOSED", "FEET_EXPOSED", "BELLY_COVERED",
-    "FEET_COVERED", "ARMPITS_COVERED", "ARMPITS_EXPOSED", "FACE_MALE", "BELLY_EXPOSED",
-    "MALE_GENITALIA_EXPOSED", "ANUS_COVERED", "FEMALE_BREAST_COVERED", "BUTTOCKS_COVERED",
+    "FEMALE_GENITALIA_COVERED",
+    "FACE_FEMALE",
+    "BUTTOCKS_EXPOSED",
+    "FEMALE_BREAST_EXPOSED",
+    "FEMALE_GENITALIA_EXPOSED",
+    "MALE_BREAST_EXPOSED",
+    "ANUS_EXPOSED",
+    "FEET_EXPOSED",
+    "BELLY_COVERED",
+    "FEET_COVERED",
+    "ARMPITS_COVERED",
+    "ARMPITS_EXPOSED",
+    "FACE_MALE",
+    "BELLY_EXPOSED",
+    "MALE_GENITALIA_EXPOSED",
+    "ANUS_COVERED",
+    "FEMALE_BREAST_COVERED",
+    "BUTTOCKS_COVERED",
 )  # the order of the model's outputs
 UNSAFE_CLASSES = (
-    "BUTTOCKS_EXPOSED", "FEMALE_BREAST_EXPOSED", "FEMALE_GENITALIA_EXPOSED", "ANUS_EXPOSED",
+    "BUTTOCKS_EXPOSED",
+    "FEMALE_BREAST_EXPOSED",
+    "FEMALE_GENITALIA_EXPOSED",
+    "ANUS_EXPOSED",
     "MALE_GENITALIA_EXPOSED",
 )
 INPUT_SIZE = 320
@@ -46,8 +63,12 @@ class NsfwPenalty:
     name = "nsfw"
     score_range = (-1.0, 0.0)
 
-    def __init__(self, threshold: float = 0.2, classes: tuple[str, ...] | list[str] = UNSAFE_CLASSES,
-                 model_path: str | None = None):
+    def __init__(
+        self,
+        threshold: float = 0.2,
+        classes: tuple[str, ...] | list[str] = UNSAFE_CLASSES,
+        model_path: str | None = None,
+    ):
         unknown = sorted(set(classes) - set(NUDENET_CLASSES))
         if unknown:
             raise RewardError(f"nsfw: unknown classes {unknown}; known: {', '.join(NUDENET_CLASSES)}")

@@ -131,7 +131,7 @@ class PaddleOcrBackend:
                 self._engine = paddleocr.PaddleOCR(lang=lang, use_textline_orientation=False, **options)
             else:
                 self._engine = paddleocr.PaddleOCR(lang=lang, use_angle_cls=False, show_log=False, **options)
-        except Exception as exc:  # noqa: BLE001 - model download / init failures
+        except Exception as exc:
             raise RewardError(f"ocr reward: PaddleOCR could not start ({type(exc).__name__}: {exc})") from exc
 
     def read(self, image: np.ndarray) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -97,13 +96,15 @@ def request_json(
             last = f"HTTP {exc.code}: {reason}"
         except urllib.error.URLError as exc:
             last = str(exc.reason)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             last = f"no answer within {timeout:g} s"
         except (ConnectionError, OSError) as exc:  # reset mid-response, broken pipe
             last = f"{type(exc).__name__}: {exc}"
         except ValueError as exc:
             last = f"the answer is not JSON ({exc})"
-    raise RewardError(f"{what} {url}: failed after {retries + 1} attempts ({last}); is the server running and reachable?")
+    raise RewardError(
+        f"{what} {url}: failed after {retries + 1} attempts ({last}); is the server running and reachable?"
+    )
 
 
 class RemoteReward:
@@ -140,8 +141,15 @@ class RemoteReward:
         self._info: dict | None = {"modality": modality} if modality else None
 
     def _call(self, path: str, payload: dict | None = None) -> Any:
-        return request_json(self.url + path, payload, token=self.token, timeout=self.timeout,
-                            retries=self.retries, backoff=self.backoff, what="remote reward")
+        return request_json(
+            self.url + path,
+            payload,
+            token=self.token,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            what="remote reward",
+        )
 
     def health(self) -> dict:
         return self._call("/health")
@@ -176,7 +184,9 @@ class RemoteReward:
         for start in range(0, num, step):
             index = list(range(start, min(num, start + step)))
             payload = {
-                "media": encode_media(index_media(media, index), self.modality, self.media_format, self.fps, self.sample_rate),
+                "media": encode_media(
+                    index_media(media, index), self.modality, self.media_format, self.fps, self.sample_rate
+                ),
                 "prompts": [prompts[i] for i in index],
                 "metadata": [metadata[i] for i in index],
             }

@@ -78,7 +78,11 @@ def _validate(body: Any) -> tuple[Any, list[str], list[dict]]:
     if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
         raise BadRequest(400, "'prompts' must be a list of strings")
     metadata = body.get("metadata") or [{} for _ in prompts]
-    if not isinstance(metadata, list) or not all(isinstance(m, dict) for m in metadata) or len(metadata) != len(prompts):
+    if (
+        not isinstance(metadata, list)
+        or not all(isinstance(m, dict) for m in metadata)
+        or len(metadata) != len(prompts)
+    ):
         raise BadRequest(400, "'metadata' must be a list of objects, one per prompt")
     try:
         media = decode_media(body["media"])
@@ -117,7 +121,11 @@ class RewardService:
                 index = list(range(start, min(num, start + step)))
                 part = index_media(media, index)
                 try:
-                    out = check_scores(self.name, self.reward(part, [prompts[i] for i in index], [metadata[i] for i in index]), len(index))
+                    out = check_scores(
+                        self.name,
+                        self.reward(part, [prompts[i] for i in index], [metadata[i] for i in index]),
+                        len(index),
+                    )
                 except (RewardError, ValueError) as exc:
                     raise BadRequest(422, str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
                 scores.extend(out.scores.tolist())
@@ -148,7 +156,7 @@ def _make_handler(service: RewardService) -> type[BaseHTTPRequestHandler]:
             self._answer(401, {"error": "missing or wrong bearer token"})
             return False
 
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        def do_GET(self) -> None:
             if not self._check_auth():
                 return
             if self.path.rstrip("/") == "/health":
@@ -173,7 +181,7 @@ def _make_handler(service: RewardService) -> type[BaseHTTPRequestHandler]:
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 raise BadRequest(400, f"the body is not JSON ({exc})") from None
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             try:
                 if not self._check_auth():
                     return
@@ -187,7 +195,7 @@ def _make_handler(service: RewardService) -> type[BaseHTTPRequestHandler]:
                 self._answer(200, result)
             except BadRequest as exc:
                 self._answer(exc.status, {"error": str(exc)})
-            except Exception as exc:  # noqa: BLE001 - a crashing reward must not take the server down
+            except Exception as exc:
                 logger.exception("reward %s crashed on a request", service.name)
                 self._answer(500, {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"})
 

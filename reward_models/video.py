@@ -53,8 +53,13 @@ class VideoFrameReward:
     name = "video"
     modality = "video"
 
-    def __init__(self, reward: Any = "pickscore", frames: int | None = 8, aggregate: str = "mean",
-                 reward_kwargs: dict | None = None):
+    def __init__(
+        self,
+        reward: Any = "pickscore",
+        frames: int | None = 8,
+        aggregate: str = "mean",
+        reward_kwargs: dict | None = None,
+    ):
         aggregate_frames(torch.zeros(1, 1), aggregate)  # validate early
         if frames is not None and frames < 1:
             raise RewardError(f"video reward: frames must be at least 1, got {frames}")
@@ -80,9 +85,13 @@ class VideoFrameReward:
         count = len(index)
         frames = video[:, index].flatten(0, 1)  # (B * K, 3, H, W), video-major
         metadata = metadata or [{} for _ in prompts]
-        out = check_scores(self.inner_name, self.inner(
-            frames, [p for p in prompts for _ in range(count)], [m for m in metadata for _ in range(count)]
-        ), batch * count)
+        out = check_scores(
+            self.inner_name,
+            self.inner(frames, [p for p in prompts for _ in range(count)], [m for m in metadata for _ in range(count)]),
+            batch * count,
+        )
         per_frame = out.scores.view(batch, count)
-        return RewardOutput(scores=aggregate_frames(per_frame, self.aggregate),
-                            details={"per_frame": per_frame, **{f"frame_{k}": v for k, v in out.details.items()}})
+        return RewardOutput(
+            scores=aggregate_frames(per_frame, self.aggregate),
+            details={"per_frame": per_frame, **{f"frame_{k}": v for k, v in out.details.items()}},
+        )

@@ -72,7 +72,9 @@ class ChatRequest:
 class ChatBackend(Protocol):
     def generate(self, requests: list[ChatRequest], max_new_tokens: int) -> list[str]: ...
 
-    def next_token_probs(self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]) -> list[dict[str, float]]: ...
+    def next_token_probs(
+        self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]
+    ) -> list[dict[str, float]]: ...
 
 
 # ---------------------------------------------------------------------------------------------- local
@@ -81,7 +83,9 @@ class ChatBackend(Protocol):
 class TransformersChat:
     """A local VLM: ``TransformersChat.from_pretrained("Qwen/Qwen2.5-VL-7B-Instruct")`` or from components."""
 
-    def __init__(self, model: Any, processor: Any, device=None, dtype: torch.dtype = torch.float32, batch_size: int = 4):
+    def __init__(
+        self, model: Any, processor: Any, device=None, dtype: torch.dtype = torch.float32, batch_size: int = 4
+    ):
         self.device, self.dtype = pick_device(device), dtype
         self.model = model.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
         self.processor, self.batch_size = processor, batch_size
@@ -89,8 +93,9 @@ class TransformersChat:
         self.tokenizer.padding_side = "left"  # the last position is every row's next token
 
     @classmethod
-    def from_pretrained(cls, model: str, device=None, dtype: torch.dtype = torch.bfloat16, batch_size: int = 4,
-                        reward: str = "vlm") -> TransformersChat:
+    def from_pretrained(
+        cls, model: str, device=None, dtype: torch.dtype = torch.bfloat16, batch_size: int = 4, reward: str = "vlm"
+    ) -> TransformersChat:
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         processor = load_pretrained(AutoProcessor, model, reward, "processor")
@@ -120,7 +125,9 @@ class TransformersChat:
         return single
 
     @torch.no_grad()
-    def next_token_probs(self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]) -> list[dict[str, float]]:
+    def next_token_probs(
+        self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]
+    ) -> list[dict[str, float]]:
         ids = {key: self._single_token_ids(variants) for key, variants in words.items()}
         out = []
         for start in range(0, len(requests), self.batch_size):
@@ -147,8 +154,17 @@ class TransformersChat:
 class OpenAIChat:
     """An OpenAI-compatible chat endpoint, e.g. ``OpenAIChat("http://127.0.0.1:8000/v1", "Qwen2.5-VL-7B")``."""
 
-    def __init__(self, base_url: str, model: str, api_key: str | None = None, timeout: float = 120.0,
-                 retries: int = 3, backoff: float = 1.0, concurrency: int = 8, top_logprobs: int = 20):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None = None,
+        timeout: float = 120.0,
+        retries: int = 3,
+        backoff: float = 1.0,
+        concurrency: int = 8,
+        top_logprobs: int = 20,
+    ):
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.api_key = model, api_key
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
@@ -156,15 +172,25 @@ class OpenAIChat:
 
     def _body(self, request: ChatRequest, **options: Any) -> dict:
         content = [
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(image_to_png(i)).decode()}}
+            {
+                "type": "image_url",
+                "image_url": {"url": "data:image/png;base64," + base64.b64encode(image_to_png(i)).decode()},
+            }
             for i in request.images
         ]
         content.append({"type": "text", "text": request.text})
         return {"model": self.model, "messages": [{"role": "user", "content": content}], "temperature": 0.0, **options}
 
     def _post(self, body: dict) -> dict:
-        answer = request_json(self.url, body, token=self.api_key, timeout=self.timeout, retries=self.retries,
-                              backoff=self.backoff, what="vlm endpoint")
+        answer = request_json(
+            self.url,
+            body,
+            token=self.api_key,
+            timeout=self.timeout,
+            retries=self.retries,
+            backoff=self.backoff,
+            what="vlm endpoint",
+        )
         if not isinstance(answer, dict) or not answer.get("choices"):
             raise RewardError(f"vlm endpoint {self.url}: the answer has no choices")
         return answer["choices"][0]
@@ -182,7 +208,9 @@ class OpenAIChat:
 
         return self._map(one, requests)
 
-    def next_token_probs(self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]) -> list[dict[str, float]]:
+    def next_token_probs(
+        self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]
+    ) -> list[dict[str, float]]:
         def one(request: ChatRequest) -> dict[str, float]:
             choice = self._post(self._body(request, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs))
             return word_probs_from_choice(choice, words)
@@ -198,7 +226,9 @@ def word_probs_from_choice(choice: dict, words: dict[str, tuple[str, ...]]) -> d
     content = ((choice.get("logprobs") or {}).get("content")) or []
     if content:
         first = content[0]
-        candidates = first.get("top_logprobs") or [{"token": first.get("token", ""), "logprob": first.get("logprob", 0.0)}]
+        candidates = first.get("top_logprobs") or [
+            {"token": first.get("token", ""), "logprob": first.get("logprob", 0.0)}
+        ]
         probs = {key: 0.0 for key in words}
         for cand in candidates:
             token = str(cand.get("token", "")).strip()
@@ -210,9 +240,19 @@ def word_probs_from_choice(choice: dict, words: dict[str, tuple[str, ...]]) -> d
     return {key: float(any(text.startswith(v) for v in variants)) for key, variants in words.items()}
 
 
-def make_backend(model: str, base_url: str | None, reward: str, api_key: str | None = None, timeout: float = 120.0,
-                 retries: int = 3, backoff: float = 1.0, concurrency: int = 8, batch_size: int = 4, device=None,
-                 dtype: torch.dtype = torch.bfloat16) -> ChatBackend:
+def make_backend(
+    model: str,
+    base_url: str | None,
+    reward: str,
+    api_key: str | None = None,
+    timeout: float = 120.0,
+    retries: int = 3,
+    backoff: float = 1.0,
+    concurrency: int = 8,
+    batch_size: int = 4,
+    device=None,
+    dtype: torch.dtype = torch.bfloat16,
+) -> ChatBackend:
     """``base_url`` set: an ``OpenAIChat`` (key from ``api_key`` or ``$OPENAI_API_KEY``); else a local model."""
     if base_url:
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
@@ -224,8 +264,9 @@ def sample_images(name: str, sample: torch.Tensor, size: int | None, video_frame
     """One sample -> uint8 images: (3, H, W) -> [image]; (F, 3, H, W) -> ``video_frames`` sampled frames."""
     frames = sample[None] if sample.ndim == 3 else sample[uniform_frame_indices(sample.shape[0], video_frames)]
     if size:
-        frames = torch.nn.functional.interpolate(frames.float(), size=(size, size), mode="bicubic",
-                                                 align_corners=False, antialias=True).clamp(0, 1)
+        frames = torch.nn.functional.interpolate(
+            frames.float(), size=(size, size), mode="bicubic", align_corners=False, antialias=True
+        ).clamp(0, 1)
     return list(images_to_uint8(name, frames))
 
 
@@ -246,10 +287,18 @@ class VlmJudgeReward:
     name = "vlm_judge"
     score_range = (0.0, 1.0)
 
-    def __init__(self, model: str = "Qwen/Qwen2.5-VL-7B-Instruct", base_url: str | None = None,
-                 question: str = DEFAULT_QUESTION, normalise: bool = True, question_key: str = "question",
-                 image_size: int | None = None, video_frames: int = 8, backend: ChatBackend | None = None,
-                 **backend_options: Any):
+    def __init__(
+        self,
+        model: str = "Qwen/Qwen2.5-VL-7B-Instruct",
+        base_url: str | None = None,
+        question: str = DEFAULT_QUESTION,
+        normalise: bool = True,
+        question_key: str = "question",
+        image_size: int | None = None,
+        video_frames: int = 8,
+        backend: ChatBackend | None = None,
+        **backend_options: Any,
+    ):
         if "{prompt}" not in question:
             raise RewardError("vlm_judge: question must contain {prompt}")
         self.backend = backend or make_backend(model, base_url, self.name, **backend_options)
@@ -315,10 +364,19 @@ class UnifiedRewardReward(PairwiseReward):
     name = "unifiedreward"
     score_range = (0.0, 1.0)
 
-    def __init__(self, model: str = "CodeGoat24/UnifiedReward-2.0-qwen-7b", base_url: str | None = None,
-                 mode: str = "pointwise", template: str | None = None, max_new_tokens: int = 512,
-                 image_size: int | None = 512, video_frames: int = 8, fallback: float = 0.0,
-                 backend: ChatBackend | None = None, **backend_options: Any):
+    def __init__(
+        self,
+        model: str = "CodeGoat24/UnifiedReward-2.0-qwen-7b",
+        base_url: str | None = None,
+        mode: str = "pointwise",
+        template: str | None = None,
+        max_new_tokens: int = 512,
+        image_size: int | None = 512,
+        video_frames: int = 8,
+        fallback: float = 0.0,
+        backend: ChatBackend | None = None,
+        **backend_options: Any,
+    ):
         if mode not in ("pointwise", "pairwise"):
             raise RewardError(f"unifiedreward: mode={mode!r}; allowed: pointwise, pairwise")
         self.mode, self.pairwise = mode, mode == "pairwise"
@@ -342,8 +400,10 @@ class UnifiedRewardReward(PairwiseReward):
         texts = self.backend.generate(requests, self.max_new_tokens)
         values = [parse_final_score(t) for t in texts]
         scores = [self.fallback if v is None else min(max(v / 5.0, 0.0), 1.0) for v in values]
-        return RewardOutput(scores=torch.tensor(scores, dtype=torch.float32),
-                            details={"judge_text": texts, "parsed": [v is not None for v in values]})
+        return RewardOutput(
+            scores=torch.tensor(scores, dtype=torch.float32),
+            details={"judge_text": texts, "parsed": [v is not None for v in values]},
+        )
 
     def compare(self, media_a: Any, media_b: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
         requests = [

@@ -34,10 +34,25 @@ def tiny_clip():
         vocab.setdefault(char, len(vocab))
         vocab.setdefault(char + "</w>", len(vocab))
     tokenizer = CLIPTokenizer(vocab=vocab, merges=[])
-    text = dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
-                max_position_embeddings=77, bos_token_id=0, eos_token_id=1, pad_token_id=1)
-    vision = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4, image_size=32,
-                  patch_size=8)
+    text = {
+        "vocab_size": len(vocab),
+        "hidden_size": 32,
+        "intermediate_size": 37,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 77,
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+    }
+    vision = {
+        "hidden_size": 32,
+        "intermediate_size": 37,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "image_size": 32,
+        "patch_size": 8,
+    }
     torch.manual_seed(0)
     model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
@@ -191,12 +206,27 @@ def tiny_imagereward(tmp_path_factory):
     tokenizer = BertTokenizer(str(folder / "vocab.txt"))
     tokenizer.save_pretrained(folder / "tokenizer")
     tokenizer.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})
-    med = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-               num_attention_heads=4, max_position_embeddings=64, layer_norm_eps=1e-12, hidden_act="gelu",
-               pad_token_id=0, add_cross_attention=True)
+    med = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 37,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 64,
+        "layer_norm_eps": 1e-12,
+        "hidden_act": "gelu",
+        "pad_token_id": 0,
+        "add_cross_attention": True,
+    }
     (folder / "med_config.json").write_text(json.dumps(med))
-    overrides = dict(hidden_size=24, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4, image_size=32,
-                     patch_size=8)
+    overrides = {
+        "hidden_size": 24,
+        "intermediate_size": 40,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "image_size": 32,
+        "patch_size": 8,
+    }
     torch.manual_seed(0)
     model = ImageRewardModel(vision_config(**overrides), text_config(med, 24)).eval()
     with torch.no_grad():  # BLIP's init (std 0.02) leaves the image nearly invisible at this size; widen it
@@ -212,7 +242,9 @@ def _to_blip_layout(state: dict) -> dict:
     for key, value in state.items():
         if key.startswith("vision."):
             k = key[len("vision.") :]
-            k = k.replace("embeddings.class_embedding", "cls_token").replace("embeddings.position_embedding", "pos_embed")
+            k = k.replace("embeddings.class_embedding", "cls_token").replace(
+                "embeddings.position_embedding", "pos_embed"
+            )
             k = k.replace("embeddings.patch_embedding.", "patch_embed.proj.").replace("post_layernorm.", "norm.")
             k = k.replace("encoder.layers.", "blocks.").replace("layer_norm1", "norm1").replace("layer_norm2", "norm2")
             k = k.replace("self_attn.projection", "attn.proj").replace("self_attn.qkv", "attn.qkv")
@@ -240,8 +272,13 @@ def test_imagereward_checkpoint_conversion_and_normalisation(tiny_imagereward):
     assert set(convert_imagereward_state_dict(released)) == set(model.state_dict())
     torch.save({"state_dict": released}, folder / "ImageReward.pt")
 
-    reward = ImageRewardReward(checkpoint=str(folder / "ImageReward.pt"), med_config=str(folder / "med_config.json"),
-                               tokenizer=str(folder / "tokenizer"), device="cpu", vision_overrides=overrides)
+    reward = ImageRewardReward(
+        checkpoint=str(folder / "ImageReward.pt"),
+        med_config=str(folder / "med_config.json"),
+        tokenizer=str(folder / "tokenizer"),
+        device="cpu",
+        vision_overrides=overrides,
+    )
     images, prompts = _images(2, 40, 56), ["a red cube on the mat", "a photo of a cat"]
     out = reward(images, prompts, [{}, {}])
     tokens = reward.tokenize(prompts)
@@ -249,8 +286,12 @@ def test_imagereward_checkpoint_conversion_and_normalisation(tiny_imagereward):
     assert tokens["input_ids"][:, 0].tolist() == [tokenizer.cls_token_id] * 2
     with torch.no_grad():
         states = model.vision(pixel_values=reward.transform(images)).last_hidden_state
-        text = model.text(input_ids=tokens["input_ids"], attention_mask=tokens["attention_mask"],
-                          encoder_hidden_states=states, is_decoder=False).last_hidden_state
+        text = model.text(
+            input_ids=tokens["input_ids"],
+            attention_mask=tokens["attention_mask"],
+            encoder_hidden_states=states,
+            is_decoder=False,
+        ).last_hidden_state
         raw = model.mlp(text[:, 0])
     assert out.details["raw"].tolist() == pytest.approx(raw.tolist(), abs=1e-5)
     # (mlp - 0.16717362830052426) / 1.0333394966054072
@@ -265,4 +306,6 @@ def test_imagereward_cross_attention_sees_the_image(tiny_imagereward):
     reward = ImageRewardReward.from_components(model, tokenizer, device="cpu")
     a, b = _images(1, seed=5), _images(1, seed=6)
     same_prompt = ["a cat"]
-    assert reward(a, same_prompt, [{}]).scores.item() != pytest.approx(reward(b, same_prompt, [{}]).scores.item(), abs=1e-7)
+    assert reward(a, same_prompt, [{}]).scores.item() != pytest.approx(
+        reward(b, same_prompt, [{}]).scores.item(), abs=1e-7
+    )

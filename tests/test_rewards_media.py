@@ -35,11 +35,22 @@ def test_uniform_frame_indices_by_hand():
     assert uniform_frame_indices(7, 1) == [3]
 
 
-@pytest.mark.parametrize(("how", "expected"), [("mean", [0.4, 0.5]), ("min", [0.1, 0.5]), ("max", [0.7, 0.5]),
-                                               ("median", [0.4, 0.5]), ("first", [0.1, 0.5]), ("last", [0.7, 0.5])])
+@pytest.mark.parametrize(
+    ("how", "expected"),
+    [
+        ("mean", [0.4, 0.5]),
+        ("min", [0.1, 0.5]),
+        ("max", [0.7, 0.5]),
+        ("median", [0.4, 0.5]),
+        ("first", [0.1, 0.5]),
+        ("last", [0.7, 0.5]),
+    ],
+)
 def test_video_reward_scores_frames_then_aggregates(how, expected):
     # video 0 has frame brightness 0.1, 0.2, ..., 0.7 (7 frames); video 1 is 0.5 throughout
-    video = torch.stack([torch.stack([torch.full((3, 4, 4), 0.1 * (f + 1)) for f in range(7)]), torch.full((7, 3, 4, 4), 0.5)])
+    video = torch.stack(
+        [torch.stack([torch.full((3, 4, 4), 0.1 * (f + 1)) for f in range(7)]), torch.full((7, 3, 4, 4), 0.5)]
+    )
     reward = build_reward("video", reward=f"{__name__}:frame_index", frames=3, aggregate=how)
     out = reward(video, ["a", "b"], [{}, {}])  # frames 0, 3, 6 -> 0.1, 0.4, 0.7
     assert out.scores.tolist() == pytest.approx(expected)
@@ -67,8 +78,14 @@ def test_speech_reward_with_the_bundled_silero_vad():
     speech, rate = _speech()
     n = speech.shape[1]
     t = torch.arange(n) / rate
-    batch = torch.stack([speech, torch.zeros(1, n), 0.3 * torch.randn(1, n, generator=torch.Generator().manual_seed(0)),
-                         0.5 * torch.sin(2 * math.pi * 440 * t)[None]])  # (4, 1, N)
+    batch = torch.stack(
+        [
+            speech,
+            torch.zeros(1, n),
+            0.3 * torch.randn(1, n, generator=torch.Generator().manual_seed(0)),
+            0.5 * torch.sin(2 * math.pi * 440 * t)[None],
+        ]
+    )  # (4, 1, N)
     reward = build_reward("speech")
     out = reward({"audio": batch, "sample_rate": rate}, ["x"] * 4, [{}] * 4)
     assert out.scores[0] > 0.6 and out.details["speech_frac"][0] > 0.6  # speech
@@ -99,15 +116,42 @@ def tiny_clap(tmp_path_factory):
     (folder / "vocab.json").write_text(json.dumps(vocab))
     (folder / "merges.txt").write_text("#version: 0.2\n")
     tokenizer = RobertaTokenizer(str(folder / "vocab.json"), str(folder / "merges.txt"))
-    features = ClapFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, max_length_s=1,
-                                    fft_window_size=400, frequency_min=50, frequency_max=8000, truncation="rand_trunc")
+    features = ClapFeatureExtractor(
+        feature_size=16,
+        sampling_rate=16000,
+        hop_length=160,
+        max_length_s=1,
+        fft_window_size=400,
+        frequency_min=50,
+        frequency_max=8000,
+        truncation="rand_trunc",
+    )
     config = ClapConfig(
-        text_config=dict(vocab_size=len(vocab), hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                         num_attention_heads=4, max_position_embeddings=64, projection_dim=16, pad_token_id=1,
-                         bos_token_id=0, eos_token_id=2),
-        audio_config=dict(spec_size=64, num_mel_bins=16, window_size=4, patch_size=4, patch_stride=[4, 4], hidden_size=32,
-                          depths=[1, 1], num_attention_heads=[2, 2], patch_embeds_hidden_size=16, projection_dim=16,
-                          enable_fusion=False),
+        text_config={
+            "vocab_size": len(vocab),
+            "hidden_size": 32,
+            "intermediate_size": 37,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "max_position_embeddings": 64,
+            "projection_dim": 16,
+            "pad_token_id": 1,
+            "bos_token_id": 0,
+            "eos_token_id": 2,
+        },
+        audio_config={
+            "spec_size": 64,
+            "num_mel_bins": 16,
+            "window_size": 4,
+            "patch_size": 4,
+            "patch_stride": [4, 4],
+            "hidden_size": 32,
+            "depths": [1, 1],
+            "num_attention_heads": [2, 2],
+            "patch_embeds_hidden_size": 16,
+            "projection_dim": 16,
+            "enable_fusion": False,
+        },
         projection_dim=16,
     )
     torch.manual_seed(0)
@@ -161,8 +205,12 @@ def test_peak_iou_by_hand():
 
 def test_av_sync_onset_scorer():
     clips = [_clip([5, 15], [5, 15]), _clip([5, 15], [5, 21]), _clip([5, 15], [16, 6])]
-    media = {"video": torch.stack([v for v, _ in clips]), "audio": torch.stack([a for _, a in clips]),
-             "fps": 8.0, "sample_rate": 16000}
+    media = {
+        "video": torch.stack([v for v, _ in clips]),
+        "audio": torch.stack([a for _, a in clips]),
+        "fps": 8.0,
+        "sample_rate": 16000,
+    }
     out = build_reward("av_sync", tolerance=1)(media, ["x"] * 3, [{}] * 3)
     # in sync: 1; one click moved 6 frames: 1 / 3; both clicks 1 frame late (within tolerance): 1
     assert out.scores.tolist() == pytest.approx([1.0, 1 / 3, 1.0])
@@ -216,7 +264,9 @@ def test_media_round_trips():
     assert torch.equal(back["video"], video) and back["fps"] == 12
     audio = torch.rand(2, 2, 100, generator=gen) * 2 - 1
     back = decode_media(encode_media({"audio": audio, "sample_rate": 22050}, "audio"))
-    assert back["sample_rate"] == 22050 and (back["audio"] - audio).abs().max() < 2 / 32767  # 16-bit PCM, read back / 32768
+    assert (
+        back["sample_rate"] == 22050 and (back["audio"] - audio).abs().max() < 2 / 32767
+    )  # 16-bit PCM, read back / 32768
 
 
 def test_mp4_video_round_trip():
@@ -230,12 +280,17 @@ def test_mp4_video_round_trip():
 
 @pytest.mark.parametrize(
     ("payload", "match"),
-    [({"kind": "image", "format": "png", "data": ["not base64!"]}, "invalid base64"),
-     ({"kind": "image", "format": "png", "data": ["aGVsbG8="]}, "not a readable image"),
-     ({"kind": "image", "format": "jpeg", "data": []}, "format 'jpeg'"),
-     ({"kind": "image", "format": "array", "data": {"dtype": "float32", "shape": [1, 3, 2, 2], "data": "AAAA"}}, "bytes"),
-     ({"kind": "audio", "format": "wav", "data": ["AAAA"]}, "sample_rate"),
-     ({"kind": "hologram"}, "unknown media kind")],
+    [
+        ({"kind": "image", "format": "png", "data": ["not base64!"]}, "invalid base64"),
+        ({"kind": "image", "format": "png", "data": ["aGVsbG8="]}, "not a readable image"),
+        ({"kind": "image", "format": "jpeg", "data": []}, "format 'jpeg'"),
+        (
+            {"kind": "image", "format": "array", "data": {"dtype": "float32", "shape": [1, 3, 2, 2], "data": "AAAA"}},
+            "bytes",
+        ),
+        ({"kind": "audio", "format": "wav", "data": ["AAAA"]}, "sample_rate"),
+        ({"kind": "hologram"}, "unknown media kind"),
+    ],
 )
 def test_bad_media_is_a_media_error(payload, match):
     with pytest.raises(MediaError, match=match):

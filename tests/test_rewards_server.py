@@ -49,7 +49,10 @@ class _Server:
     def __init__(self, *args: str):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "flowrl.reward_models.cli", "serve-reward", *args, "--port", "0"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_env(),
         )
         line = self.proc.stdout.readline()  # "serving reward 'x' on http://127.0.0.1:PORT (...)"
         if "serving reward" not in line:
@@ -80,7 +83,9 @@ def _post(url: str, body: bytes, token: str | None = "s3cret") -> tuple[int, dic
 
 
 def test_server_scores_a_batch_like_the_local_reward(server):
-    with urllib.request.urlopen(urllib.request.Request(server.url + "/health", headers={"Authorization": "Bearer s3cret"})) as r:
+    with urllib.request.urlopen(
+        urllib.request.Request(server.url + "/health", headers={"Authorization": "Bearer s3cret"})
+    ) as r:
         health = json.loads(r.read())
     assert health["status"] == "ok" and health["reward"] == "jpeg_compressibility" and health["modality"] == "image"
     images = torch.rand(5, 3, 32, 24, generator=torch.Generator().manual_seed(0))
@@ -99,10 +104,17 @@ def test_bad_requests_get_a_4xx_with_a_reason_and_the_server_lives_on(server):
         (b"{not json", 400, "not JSON"),
         (json.dumps({"media": good}).encode(), 400, "missing field"),
         (json.dumps({"media": good, "prompts": ["only one"]}).encode(), 400, "2 media samples but 1 prompts"),
-        (json.dumps({"media": {"kind": "image", "format": "png", "data": ["@@"]}, "prompts": ["a"]}).encode(), 400, "base64"),
+        (
+            json.dumps({"media": {"kind": "image", "format": "png", "data": ["@@"]}, "prompts": ["a"]}).encode(),
+            400,
+            "base64",
+        ),
         (json.dumps({"media": good, "prompts": ["a", "b"], "pickle": 1}).encode(), 400, "unknown field"),
-        (json.dumps({"media": encode_media(torch.rand(1, 2, 3, 8, 8), "video"), "prompts": ["a"]}).encode(), 422,
-         "takes image media, got video"),
+        (
+            json.dumps({"media": encode_media(torch.rand(1, 2, 3, 8, 8), "video"), "prompts": ["a"]}).encode(),
+            422,
+            "takes image media, got video",
+        ),
     ]
     for body, status, reason in cases:
         got, answer = _post(url, body)
@@ -193,7 +205,10 @@ def test_cli_input_errors_are_one_line(capsys):
     with pytest.raises(ValueError, match="key=value"):
         parse_kwargs(["frames"])
     assert parse_kwargs(["frames=8", "backend=tesseract", "reward_kwargs={formula: cos}"]) == {
-        "frames": 8, "backend": "tesseract", "reward_kwargs": {"formula": "cos"}}
+        "frames": 8,
+        "backend": "tesseract",
+        "reward_kwargs": {"formula": "cos"},
+    }
     with pytest.raises(SystemExit):
         rewards_main(["serve-reward", "--help"])
 
@@ -204,7 +219,8 @@ def test_cli_input_errors_are_one_line(capsys):
 def test_plugin_package_is_discovered_through_its_entry_point(tmp_path):
     package = tmp_path / "src"
     (package / "flowrl_demo_plugin").mkdir(parents=True)
-    (package / "flowrl_demo_plugin" / "__init__.py").write_text(textwrap.dedent('''
+    (package / "flowrl_demo_plugin" / "__init__.py").write_text(
+        textwrap.dedent('''
         import torch
         from flowrl.reward_models import RewardOutput
 
@@ -218,8 +234,10 @@ def test_plugin_package_is_discovered_through_its_entry_point(tmp_path):
             def __call__(self, media, prompts, metadata):
                 red = media[:, 0] - 0.5 * (media[:, 1] + media[:, 2])
                 return RewardOutput(scores=self.scale * red.mean(dim=(1, 2)))
-    '''))
-    (package / "pyproject.toml").write_text(textwrap.dedent('''
+    ''')
+    )
+    (package / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [build-system]
         requires = ["setuptools>=61"]
         build-backend = "setuptools.build_meta"
@@ -231,14 +249,28 @@ def test_plugin_package_is_discovered_through_its_entry_point(tmp_path):
         [project.entry-points."flowrl.reward_models"]
         redness = "flowrl_demo_plugin:Redness"
         ocr = "flowrl_demo_plugin:Redness"
-    '''))
+    """)
+    )
     site = tmp_path / "site"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(site), str(package)],
-        check=True, timeout=240, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(package),
+        ],
+        check=True,
+        timeout=240,
+        capture_output=True,
     )
-    code = textwrap.dedent('''
+    code = textwrap.dedent("""
         import torch
         from flowrl.reward_models import build_reward, list_rewards
         assert "redness" in list_rewards(), list_rewards()
@@ -249,9 +281,11 @@ def test_plugin_package_is_discovered_through_its_entry_point(tmp_path):
         from flowrl.reward_models.ocr import OcrReward
         assert type(build_reward("ocr", backend="tesseract")) is OcrReward  # a plug-in cannot shadow a built-in
         print("plugin ok")
-    ''')
+    """)
     env = _env()
     env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert done.returncode == 0 and "plugin ok" in done.stdout, done.stderr[-2000:]
     assert "reward plug-in 'ocr'" in done.stderr and "skipped" in done.stderr

@@ -44,9 +44,22 @@ def test_yes_probability_by_hand():
 
 
 def test_word_probs_from_top_logprobs():
-    choice = {"logprobs": {"content": [{"token": "Yes", "logprob": math.log(0.5), "top_logprobs": [
-        {"token": "Yes", "logprob": math.log(0.5)}, {"token": " yes", "logprob": math.log(0.1)},
-        {"token": "No", "logprob": math.log(0.3)}, {"token": "Maybe", "logprob": math.log(0.1)}]}]}}
+    choice = {
+        "logprobs": {
+            "content": [
+                {
+                    "token": "Yes",
+                    "logprob": math.log(0.5),
+                    "top_logprobs": [
+                        {"token": "Yes", "logprob": math.log(0.5)},
+                        {"token": " yes", "logprob": math.log(0.1)},
+                        {"token": "No", "logprob": math.log(0.3)},
+                        {"token": "Maybe", "logprob": math.log(0.1)},
+                    ],
+                }
+            ]
+        }
+    }
     probs = word_probs_from_choice(choice, {"yes": ("Yes", "yes"), "no": ("No", "no")})
     assert probs == pytest.approx({"yes": 0.6, "no": 0.3})  # " yes" counts after stripping
     text_only = {"message": {"content": "No, it does not."}}
@@ -55,8 +68,12 @@ def test_word_probs_from_top_logprobs():
 
 @pytest.mark.parametrize(
     ("text", "value"),
-    [("The image fits.\nFinal Score: 4", 4.0), ("**Final Score:** 3.5", 3.5), ("final score 2\nFinal Score: 5", 5.0),
-     ("I would give it four.", None)],
+    [
+        ("The image fits.\nFinal Score: 4", 4.0),
+        ("**Final Score:** 3.5", 3.5),
+        ("final score 2\nFinal Score: 5", 5.0),
+        ("I would give it four.", None),
+    ],
 )
 def test_parse_final_score(text, value):
     assert parse_final_score(text) == value
@@ -64,9 +81,13 @@ def test_parse_final_score(text, value):
 
 @pytest.mark.parametrize(
     ("text", "p"),
-    [("<think>hmm</think><answer>Image 1 is better</answer>", 1.0), ("Image 2 is better.", 0.0),
-     ("<think>Image 1 is better at first</think><answer>Image 2 is better</answer>", 0.0),
-     ("Both are equal", 0.5), ("Image 1 is better. No, Image 2 is better.", 0.5)],
+    [
+        ("<think>hmm</think><answer>Image 1 is better</answer>", 1.0),
+        ("Image 2 is better.", 0.0),
+        ("<think>Image 1 is better at first</think><answer>Image 2 is better</answer>", 0.0),
+        ("Both are equal", 0.5),
+        ("Image 1 is better. No, Image 2 is better.", 0.5),
+    ],
 )
 def test_parse_preference(text, p):
     assert parse_preference(text) == p
@@ -151,16 +172,29 @@ def _tokenizer(extra_specials=()):
 
 def _ids(tokenizer):
     convert = tokenizer.convert_tokens_to_ids
-    return dict(image_token_id=convert("<|image_pad|>"), video_token_id=convert("<|video_pad|>"),
-                vision_start_token_id=convert("<|vision_start|>"), vision_end_token_id=convert("<|vision_end|>"))
+    return {
+        "image_token_id": convert("<|image_pad|>"),
+        "video_token_id": convert("<|video_pad|>"),
+        "vision_start_token_id": convert("<|vision_start|>"),
+        "vision_end_token_id": convert("<|vision_end|>"),
+    }
 
 
 def _text_config(tokenizer):
-    return dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
-                rope_scaling={"type": "mrope", "mrope_section": [2, 1, 1]}, tie_word_embeddings=True,
-                bos_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                pad_token_id=tokenizer.pad_token_id)
+    return {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 512,
+        "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]},
+        "tie_word_embeddings": True,
+        "bos_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -176,14 +210,24 @@ def tiny_qwen25vl():
     tokenizer = _tokenizer()
     processor = Qwen2_5_VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=56 * 56 * 4),
-        tokenizer=tokenizer, video_processor=Qwen2VLVideoProcessor(),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
         chat_template=(ASSETS / "qwen_vl_chat_template.jinja").read_text(),
     )
     config = Qwen2_5_VLConfig(
         text_config=_text_config(tokenizer),
-        vision_config=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=4, out_hidden_size=32,
-                           patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
-                           fullatt_block_indexes=[1]),
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 4,
+            "out_hidden_size": 32,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+        },
         **_ids(tokenizer),
     )
     torch.manual_seed(0)
@@ -214,9 +258,11 @@ def test_vlm_judge_local_is_the_normalised_first_token_probability(tiny_qwen25vl
         yes, no = probs[yes_id] + probs[lower_yes], probs[no_id] + probs[lower_no]
         return float(yes / (yes + no))
 
-    expected = [p_yes(images[0], 'Does this image show "a cat"? Please answer yes or no.'),
-                (p_yes(images[1], "Is it red?") + p_yes(images[1], "Is it a cube on a table?")) / 2,
-                p_yes(images[2], 'Does this image show "x"? Please answer yes or no.')]
+    expected = [
+        p_yes(images[0], 'Does this image show "a cat"? Please answer yes or no.'),
+        (p_yes(images[1], "Is it red?") + p_yes(images[1], "Is it a cube on a table?")) / 2,
+        p_yes(images[2], 'Does this image show "x"? Please answer yes or no.'),
+    ]
     assert out.scores.tolist() == pytest.approx(expected, abs=1e-4)  # left padding changes nothing
 
 
@@ -256,7 +302,10 @@ class _FakeVllm(BaseHTTPRequestHandler):
         if body.get("logprobs"):
             yes = 0.6 if "cat" in text else 0.1
             top = [{"token": "Yes", "logprob": math.log(yes)}, {"token": "No", "logprob": math.log(0.3)}]
-            choice = {"message": {"content": "Yes"}, "logprobs": {"content": [{"token": "Yes", "logprob": 0.0, "top_logprobs": top}]}}
+            choice = {
+                "message": {"content": "Yes"},
+                "logprobs": {"content": [{"token": "Yes", "logprob": 0.0, "top_logprobs": top}]},
+            }
         else:
             means = [np.array(Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1])))).mean() for u in images]
             if len(means) == 2:
@@ -286,7 +335,9 @@ def fake_vllm():
 
 
 def test_vlm_judge_against_an_openai_endpoint(fake_vllm):
-    reward = build_reward("vlm_judge", model="served", base_url=fake_vllm, api_key="k", retries=2, backoff=0.05, concurrency=3)
+    reward = build_reward(
+        "vlm_judge", model="served", base_url=fake_vllm, api_key="k", retries=2, backoff=0.05, concurrency=3
+    )
     out = reward(torch.rand(3, 3, 16, 16), ["a cat", "a dog", "a cat"], [{}] * 3)
     # cat: 0.6 / (0.6 + 0.3) = 2/3; dog: 0.1 / (0.1 + 0.3) = 1/4 (the first request was retried after a 503)
     assert out.scores.tolist() == pytest.approx([2 / 3, 0.25, 2 / 3], abs=1e-6)
@@ -350,17 +401,33 @@ def test_hpsv3_template_from_an_installed_package(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def tiny_qwen2vl():
-    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLImageProcessor, Qwen2VLProcessor
-    from transformers import Qwen2VLVideoProcessor
+    from transformers import (
+        Qwen2VLConfig,
+        Qwen2VLForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLProcessor,
+        Qwen2VLVideoProcessor,
+    )
 
     tokenizer = _tokenizer()
-    processor = Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(), tokenizer=tokenizer,
-                                 video_processor=Qwen2VLVideoProcessor(),
-                                 chat_template=(ASSETS / "qwen_vl_chat_template.jinja").read_text())
+    processor = Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessor(),
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=(ASSETS / "qwen_vl_chat_template.jinja").read_text(),
+    )
     config = Qwen2VLConfig(
         text_config=_text_config(tokenizer),
-        vision_config=dict(depth=2, embed_dim=32, hidden_size=32, mlp_ratio=2, num_heads=4, patch_size=14,
-                           spatial_merge_size=2, temporal_patch_size=2),
+        vision_config={
+            "depth": 2,
+            "embed_dim": 32,
+            "hidden_size": 32,
+            "mlp_ratio": 2,
+            "num_heads": 4,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+        },
         **_ids(tokenizer),
     )
     torch.manual_seed(0)
@@ -391,8 +458,13 @@ def test_hpsv3_loading_and_reward_token_readout(tiny_qwen2vl, tmp_path):
     state.pop("lm_head.weight", None)  # tied to the embeddings
     save_file(state, str(tmp_path / "HPSv3.safetensors"))
 
-    reward = HPSv3Reward(checkpoint=str(tmp_path / "HPSv3.safetensors"), base=str(tmp_path / "base"),
-                         instruction_file=str(tmp_path / "template.txt"), device="cpu", dtype=torch.float32)
+    reward = HPSv3Reward(
+        checkpoint=str(tmp_path / "HPSv3.safetensors"),
+        base=str(tmp_path / "base"),
+        instruction_file=str(tmp_path / "template.txt"),
+        device="cpu",
+        dtype=torch.float32,
+    )
     reward.pixels = 56 * 56  # tiny images: 2 x 2 merged tokens each
     images = torch.rand(2, 3, 70, 60, generator=torch.Generator().manual_seed(3))
     prompts = ["a cat", "a red cube on a table"]
@@ -405,9 +477,56 @@ def test_hpsv3_loading_and_reward_token_readout(tiny_qwen2vl, tmp_path):
     assert inputs["image_grid_thw"].tolist() == [[1, 4, 4], [1, 4, 4]]  # 56 x 56 pixels: 4 x 4 patches of 14
     positions = torch.arange(inputs["input_ids"].shape[1])[None].expand(2, -1)
     with torch.no_grad():
-        hidden = trained.model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                               pixel_values=inputs["pixel_values"], image_grid_thw=inputs["image_grid_thw"],
-                               position_ids=positions).last_hidden_state
+        hidden = trained.model(
+            input_ids=inputs["input_ids"],
+            attention_mask=inputs["attention_mask"],
+            pixel_values=inputs["pixel_values"],
+            image_grid_thw=inputs["image_grid_thw"],
+            position_ids=positions,
+        ).last_hidden_state
         mu_sigma = head(hidden[inputs["input_ids"] == reward_id])
     assert out.scores.tolist() == pytest.approx(mu_sigma[:, 0].tolist(), abs=1e-4)
     assert out.details["sigma"].tolist() == pytest.approx(mu_sigma[:, 1].tolist(), abs=1e-4)
+
+
+def test_vlm_judge_on_a_tiny_qwen3_vl():
+    from transformers import (
+        Qwen2VLImageProcessorFast,
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    tokenizer = _tokenizer()
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessorFast(
+            patch_size=16, merge_size=2, min_pixels=32 * 32 * 4, max_pixels=64 * 64 * 4
+        ),
+        tokenizer=tokenizer,
+        video_processor=Qwen3VLVideoProcessor(),
+        chat_template=(ASSETS / "qwen_vl_chat_template.jinja").read_text(),
+    )
+    text = {**_text_config(tokenizer), "head_dim": 8}
+    text["rope_scaling"] = {"rope_type": "default", "mrope_section": [2, 1, 1], "mrope_interleaved": True}
+    vision = {
+        "depth": 2,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_heads": 4,
+        "out_hidden_size": 32,
+        "patch_size": 16,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "num_position_embeddings": 64,
+        "deepstack_visual_indexes": [1],
+    }
+    torch.manual_seed(0)
+    model = Qwen3VLForConditionalGeneration(Qwen3VLConfig(text_config=text, vision_config=vision, **_ids(tokenizer)))
+    reward = VlmJudgeReward(backend=TransformersChat(model.eval(), processor, device="cpu", batch_size=2))
+    images = torch.rand(2, 3, 64, 48, generator=torch.Generator().manual_seed(0))
+    prompts = ["a cat", "a much longer prompt about a cube"]
+    batched = reward(images, prompts, [{}, {}]).scores
+    alone = [reward(images[i : i + 1], prompts[i : i + 1], [{}]).scores.item() for i in range(2)]
+    assert ((batched > 0) & (batched < 1)).all()
+    assert batched.tolist() == pytest.approx(alone, abs=1e-4)  # left padding does not change P(yes)

@@ -101,3 +101,37 @@ def test_reward_rises_on_compressibility(tmp_path):
     first = sum(r["reward/mean"] for r in rows[:5]) / 5
     last = sum(r["reward/mean"] for r in rows[-5:]) / 5
     assert last > first + 5 * rows[0]["reward/std"], (first, last)
+
+
+def test_full_finetune_with_ema_checkpointing_and_kl(tmp_path, tiny_cfg_overrides):
+    cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=2", "train.lora.enabled=false", "train.ema=true",
+               "train.ema_every=1", "train.gradient_checkpointing=true", "train.beta=0.01", "log.save_every=2")
+    trainer = Trainer(cfg)
+    assert trainer.ref_model is not None
+    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    rows = trainer.train()
+    assert rows[0]["policy/onpolicy_logp_diff"] == 0.0  # gradient checkpointing recomputes the same forward
+    changed = sum(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    assert changed == len(before)
+    assert rows[1]["policy/kl"] > 0
+    # the export holds the EMA weights, not the live ones
+    from diffusers import SD3Transformer2DModel
+
+    exported = SD3Transformer2DModel.from_pretrained(tmp_path / "transformer")
+    name = "proj_out.weight"
+    assert torch.allclose(dict(exported.named_parameters())[name], trainer.ema.shadow[name])
+    assert not torch.equal(trainer.ema.shadow[name], trainer.trainable[name].float())
+
+
+def test_periodic_evaluation_on_held_out_prompts(tmp_path, tiny_cfg_overrides):
+    held_out = tmp_path / "eval.txt"
+    held_out.write_text("a red apple\na blue car\na green tree\n")
+    cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=2", "log.eval_every=1", f"data.eval_prompts={held_out}",
+               "log.eval_num_prompts=3", "sample.eval_num_steps=3", "eval_reward={jpeg_incompressibility: 1.0}")
+    rows = Trainer(cfg).train()
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    for r in rows:
+        assert "eval/reward/jpeg_incompressibility/mean" in r and r["eval/reward/mean"] > 0
+    assert "reward/mean" not in rows[-1]  # the final row holds the evaluation of the trained policy only
+    assert rows[0]["reward/jpeg_compressibility/mean"] < 0
+    assert (tmp_path / "reward_curve.png").is_file() and list((tmp_path / "samples").glob("eval-*.png"))

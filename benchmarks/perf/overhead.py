@@ -34,7 +34,7 @@ from flowrl.trainer import Trainer
 
 SIZES = {  # name -> (tiny_size preset, resolution)
     "tiny": ("tiny", 32),
-    "70m": ("70m", 64),
+    "70m": ("70m", 32),
 }
 
 
