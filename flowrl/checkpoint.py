@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 logger = logging.getLogger(__name__)
@@ -84,6 +85,49 @@ def checkpoint_name(iteration: int) -> str:
     return f"iter-{iteration:06d}"
 
 
+def begin_checkpoint(root: str | Path, iteration: int) -> Path:
+    """Create the empty temporary folder of checkpoint ``iteration`` (main process)."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = root / (checkpoint_name(iteration) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    return tmp
+
+
+def write_rng(tmp: Path, rank: int) -> None:
+    """This process's RNG states (torch, CUDA, Python, NumPy) as ``rng-rank<r>.safetensors``."""
+    tensors, meta = rng_state()
+    save_file(tensors, Path(tmp) / f"rng-rank{rank}.safetensors", metadata={"states": json.dumps(meta)})
+
+
+def finish_checkpoint(
+    tmp: Path,
+    iteration: int,
+    trainable: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    ema: dict[str, torch.Tensor] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Path:
+    """Write the weights, optimizer, EMA and state into ``tmp`` and rename it into place (main process)."""
+    tmp = Path(tmp)
+    save_file({k: v.detach().cpu().contiguous() for k, v in trainable.items()}, tmp / "trainable.safetensors")
+    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
+    save_file(opt_tensors, tmp / "optimizer.safetensors")
+    if ema is not None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in ema.items()}, tmp / "ema.safetensors")
+    state = {"iteration": iteration, "optimizer": opt_meta, **(extra or {})}
+    with open(tmp / STATE_FILE, "w") as f:  # written last: its presence marks a complete checkpoint
+        json.dump(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    final = tmp.with_name(checkpoint_name(iteration))
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final
+
+
 def save_checkpoint(
     root: str | Path,
     iteration: int,
@@ -92,33 +136,14 @@ def save_checkpoint(
     ema: dict[str, torch.Tensor] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write ``root/iter-NNNNNN`` atomically. ``iteration`` is the number of completed iterations."""
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / checkpoint_name(iteration)
-    tmp = root / (final.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_file({k: v.detach().cpu().contiguous() for k, v in trainable.items()}, tmp / "trainable.safetensors")
-    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
-    save_file(opt_tensors, tmp / "optimizer.safetensors")
-    if ema is not None:
-        save_file({k: v.detach().cpu().contiguous() for k, v in ema.items()}, tmp / "ema.safetensors")
-    rng_tensors, rng_meta = rng_state()
-    save_file(rng_tensors, tmp / "rng.safetensors")
-    state = {"iteration": iteration, "optimizer": opt_meta, "rng": rng_meta, **(extra or {})}
-    with open(tmp / STATE_FILE, "w") as f:
-        json.dump(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    return final
+    """Single-process ``begin_checkpoint`` + ``write_rng`` + ``finish_checkpoint`` of ``root/iter-NNNNNN``."""
+    tmp = begin_checkpoint(root, iteration)
+    write_rng(tmp, 0)
+    return finish_checkpoint(tmp, iteration, trainable, optimizer, ema, extra)
 
 
-def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Read a checkpoint folder written by ``save_checkpoint``."""
+def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:
+    """Read a checkpoint folder; the RNG states are this ``rank``'s (rank 0's if it has none)."""
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         raise CheckpointError(f"resume={str(path)!r}: not a complete flowrl checkpoint (no {STATE_FILE})")
@@ -126,7 +151,11 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     state["trainable"] = load_file(path / "trainable.safetensors")
     state["optimizer_tensors"] = load_file(path / "optimizer.safetensors")
     state["ema"] = load_file(path / "ema.safetensors") if (path / "ema.safetensors").exists() else None
-    state["rng_tensors"] = load_file(path / "rng.safetensors")
+    rng_file = path / f"rng-rank{rank}.safetensors"
+    rng_file = rng_file if rng_file.exists() else path / "rng-rank0.safetensors"
+    state["rng_tensors"] = load_file(rng_file)
+    with safe_open(rng_file, framework="pt") as f:
+        state["rng"] = json.loads(f.metadata()["states"])
     return state
 
 

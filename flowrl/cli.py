@@ -5,6 +5,7 @@
     flowrl ls [recipes|methods|rewards|pipelines]
     flowrl validate [RECIPE] [key=value ...]
     flowrl env
+    flowrl eval {geneval,unigenbench,toy} ...
     flowrl rewards test NAME [key=value ...]
     flowrl serve-reward NAME [key=value ...] [--host 127.0.0.1] [--port N] [--token T]
 
@@ -189,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     from flowrl.reward_models.cli import add_commands as add_reward_commands
 
     add_reward_commands(sub)
+    from flowrl.benchmarks.cli import add_commands as add_eval_commands
+
+    add_eval_commands(sub)
     return parser
 
 

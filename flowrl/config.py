@@ -135,6 +135,8 @@ class TrainConfig:
     ema: bool = False
     ema_decay: float = 0.9
     ema_every: int = 8  # optimizer steps between EMA updates
+    on_reward_error: str = "stop"  # a reward raised, hung or returned NaN: stop (after saving) or skip the iteration
+    reward_timeout_s: float = 0.0  # seconds a reward call may take (0: no limit)
     onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
     onpolicy_tol: float = 1e-4
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -156,6 +158,8 @@ class TrainConfig:
             raise ConfigError(f"train.ema_decay: must be in [0, 1), got {self.ema_decay}")
         _positive("train.ema_every", self.ema_every)
         _positive("train.onpolicy_tol", self.onpolicy_tol)
+        _choice("train.on_reward_error", self.on_reward_error, ("stop", "skip"))
+        _positive("train.reward_timeout_s", self.reward_timeout_s, strict=False)
 
 
 @dataclass

@@ -25,7 +25,7 @@ from flowrl.data import GroupSampler, load_prompts
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
 from flowrl.methods import build_method
 from flowrl.pipelines.base import Conditioning, adapter_class
-from flowrl.reward_models import WeightedReward, build_reward
+from flowrl.reward_models import RewardError, WeightedReward, build_reward
 from flowrl.plan import ode_plan
 from flowrl.rollout import Trajectory, rollout, transition
 
@@ -76,7 +76,8 @@ class EMA:
 def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> WeightedReward:
     weights = cfg.reward if weights is None else weights
     return WeightedReward(
-        {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()}
+        {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()},
+        timeout_s=cfg.train.reward_timeout_s,
     )
 
 
@@ -103,6 +104,12 @@ class Trainer:
         self.reward = build_rewards(cfg)
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = load_prompts(cfg.data.eval_prompts) if cfg.data.eval_prompts else self.prompts
+        share = s.prompts_per_iteration * s.group_size // self.acc.num_processes
+        if self.reward.pairwise and share % s.group_size:
+            raise ValueError(
+                f"a pairwise reward needs whole groups on each process: {share} samples per process is not a "
+                f"multiple of sample.group_size={s.group_size}"
+            )
         self._setup_policy()
         self.start_iteration = 0
         self._checked_onpolicy = False
@@ -152,7 +159,7 @@ class Trainer:
         path = ckpt.latest_checkpoint(self.out / "checkpoints") if spec == "latest" else Path(spec)
         if path is None:
             raise ckpt.CheckpointError(f"resume=latest: no complete checkpoint under {self.out / 'checkpoints'}")
-        state = ckpt.load_checkpoint(path)
+        state = ckpt.load_checkpoint(path, rank=self.acc.process_index)
         missing = set(self.trainable) - set(state["trainable"])
         if missing:
             raise ckpt.CheckpointError(
@@ -197,7 +204,9 @@ class Trainer:
             cond = self.adapter.encode_prompts(prompts)
             traj = rollout(self.adapter, cond, plan, noise[rows], group_ids[rows], s.guidance_scale, gen)
             images = self.adapter.decode(traj.final).cpu()
-            batches.append(RolloutBatch(traj, cond, prompts, [dict(it.metadata) for it in items], images))
+            # "group" tells pairwise rewards which samples to compare (the prompt alone may repeat)
+            metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
+            batches.append(RolloutBatch(traj, cond, prompts, metadata, images))
         return batches, samples.group_ids
 
     def _initial_noise(self, iteration: int, samples) -> torch.Tensor:
@@ -214,13 +223,28 @@ class Trainer:
             noise = noise[samples.group_ids.to(noise.device)]
         return noise[samples.local]
 
-    def score(self, batches: list[RolloutBatch]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
-        """Reward phase: local scores (n,), all processes' scores (N,) and each component's (N,)."""
+    def score(self, batches: list[RolloutBatch]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None:
+        """Reward phase: local scores (n,), all processes' scores (N,) and each component's (N,).
+
+        A reward that raises, hangs past ``train.reward_timeout_s`` or returns non-finite scores stops
+        the run (``train.on_reward_error=stop``, the error names the reward) or skips the iteration
+        (``skip``: returns None). Processes agree on the outcome before any gather.
+        """
         images = torch.cat([b.images for b in batches])
         prompts = [p for b in batches for p in b.prompts]
         metadata = [m for b in batches for m in b.metadata]
-        out = self.reward(images, prompts, metadata)
+        error: RewardError | None = None
+        try:
+            out = self.reward(images, prompts, metadata)
+        except RewardError as exc:
+            error = exc
         device = self.acc.device
+        failed = self.acc.gather(torch.tensor([error is not None], device=device)).any()
+        if bool(failed):
+            if self.cfg.train.on_reward_error == "skip":
+                logger.warning("skipping the iteration: %s", error or "a reward failed on another process")
+                return None
+            raise error or RewardError("a reward failed on another process")
         gathered = self.acc.gather(out.scores.to(device)).cpu()
         comps = {k: self.acc.gather(v.to(device)).cpu() for k, v in out.details["components"].items()}
         return out.scores, gathered, comps
@@ -259,7 +283,7 @@ class Trainer:
             group_start = (u // per_step) * per_step
             in_group = min(per_step, len(units) - group_start)
             sync = u == group_start + in_group - 1
-            self._update_unit(b, adv, in_group, sync, stats, check=first and u == 0)
+            self._update_unit(b, adv, in_group, sync, stats, measure=u == 0, enforce=first)
             if sync:
                 grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
                 self.optimizer.step()
@@ -271,7 +295,10 @@ class Trainer:
         return stats.means()
 
     def _update_unit(self, b: RolloutBatch, adv: torch.Tensor, in_group: int, sync: bool,
-                     stats: UpdateStats, check: bool) -> None:
+                     stats: UpdateStats, measure: bool, enforce: bool) -> None:
+        """Loss and backward for every trained transition of one minibatch. ``measure``: this is the
+        iteration's first minibatch, still on-policy, so log the log-prob gap; ``enforce``: the first
+        update of the run, where a gap above ``train.onpolicy_tol`` stops it."""
         traj, plan = b.traj, b.traj.plan
         trained = plan.trained_indices
         w = self.cfg.sample.guidance_scale
@@ -290,9 +317,9 @@ class Trainer:
             max_diff = max(max_diff, float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max()))
             stats.add(loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
                       clip_frac=tl.clip_frac, ratio_mean=tl.ratio_mean)
-        if check:
+        if measure:
             stats.add(onpolicy_logp_diff=max_diff)
-            if self.cfg.train.onpolicy_check and not self._checked_onpolicy:
+            if enforce and self.cfg.train.onpolicy_check and not self._checked_onpolicy:
                 self._checked_onpolicy = True
                 if max_diff > self.cfg.train.onpolicy_tol:
                     raise OnPolicyError(
@@ -377,15 +404,23 @@ class Trainer:
             with timed(metrics, "rollout"):
                 batches, group_ids = self.collect(iteration)
             with timed(metrics, "reward"):
-                local_scores, scores, comps = self.score(batches)
+                scored = self.score(batches)
+            if scored is None:
+                metrics["skipped"] = 1.0
+                return metrics
+            _, scores, comps = scored
             with timed(metrics, "advantage"):
                 adv_all = self.method.advantages(scores, group_ids)
                 share = self.sampler.iteration(iteration).local
                 advantages = adv_all[share]
             with timed(metrics, "update"):
                 first = iteration == self.start_iteration
+                self._updating = True  # weights change from here on: an interrupt must not save them
                 upd = self._mean_over_processes(self.update(batches, advantages, first))
+                self._updating = False
         metrics.update(self._reward_metrics(scores, comps, group_ids))
+        metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
+        metrics["memory/peak_gib"] = _peak_memory_gib(self.acc.device)
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
         metrics["adv/kept_frac"] = upd.get("kept_frac", 0.0)
         metrics["adv/abs_mean"] = float(adv_all.abs().mean())
@@ -421,6 +456,9 @@ class Trainer:
         history = []
         bar = _progress(range(self.start_iteration, cfg.train.iterations), disable=not main)
         iteration = self.start_iteration
+        self._last_saved = self.start_iteration
+        self._updating = False
+        restore_sigterm = _sigterm_as_interrupt()
         try:
             for iteration in bar:
                 evaluation = self._timed_eval(iteration) if self._due_for_eval(iteration) else {}
@@ -428,7 +466,8 @@ class Trainer:
                 history.append(metrics)
                 if main:
                     writer.write(metrics)
-                    bar.set_postfix(reward=f"{metrics['reward/mean']:.4f}", kl=f"{metrics.get('policy/kl', 0):.2g}")
+                    bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
+                                    kl=f"{metrics.get('policy/kl', 0):.2g}")
                     self._maybe_save_samples(iteration)
                 done = iteration + 1
                 if done % cfg.log.save_every == 0 or done == cfg.train.iterations:
@@ -439,11 +478,14 @@ class Trainer:
                 history.append(final)
                 if main:
                     writer.write(final)
-        except KeyboardInterrupt:
-            logger.warning("interrupted: saving the last completed iteration and stopping")
-            if iteration > self.start_iteration:
+        except (KeyboardInterrupt, RewardError) as exc:
+            # all processes reach this together (a reward failure is agreed on in `score`)
+            if iteration > self._last_saved and not self._updating:
+                logger.warning("stopping (%s): saving the %d completed iterations first", type(exc).__name__, iteration)
                 self.save(iteration)
             raise
+        finally:
+            restore_sigterm()
         if main and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
         return history
@@ -456,13 +498,21 @@ class Trainer:
 
     def save(self, iterations_done: int) -> None:
         """Checkpoint (rank 0 writes, every rank waits) and export the LoRA in diffusers format."""
+        self._last_saved = iterations_done
+        root = self.out / "checkpoints"
+        tmp = root / (ckpt.checkpoint_name(iterations_done) + ".tmp")
         self.acc.wait_for_everyone()
         if self.acc.is_main_process:
-            root = self.out / "checkpoints"
-            ckpt.save_checkpoint(
-                root, iterations_done, self.trainable, self.optimizer.optimizer,
+            ckpt.begin_checkpoint(root, iterations_done)
+        self.acc.wait_for_everyone()
+        ckpt.write_rng(tmp, self.acc.process_index)  # every process's RNG
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            ckpt.finish_checkpoint(
+                tmp, iterations_done, self.trainable, self.optimizer.optimizer,
                 ema=self.ema.shadow if self.ema else None,
-                extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0},
+                extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0,
+                       "processes": self.acc.num_processes},
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
             self.export(self.out)
@@ -497,6 +547,32 @@ class Trainer:
             with torch.no_grad():
                 for k, p in self.trainable.items():
                     p.copy_(saved[k])
+
+
+def _peak_memory_gib(device: torch.device) -> float:
+    """Peak accelerator memory since the last call (CUDA), else the process's peak resident memory."""
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return peak / 2**30
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def _sigterm_as_interrupt():
+    """SIGTERM (a scheduler's pre-emption) behaves like Ctrl-C: save, then stop. Returns the restorer."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, previous)
 
 
 def _progress(iterable, disable: bool):

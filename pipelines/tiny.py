@@ -24,15 +24,18 @@ _WORDS = (
 SPECIAL = ("[PAD]", "[UNK]", "[BOS]", "[EOS]")
 
 
-def make_word_tokenizer(max_length: int):
-    """A lower-casing word-level tokenizer with BOS/EOS, padded with [PAD]; ids: PAD 0, UNK 1, BOS 2, EOS 3."""
+def make_word_tokenizer(max_length: int, vocabulary: list[str] | None = None):
+    """A lower-casing word-level tokenizer with BOS/EOS, padded with [PAD]; ids: PAD 0, UNK 1, BOS 2, EOS 3.
+
+    ``vocabulary``: the words it knows (default: the shipped prompt sets' words).
+    """
     from tokenizers import Tokenizer, normalizers, pre_tokenizers, processors
     from tokenizers.models import WordLevel
     from transformers import PreTrainedTokenizerFast
 
     vocab = {tok: i for i, tok in enumerate(SPECIAL)}
-    for word in _WORDS:
-        vocab.setdefault(word, len(vocab))
+    for word in _WORDS if vocabulary is None else vocabulary:
+        vocab.setdefault(word.lower(), len(vocab))
     tok = Tokenizer(WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -106,8 +109,13 @@ def _t5_encoder(size: TinySize, vocab: int):
     return T5EncoderModel(cfg)
 
 
-def build_tiny_sd3_pipeline(resolution: int = 32, size: str = "tiny", seed: int = 0):
-    """A ``StableDiffusion3Pipeline`` with random weights at the chosen size preset, built offline."""
+def build_tiny_sd3_pipeline(
+    resolution: int = 32, size: str = "tiny", seed: int = 0, vocabulary: list[str] | None = None
+):
+    """A ``StableDiffusion3Pipeline`` with random weights at the chosen size preset, built offline.
+
+    ``vocabulary``: the tokenizers' words (default: the shipped prompt sets' words).
+    """
     from diffusers import (
         AutoencoderKL,
         FlowMatchEulerDiscreteScheduler,
@@ -123,8 +131,8 @@ def build_tiny_sd3_pipeline(resolution: int = 32, size: str = "tiny", seed: int 
     if latent % s.patch_size:
         raise ValueError(f"resolution {resolution} gives a latent of {latent}, not divisible by patch {s.patch_size}")
     torch.manual_seed(seed)
-    tokenizer = make_word_tokenizer(s.text_tokens)
-    tokenizer_3 = make_word_tokenizer(512)
+    tokenizer = make_word_tokenizer(s.text_tokens, vocabulary)
+    tokenizer_3 = make_word_tokenizer(512, vocabulary)
     vocab = len(tokenizer)
     transformer = SD3Transformer2DModel(
         sample_size=latent,
@@ -162,7 +170,7 @@ def build_tiny_sd3_pipeline(resolution: int = 32, size: str = "tiny", seed: int 
         text_encoder=_clip_text_encoder(s, vocab, eos_id=3),
         tokenizer=tokenizer,
         text_encoder_2=_clip_text_encoder(s, vocab, eos_id=3),
-        tokenizer_2=make_word_tokenizer(s.text_tokens),
+        tokenizer_2=make_word_tokenizer(s.text_tokens, vocabulary),
         text_encoder_3=_t5_encoder(s, vocab),
         tokenizer_3=tokenizer_3,
     )

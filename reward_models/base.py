@@ -193,20 +193,48 @@ class WeightedReward:
     scores under its name, so the trainer logs ``reward/<name>/mean`` for each.
     """
 
-    def __init__(self, rewards: dict[str, tuple[RewardModel, float]]):
+    def __init__(self, rewards: dict[str, tuple[RewardModel, float]], timeout_s: float = 0.0):
         if not rewards:
             raise RewardError("no reward configured: set reward.<name>=<weight>")
         for name, (_, weight) in rewards.items():
             if not math.isfinite(weight):
                 raise RewardError(f"reward {name!r} has a non-finite weight {weight}")
         self.rewards = rewards
+        self.timeout_s = timeout_s
+        self._pool = None
+
+    @property
+    def pairwise(self) -> bool:
+        return any(getattr(r, "pairwise", False) for r, _ in self.rewards.values())
+
+    def _call_one(self, name: str, reward: RewardModel, media, prompts, metadata) -> Any:
+        """One reward call; exceptions and (with ``timeout_s``) hangs become errors naming the reward."""
+        try:
+            if self.timeout_s <= 0:
+                return reward(media, prompts, metadata)
+            import concurrent.futures
+
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
+            future = self._pool.submit(reward, media, prompts, metadata)
+            try:
+                return future.result(timeout=self.timeout_s)
+            except concurrent.futures.TimeoutError:
+                self._pool.shutdown(wait=False)  # the hung call keeps its thread; later calls get a new one
+                self._pool = None
+                raise RewardError(f"reward {name!r} timed out after {self.timeout_s:g} s") from None
+        except RewardError:
+            raise
+        except Exception as exc:
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            raise RewardError(f"reward {name!r} raised {type(exc).__name__}: {first}") from exc
 
     def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         batch = len(prompts)
         total = torch.zeros(batch)
         components: dict[str, torch.Tensor] = {}
         for name, (reward, weight) in self.rewards.items():
-            out = check_scores(name, reward(media, prompts, metadata), batch)
+            out = check_scores(name, self._call_one(name, reward, media, prompts, metadata), batch)
             components[name] = out.scores
             total += weight * out.scores
         return RewardOutput(scores=total, details={"components": components})

@@ -37,6 +37,7 @@ from flowrl.benchmarks.geneval.rules import (
     relative_position,
 )
 from flowrl.benchmarks.geneval.scoring import load_results, score_folder, summarize, summary_markdown
+from helpers_geneval import DOG, build_tiny_clip, build_tiny_detector, noise_image, write_folder
 from PIL import Image
 
 # ----------------------------------------------------------------------------------------- prompt file
@@ -290,57 +291,15 @@ def test_summary_of_a_hand_made_table(tmp_path):
 
 # ------------------------------------------------------------------------------- tiny models end to end
 
-DOG = CLASSES.index("dog")
-
 
 @pytest.fixture(scope="module")
 def tiny_detector():
-    from flowrl.benchmarks.geneval.detect import QueryInstanceDetector
-    from transformers import (
-        Mask2FormerConfig,
-        Mask2FormerForUniversalSegmentation,
-        Mask2FormerImageProcessor,
-        SwinConfig,
-    )
-
-    torch.manual_seed(0)
-    swin = SwinConfig(
-        image_size=64, patch_size=4, embed_dim=16, depths=[1, 1, 1, 1], num_heads=[1, 1, 2, 2], window_size=4,
-        out_features=["stage1", "stage2", "stage3", "stage4"],
-    )  # fmt: skip
-    config = Mask2FormerConfig(
-        backbone_config=swin, feature_size=32, mask_feature_size=32, hidden_dim=32, encoder_feedforward_dim=32,
-        encoder_layers=1, decoder_layers=2, num_attention_heads=2, dim_feedforward=32, num_queries=6,
-        id2label=dict(enumerate(CLASSES)), label2id={c: i for i, c in enumerate(CLASSES)},
-    )  # fmt: skip
-    model = Mask2FormerForUniversalSegmentation(config)
-    with torch.no_grad():  # every query says "dog" with probability ~1; the masks stay random
-        model.class_predictor.weight.zero_()
-        model.class_predictor.bias.zero_()
-        model.class_predictor.bias[DOG] = 12.0
-    processor = Mask2FormerImageProcessor(size={"shortest_edge": 64, "longest_edge": 64})
-    return QueryInstanceDetector(model, processor, device="cpu")
+    return build_tiny_detector()
 
 
 @pytest.fixture(scope="module")
 def tiny_clip(tmp_path_factory):
-    import open_clip
-    from flowrl.benchmarks.geneval.detect import ClipColorClassifier
-
-    config = {
-        "embed_dim": 16,
-        "vision_cfg": {"image_size": 32, "layers": 1, "width": 32, "head_width": 16, "patch_size": 16},
-        "text_cfg": {"context_length": 77, "vocab_size": 49408, "width": 32, "heads": 2, "layers": 1},
-    }
-    path = tmp_path_factory.mktemp("clip") / "flowrl-tiny-clip.json"
-    path.write_text(json.dumps(config))
-    open_clip.add_model_config(path)
-    torch.manual_seed(0)
-    return ClipColorClassifier.from_pretrained("flowrl-tiny-clip", pretrained=None, device="cpu")
-
-
-def noise_image(h: int, w: int, seed: int = 0) -> Image.Image:
-    return Image.fromarray(np.random.default_rng(seed).integers(0, 256, (h, w, 3), dtype=np.uint8))
+    return build_tiny_clip(tmp_path_factory.mktemp("clip"))
 
 
 def test_detector_end_to_end_on_a_padded_batch(tiny_detector):
@@ -419,16 +378,6 @@ def test_colour_classifier_end_to_end(tiny_clip):
     with pytest.raises(GenEvalLoadError) as info:
         type(tiny_clip).from_pretrained("flowrl-tiny-clip", pretrained="/nonexistent/weights.bin")
     assert "\n" not in str(info.value)
-
-
-def write_folder(root, rows: list[dict], images_per_prompt: int = 2) -> None:
-    for i, meta in enumerate(rows):
-        folder = root / f"{i:05d}"
-        (folder / "samples").mkdir(parents=True)
-        (folder / "metadata.jsonl").write_text(json.dumps(meta))
-        for k in range(images_per_prompt):
-            noise_image(48, 48, seed=10 * i + k).save(folder / "samples" / f"{k:04d}.png")
-    (root / "00000" / "samples" / "grid.png").write_bytes(b"")  # ignored: not <digits>.png
 
 
 def test_score_folder_end_to_end(tmp_path, tiny_detector, tiny_clip):

@@ -2,8 +2,9 @@
 
 Modules: ``prompts`` (the 553-row suite, reproduced byte for byte, and a checked loader), ``rules``
 (official, strict and partial-credit rules over detections; pure numpy), ``detect`` (transformers
-instance segmentation and the open_clip colour classifier), ``scoring`` (folders, results, summary).
-``python -m flowrl.benchmarks.geneval --help`` runs them from the shell. Importing this package loads
+instance segmentation and the open_clip colour classifier), ``scoring`` (folders, results, summary),
+``generate`` (images in GenEval's layout with a run's weights). ``flowrl eval geneval --help`` (or
+``python -m flowrl.benchmarks.geneval --help``) runs them from the shell. Importing this package loads
 neither torch nor transformers.
 """
 

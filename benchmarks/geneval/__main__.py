@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import sys
@@ -14,14 +13,10 @@ from .rules import RuleConfig
 
 def _rule_config(options: list[str]) -> RuleConfig:
     """``key=value`` pairs (GenEval's ``--options``) -> RuleConfig; unknown keys name the allowed ones."""
-    fields = {f.name: f.type for f in dataclasses.fields(RuleConfig)}
-    values = {}
-    for option in options:
-        key, sep, value = option.partition("=")
-        if not sep or key not in fields:
-            raise SystemExit(f"--option {option!r}: expected key=value with key in {', '.join(fields)}")
-        values[key] = int(value) if key == "max_objects" else float(value)
-    return RuleConfig(**values)
+    try:
+        return RuleConfig.from_options(options)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def _prompts(args: argparse.Namespace) -> None:

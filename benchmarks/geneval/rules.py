@@ -117,6 +117,23 @@ class RuleConfig:
     def score_threshold(self, tag: str) -> float:
         return self.counting_threshold if tag == "counting" else self.threshold
 
+    @classmethod
+    def from_options(cls, options: Sequence[str]) -> RuleConfig:
+        """``key=value`` pairs (GenEval's ``--options``); an unknown key or bad value is a one-line ValueError."""
+        import dataclasses
+
+        names = [f.name for f in dataclasses.fields(cls)]
+        values: dict[str, Any] = {}
+        for option in options:
+            key, sep, value = option.partition("=")
+            if not sep or key not in names:
+                raise ValueError(f"--option {option!r}: expected key=value with key in {', '.join(names)}")
+            try:
+                values[key] = int(value) if key == "max_objects" else float(value)
+            except ValueError:
+                raise ValueError(f"--option {option!r}: {value!r} is not a number") from None
+        return cls(**values)
+
 
 @dataclass
 class Verdict:

@@ -148,12 +148,16 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float]:
     return _side_by_side(ours, bare, repeats)
 
 
-def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str) -> list[dict]:
+BENCHES = {"rollout": bench_rollout, "update": bench_update, "iteration": bench_iteration}
+
+
+def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None) -> list[dict]:
     rows = []
     for size in sizes:
         tr = _trainer(size, steps, batch, f"{out}/{size}")
         params = sum(p.numel() for p in tr.adapter.transformer.parameters() if not p.requires_grad)
-        for name, fn in (("rollout", bench_rollout), ("update", bench_update), ("iteration", bench_iteration)):
+        for name in what or list(BENCHES):
+            fn = BENCHES[name]
             ours, bare = fn(tr, repeats)
             rows.append({"size": size, "transformer_params_m": round(params / 1e6, 2), "what": name,
                          "flowrl_s": ours, "bare_s": bare, "ratio": ours / bare})
@@ -169,10 +173,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
+    p.add_argument("--what", default="rollout,update,iteration", help="which comparisons to run")
     p.add_argument("--json", default=None, help="also write the rows as JSON")
     args = p.parse_args(argv)
     torch.manual_seed(0)
-    rows = run(args.sizes.split(","), args.repeats, args.steps, args.batch, args.out)
+    rows = run(args.sizes.split(","), args.repeats, args.steps, args.batch, args.out, args.what.split(","))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -1,0 +1,153 @@
+"""UniGenBench aggregation: every (image, testpoint) that the judge scored is one 0/1 trial.
+
+    sub-dimension accuracy  = correct / scored trials of that testpoint name, over all images
+    primary accuracy        = the same over every testpoint whose name starts with the primary's name
+    overall                 = unweighted mean of the primary accuracies that have scored trials
+                              (the leaderboards' convention; the official script prints no overall)
+
+Nothing drops out silently (the official script skips failed judge calls from numerator and denominator
+alike): every dimension carries ``unscored``, the trials of images the judge could not score, and the
+summary counts unscored images by cause (``request_error``, ``parse_error``, ``missing_image``,
+``image_error``, ``not_judged``) and the prompt rows that failed validation (``invalid_rows``, worth
+``images_per_prompt`` images each).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .data import InvalidRow, TestCase
+from .dimensions import DIMENSIONS, PRIMARY, primary_of
+
+OK = "ok"
+
+
+def _cell() -> dict[str, Any]:
+    return {"correct": 0, "total": 0, "unscored": 0, "accuracy": None}
+
+
+def _finish(cells: dict[str, dict[str, Any]]) -> None:
+    for cell in cells.values():
+        cell["accuracy"] = cell["correct"] / cell["total"] if cell["total"] else None
+
+
+def aggregate(
+    cases: Sequence[TestCase],
+    records: Mapping[tuple[int, int], Mapping[str, Any]],
+    images_per_prompt: int,
+    invalid: Sequence[InvalidRow] = (),
+) -> dict[str, Any]:
+    """The summary of judged ``records`` (keyed by (index, image)) over ``cases`` x ``images_per_prompt``."""
+    sub = {name: _cell() for subs in DIMENSIONS.values() for name in subs}
+    primary = {name: _cell() for name in PRIMARY}
+    unscored_images: dict[str, int] = {}
+    scored_images = 0
+    for case in cases:
+        for k in range(images_per_prompt):
+            record = records.get((case.index, k))
+            status = record.get("status", "not_judged") if record else "not_judged"
+            if status == OK:
+                scored_images += 1
+                for dim, score in zip(case.dimensions, record["scores"]):
+                    for cell in (sub[dim], primary[primary_of(dim)]):
+                        cell["total"] += 1
+                        cell["correct"] += int(score == 1)
+            else:
+                unscored_images[status] = unscored_images.get(status, 0) + 1
+                for dim in case.dimensions:
+                    sub[dim]["unscored"] += 1
+                    primary[primary_of(dim)]["unscored"] += 1
+    _finish(sub)
+    _finish(primary)
+    present = [p["accuracy"] for p in primary.values() if p["accuracy"] is not None]
+    scored = sum(c["total"] for c in primary.values())
+    return {
+        "overall": sum(present) / len(present) if present else None,
+        "overall_rule": "unweighted mean of the primary-dimension accuracies with scored trials",
+        "testpoint_accuracy": sum(c["correct"] for c in primary.values()) / scored if scored else None,
+        "primary_dimensions": primary,
+        "sub_dimensions": sub,
+        "missing_primary_dimensions": [name for name, p in primary.items() if not p["total"]],
+        "prompts": len(cases),
+        "images_per_prompt": images_per_prompt,
+        "images": len(cases) * images_per_prompt,
+        "scored_images": scored_images,
+        "scored_testpoints": scored,
+        "unscored": {
+            "images": dict(sorted(unscored_images.items())),
+            "images_total": sum(unscored_images.values()),
+            "testpoints": sum(c["unscored"] for c in primary.values()),
+            "invalid_rows": len(invalid),
+            "invalid_row_images": len(invalid) * images_per_prompt,
+            "invalid_row_details": [vars(r) for r in invalid],
+        },
+    }
+
+
+# ------------------------------------------------------------------------------------------- markdown
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def _table(cells: Mapping[str, Mapping[str, Any]], title: str) -> list[str]:
+    lines = [f"| {title} | accuracy (%) | correct / scored | unscored |", "|---|---:|---:|---:|"]
+    for name, c in cells.items():
+        if c["total"] or c["unscored"]:
+            lines.append(f"| {name} | {_pct(c['accuracy'])} | {c['correct']} / {c['total']} | {c['unscored']} |")
+    return lines
+
+
+def summary_markdown(summary: Mapping[str, Any]) -> str:
+    """The summary as Markdown: overall, primary and sub-dimension tables, unscored counts, the judge."""
+    u = summary["unscored"]
+    causes = ", ".join(f"{k} {v}" for k, v in u["images"].items())
+    lines = [
+        "# UniGenBench",
+        "",
+        (
+            f"**Overall: {_pct(summary['overall'])}** (mean of the primary dimensions with scored trials); "
+            f"all testpoints pooled: {_pct(summary['testpoint_accuracy'])}."
+        ),
+        "",
+        *_table(summary["primary_dimensions"], "primary dimension"),
+        "",
+        *_table(summary["sub_dimensions"], "sub-dimension"),
+        "",
+        (
+            f"Prompts: {summary['prompts']}; images: {summary['images']} ({summary['images_per_prompt']} per "
+            f"prompt); scored images: {summary['scored_images']}; scored testpoints: {summary['scored_testpoints']}."
+        ),
+        (
+            f"Unscored: {u['images_total']} images ({causes or 'none'}), {u['testpoints']} testpoints; "
+            f"invalid prompt rows: {u['invalid_rows']} ({u['invalid_row_images']} images)."
+        ),
+    ]
+    for row in u["invalid_row_details"]:
+        lines.append(f"- line {row['line']} (index {row['index']}): {row['reason']}")
+    if summary["missing_primary_dimensions"]:
+        lines.append(f"No scored trials (left out of overall): {', '.join(summary['missing_primary_dimensions'])}.")
+    judge = summary.get("judge")
+    if judge:
+        where = f" at {judge['base_url']}" if judge.get("base_url") else ""
+        lines += [
+            "",
+            (
+                f"Judge: {judge['model']} (version {judge.get('version') or 'not pinned'}; {judge['backend']}{where}); "
+                f"template sha256 {str(judge.get('template_sha256'))[:12]}; max_tokens {judge.get('max_tokens')}."
+            ),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_summary(summary: Mapping[str, Any], out_dir: str | Path) -> tuple[Path, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "summary.json", out / "summary.md"
+    json_path.write_text(json.dumps(summary, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    md_path.write_text(summary_markdown(summary), encoding="utf-8")
+    return json_path, md_path

@@ -1,0 +1,113 @@
+"""Table-driven bad input: every case gives one line on stderr, naming the culprit, and exit code 2."""
+
+import pytest
+
+from flowrl.cli import main
+
+
+def _files(tmp_path):
+    (tmp_path / "empty.txt").write_text("\n\n")
+    (tmp_path / "bad.jsonl").write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    (tmp_path / "notjson.jsonl").write_text('{"prompt": "a"}\n{oops\n')
+    (tmp_path / "badyaml.yaml").write_text("train: [1, 2\n")
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    (tmp_path / "unknown.yaml").write_text("trainn:\n  iterations: 3\n")
+    (tmp_path / "typed.yaml").write_text("train:\n  iterations: many\n")
+    (tmp_path / "notckpt").mkdir()
+
+
+V = ["validate", "tiny-cpu"]  # config-level checks: no model is built
+CASES = [
+    # unknown keys, with suggestions
+    (V + ["train.learnig_rate=1e-4"], "did you mean 'train.learning_rate'"),
+    (V + ["trian.iterations=3"], "unknown key 'trian'; did you mean 'train'"),
+    (V + ["sample.group_sise=4"], "did you mean 'sample.group_size'"),
+    (V + ["model.resolutoin=64"], "did you mean 'model.resolution'"),
+    (V + ["train.lora.rnak=4"], "did you mean 'train.lora.rank'"),
+    (V + ["log.save_evry=3"], "did you mean 'log.save_every'"),
+    (V + ["outputdir=x"], "did you mean 'output_dir'"),
+    (V + ["method.nme=flow_grpo"], "did you mean 'method.name'"),
+    (V + ["data.prompt=x.txt"], "did you mean 'data.prompts'"),
+    (V + ["zzz=1"], "unknown key 'zzz'"),
+    # wrong types
+    (V + ["train.iterations=three"], "train.iterations: expected an integer, got 'three'"),
+    (V + ["train.iterations=1.5"], "train.iterations: expected an integer"),
+    (V + ["seed=abc"], "seed: expected an integer"),
+    (V + ["train.ema=maybe"], "train.ema: expected true or false"),
+    (V + ["train.learning_rate=fast"], "train.learning_rate: expected float"),
+    (V + ["sample.window_range=3"], "sample.window_range: expected a list"),
+    (V + ["train.adam_betas=[0.9, x]"], "train.adam_betas[1]: expected float"),
+    (V + ["reward=5"], "reward: expected a mapping"),
+    (V + ["reward.jpeg_compressibility=high"], "reward.jpeg_compressibility: expected float"),
+    (V + ["train=3"], "train: expected a mapping of settings"),
+    (V + ["train.lora=yes"], "train.lora: expected a mapping of settings"),
+    (V + ["train.iterations.x=1"], "train.iterations: is not a group of settings"),
+    # out-of-range values and choices
+    (V + ["train.learning_rate=0"], "train.learning_rate: must be > 0"),
+    (V + ["train.clip_range=-1"], "train.clip_range: must be > 0"),
+    (V + ["train.beta=-0.1"], "train.beta: must be >= 0"),
+    (V + ["train.adv_clip_max=0"], "train.adv_clip_max: must be > 0"),
+    (V + ["train.adam_betas=[0.9, 1.5]"], "train.adam_betas: expected two values in [0, 1)"),
+    (V + ["train.ema_decay=1.0"], "train.ema_decay: must be in [0, 1)"),
+    (V + ["train.mixed_precision=fp64"], "train.mixed_precision: 'fp64' is not one of no, fp16, bf16"),
+    (V + ["train.on_reward_error=ignore"], "train.on_reward_error: 'ignore' is not one of stop, skip"),
+    (V + ["train.lora.dropout=1.0"], "train.lora.dropout: must be in [0, 1)"),
+    (V + ["train.lora.init=xavier"], "train.lora.init: 'xavier' is not one of gaussian, default"),
+    (V + ["sample.sde_type=ddim"], "sample.sde_type: 'ddim' is not one of flow_sde, cps, dance_sde"),
+    (V + ["sample.group_size=1"], "sample.group_size: GRPO needs at least 2 samples per prompt"),
+    (V + ["sample.num_steps=0"], "sample.num_steps: must be > 0"),
+    (V + ["sample.timestep_fraction=1.5"], "sample.timestep_fraction: must be in (0, 1]"),
+    (V + ["sample.window_size=9"], "sample.window_size: 9 exceeds sample.num_steps=6"),
+    (V + ["sample.window_size=2", "sample.window_range=[4, 5]"], "sample.window_range: [4, 5] must be [lo, hi]"),
+    (V + ["sample.batch_size=0"], "sample.batch_size: must be > 0"),
+    (V + ["model.resolution=33"], "model.resolution: must be a multiple of 16"),
+    (V + ["model.dtype=fp8"], "model.dtype: 'fp8' is not one of fp32, fp16, bf16"),
+    (V + ["model.tiny_size=huge"], "model.tiny_size: 'huge' is not one of tiny, small, 70m"),
+    (V + ["log.keep_last=0"], "log.keep_last: must be > 0"),
+    (V + ["log.eval_every=-1"], "log.eval_every: must be >= 0"),
+    # names: rewards, methods, reward arguments
+    (V + ["reward.jpeg_compresibility=1"], "did you mean 'jpeg_compressibility'"),
+    (V + ["reward={}"], "reward: no reward configured"),
+    (V + ["reward_args.ocr.backend=x"], "reward_args.ocr: no reward named 'ocr' is configured"),
+    (V + ["reward_args.jpeg_compressibility.qualty=80"], "reward_args.jpeg_compressibility.qualty"),
+    (V + ["eval_reward.nope=1"], "eval_reward.nope: unknown reward 'nope'"),
+    (V + ["method.name=flow_grp"], "method.name: unknown method 'flow_grp'; did you mean 'flow_grpo'"),
+    (V + ["reward.no_such_module:fn=1"], "cannot import module 'no_such_module'"),
+    # overrides without '='
+    (V + ["iterations"], "override 'iterations': expected key=value"),
+    # recipes
+    (["validate", "tiny-cpuu"], "unknown recipe 'tiny-cpuu'; did you mean 'tiny-cpu'"),
+    (["validate", "{tmp}/badyaml.yaml"], "invalid YAML at line"),
+    (["validate", "{tmp}/list.yaml"], "must be a mapping of settings"),
+    (["validate", "{tmp}/missing.yaml"], "no such file"),
+    (["validate", "{tmp}/unknown.yaml"], "unknown key 'trainn'; did you mean 'train'"),
+    (["validate", "{tmp}/typed.yaml"], "train.iterations: expected an integer, got 'many'"),
+    # prompt files
+    (V + ["data.prompts={tmp}/empty.txt"], "holds no prompts"),
+    (V + ["data.prompts={tmp}/missing.txt"], "data.prompts: no such file"),
+    (V + ["data.prompts={tmp}/bad.jsonl"], "bad.jsonl:2: each line needs a string field 'prompt'"),
+    (V + ["data.prompts={tmp}/notjson.jsonl"], "notjson.jsonl:2: not valid JSON"),
+    (V + ["data.prompts=builtin:nope"], "unknown builtin prompt set 'nope'"),
+    # CLI arguments and run-time inputs
+    (["sample", "tiny-cpu", "--prompt", "a cat", "--num", "0"], "--num: must be at least 1"),
+    (["train", "resume={tmp}/notckpt", "train.iterations=1"], "not a complete flowrl checkpoint"),
+    (["train", "resume=latest", "output_dir={tmp}/fresh", "train.iterations=1"], "resume=latest: no complete checkpoint"),
+    (["train", "model.path={tmp}/no-model", "train.iterations=1"], "not a local folder and the hub is offline"),
+    (["rewards", "test", "no_such_reward"], "unknown reward 'no_such_reward'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", CASES, ids=[f"{i:02d}" for i in range(len(CASES))])
+def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _files(tmp_path)
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("flowrl: error: ")
+    assert message in err, err
+
+
+def test_the_table_is_large_enough():
+    assert len(CASES) >= 50
