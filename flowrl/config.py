@@ -168,6 +168,18 @@ class MethodConfig:
     options: dict[str, Any] = field(default_factory=dict)  # method-specific settings
 
 
+def parse_stop_rule(rule: str) -> tuple[str, str, float]:
+    """``"metric<value"`` or ``"metric>value"`` -> (metric, op, value)."""
+    for op in ("<", ">"):
+        metric, sep, value = rule.partition(op)
+        if sep:
+            try:
+                return metric.strip(), op, float(value)
+            except ValueError:
+                break
+    raise ConfigError(f"log.stop_if: {rule!r} is not 'metric<value' or 'metric>value'")
+
+
 @dataclass
 class LogConfig:
     save_every: int = 10  # iterations between checkpoints (the last iteration always saves)
@@ -177,8 +189,12 @@ class LogConfig:
     eval_every: int = 0  # iterations between evaluations (0: never); also before the first and after the last
     eval_num_prompts: int = 32  # held-out prompts per evaluation (from data.eval_prompts, else data.prompts)
     eval_images_per_prompt: int = 1
+    monitors: bool = True  # reward-hacking monitors every iteration: in-group diversity, saturation, colour
+    stop_if: list[str] = field(default_factory=list)  # early stop, e.g. ["monitor/diversity/in_group<0.01"]
 
     def __post_init__(self):
+        for rule in self.stop_if:
+            parse_stop_rule(rule)
         _positive("log.eval_every", self.eval_every, strict=False)
         _positive("log.eval_num_prompts", self.eval_num_prompts)
         _positive("log.eval_images_per_prompt", self.eval_images_per_prompt)

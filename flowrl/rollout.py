@@ -89,14 +89,18 @@ def rollout(
     prompt_ids: torch.Tensor,
     guidance_scale: float,
     generator: torch.Generator | None = None,
+    model: torch.nn.Module | None = None,
 ) -> Trajectory:
-    """Sample ``noise.shape[0]`` trajectories along ``plan``. ``cond`` rows align with ``noise`` rows."""
+    """Sample ``noise.shape[0]`` trajectories along ``plan``. ``cond`` rows align with ``noise`` rows.
+
+    ``model`` replaces the adapter's transformer (the trainer passes its accelerate-wrapped module, so
+    that sharded models such as FSDP run their forward as they must)."""
     x = noise.float()
     inputs = adapter.model_inputs(cond, guidance_scale)
     states = [x]
     log_probs = []
     for i in range(len(plan)):
-        out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator)
+        out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model)
         x = out.x_next
         states.append(x)
         log_probs.append(out.log_prob)

@@ -202,7 +202,8 @@ class Trainer:
             items = [self.prompts[i] for i in prompt_index[rows].tolist()]
             prompts = [it.prompt for it in items]
             cond = self.adapter.encode_prompts(prompts)
-            traj = rollout(self.adapter, cond, plan, noise[rows], group_ids[rows], s.guidance_scale, gen)
+            traj = rollout(self.adapter, cond, plan, noise[rows], group_ids[rows], s.guidance_scale, gen,
+                           model=self.model)
             images = self.adapter.decode(traj.final).cpu()
             # "group" tells pairwise rewards which samples to compare (the prompt alone may repeat)
             metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
@@ -336,7 +337,7 @@ class Trainer:
         if self.ref_model is not None:
             return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.ref_model).mean
         with self._adapters_disabled():
-            return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next).mean
+            return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.model).mean
 
     @contextmanager
     def _adapters_disabled(self):
@@ -373,13 +374,16 @@ class Trainer:
                 cond = self.adapter.encode_prompts([it.prompt for it in rows])
                 ids = torch.arange(len(rows))
                 traj = rollout(self.adapter, cond, plan, noise[start : start + len(rows)], ids,
-                               cfg.sample.eval_guidance_scale)
+                               cfg.sample.eval_guidance_scale, model=self.model)
                 images.append(self.adapter.decode(traj.final).cpu())
         images = torch.cat(images)
         out = self.eval_reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
         device = self.acc.device
         total = self.acc.gather(out.scores.to(device)).cpu()[:n]
         metrics = {"eval/reward/mean": float(total.mean()), "eval/reward/std": float(total.std(unbiased=False))}
+        if self.eval_reward is not self.reward:  # the trained reward on held-out prompts, for the gap
+            trained = self.reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
+            metrics["eval/train_reward/mean"] = float(self.acc.gather(trained.scores.to(device)).cpu()[:n].mean())
         for name, v in out.details["components"].items():
             metrics[f"eval/reward/{name}/mean"] = float(self.acc.gather(v.to(device)).cpu()[:n].mean())
         if self.acc.is_main_process:
@@ -419,13 +423,22 @@ class Trainer:
                 upd = self._mean_over_processes(self.update(batches, advantages, first))
                 self._updating = False
         metrics.update(self._reward_metrics(scores, comps, group_ids))
+        if self.cfg.log.monitors:
+            from flowrl.reward_models.monitors import image_monitors
+
+            local_groups = torch.cat([b.traj.prompt_ids for b in batches])
+            metrics.update(self._mean_over_processes(image_monitors(self._last_images_of(batches), local_groups)))
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
         metrics["memory/peak_gib"] = _peak_memory_gib(self.acc.device)
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
         metrics["adv/kept_frac"] = upd.get("kept_frac", 0.0)
         metrics["adv/abs_mean"] = float(adv_all.abs().mean())
-        self._last_images = torch.cat([b.images for b in batches])
+        self._last_images = self._last_images_of(batches)
         return metrics
+
+    @staticmethod
+    def _last_images_of(batches: list[RolloutBatch]) -> torch.Tensor:
+        return torch.cat([b.images for b in batches])
 
     def _mean_over_processes(self, values: dict[str, float]) -> dict[str, float]:
         """Average per-process update statistics (each process holds an equal share of the samples)."""
@@ -463,6 +476,10 @@ class Trainer:
             for iteration in bar:
                 evaluation = self._timed_eval(iteration) if self._due_for_eval(iteration) else {}
                 metrics = {**self.step(iteration), **evaluation}
+                if "eval/reward/mean" in metrics and "reward/mean" in metrics:
+                    # trained-on prompts minus held-out prompts, both under the training reward
+                    held_out = metrics.get("eval/train_reward/mean", metrics["eval/reward/mean"])
+                    metrics["monitor/heldout_gap"] = metrics["reward/mean"] - held_out
                 history.append(metrics)
                 if main:
                     writer.write(metrics)
@@ -470,11 +487,16 @@ class Trainer:
                                     kl=f"{metrics.get('policy/kl', 0):.2g}")
                     self._maybe_save_samples(iteration)
                 done = iteration + 1
-                if done % cfg.log.save_every == 0 or done == cfg.train.iterations:
+                stop = self._stop_rule_hit(metrics)
+                if done % cfg.log.save_every == 0 or done == cfg.train.iterations or stop:
                     self.save(done)
+                if stop:
+                    logger.warning("early stop after iteration %d: %s", iteration, stop)
+                    break
             if self.cfg.log.eval_every > 0 and self.start_iteration < cfg.train.iterations:
                 # the trained policy: one more row after the last iteration, with evaluation metrics only
-                final = {"iteration": cfg.train.iterations, **self._timed_eval(cfg.train.iterations)}
+                done = iteration + 1
+                final = {"iteration": done, **self._timed_eval(done)}
                 history.append(final)
                 if main:
                     writer.write(final)
@@ -489,6 +511,16 @@ class Trainer:
         if main and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
         return history
+
+    def _stop_rule_hit(self, metrics: dict[str, float]) -> str | None:
+        """The first ``log.stop_if`` rule that this iteration's metrics satisfy (same on every process)."""
+        from flowrl.config import parse_stop_rule
+
+        for rule in self.cfg.log.stop_if:
+            name, op, value = parse_stop_rule(rule)
+            if name in metrics and (metrics[name] < value if op == "<" else metrics[name] > value):
+                return f"{rule} ({name} = {metrics[name]:.4g})"
+        return None
 
     def _maybe_save_samples(self, iteration: int) -> None:
         log = self.cfg.log

@@ -65,6 +65,7 @@ CASES = [
     (V + ["model.tiny_size=huge"], "model.tiny_size: 'huge' is not one of tiny, small, 70m"),
     (V + ["log.keep_last=0"], "log.keep_last: must be > 0"),
     (V + ["log.eval_every=-1"], "log.eval_every: must be >= 0"),
+    (V + ["log.stop_if=['reward/mean=1']"], "log.stop_if: 'reward/mean=1' is not 'metric<value' or 'metric>value'"),
     # names: rewards, methods, reward arguments
     (V + ["reward.jpeg_compresibility=1"], "did you mean 'jpeg_compressibility'"),
     (V + ["reward={}"], "reward: no reward configured"),
