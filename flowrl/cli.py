@@ -114,6 +114,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.print:
         print(dump_config(cfg), end="")
     print(f"ok: {args.recipe or 'tiny-cpu'} is valid")
+    if args.estimate:
+        import torch
+
+        from flowrl.estimate import estimate, format_estimate
+
+        # the tiny models are CPU recipes; anything else is planned for a GPU even from a machine without one
+        device = args.device or ("cuda" if torch.cuda.is_available() or cfg.model.path != "tiny" else "cpu")
+        print(format_estimate(estimate(cfg, world_size=args.world_size, device=device, strategy=args.strategy)))
     return 0
 
 
@@ -182,6 +190,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("recipe", nargs="?", default=None)
     p.add_argument("overrides", nargs="*")
     p.add_argument("--print", action="store_true", help="print the resolved config")
+    p.add_argument("--estimate", action="store_true", help="also print a pre-flight estimate of peak memory and time")
+    p.add_argument("--world-size", type=int, default=1, help="with --estimate: processes sharing an iteration")
+    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="with --estimate (default: cpu for tiny models, else cuda)")
+    p.add_argument("--strategy", choices=["ddp", "zero2", "fsdp"], default="ddp", help="with --estimate: sharding")
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("env", help="print versions and devices")

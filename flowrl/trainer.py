@@ -151,9 +151,36 @@ class Trainer:
             list(self.trainable.values()), lr=t.learning_rate, betas=tuple(t.adam_betas),
             weight_decay=t.weight_decay, eps=t.adam_eps,
         )
+        if self.acc.distributed_type.value == "FSDP":
+            raise ValueError(
+                "accelerate FSDP is not supported yet (the EMA, checkpoints and LoRA export read whole "
+                "parameters, which FSDP shards): launch with flowrl/recipes/accelerate/ddp.yaml or deepspeed_zero2.yaml"
+            )
+        self._deepspeed = self.acc.state.deepspeed_plugin is not None
+        if self._deepspeed:
+            self._configure_deepspeed()
         self.model, self.optimizer = self.acc.prepare(transformer, optimizer)
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
         self.optimizer_steps = 0
+
+    def _configure_deepspeed(self) -> None:
+        """DeepSpeed wants a micro-batch size (there is no dataloader to read it from) and does the
+        clipping itself: fill both from the config where the accelerate config left them on ``auto``, and
+        refuse a clipping value that disagrees with ``train.max_grad_norm``."""
+        plugin, t = self.acc.state.deepspeed_plugin, self.cfg.train
+        ds = plugin.deepspeed_config
+        if plugin.is_auto("train_micro_batch_size_per_gpu") or "train_micro_batch_size_per_gpu" not in ds:
+            ds["train_micro_batch_size_per_gpu"] = self.cfg.sample.batch_size
+        if plugin.is_auto("gradient_clipping") or "gradient_clipping" not in ds:
+            ds["gradient_clipping"] = t.max_grad_norm
+        elif float(ds["gradient_clipping"]) != float(t.max_grad_norm):
+            raise ValueError(
+                f"deepspeed gradient_clipping={ds['gradient_clipping']} differs from train.max_grad_norm="
+                f"{t.max_grad_norm}: DeepSpeed clips, so set them equal"
+            )
+        if ds.get("gradient_accumulation_steps", 1) not in (1, "auto"):
+            raise ValueError("deepspeed gradient_accumulation_steps must be 1: flowrl accumulates over transitions itself")
+        ds["gradient_accumulation_steps"] = 1
 
     def _resume(self, spec: str) -> None:
         path = ckpt.latest_checkpoint(self.out / "checkpoints") if spec == "latest" else Path(spec)
@@ -287,6 +314,7 @@ class Trainer:
             self._update_unit(b, adv, in_group, sync, stats, measure=u == 0, enforce=first)
             if sync:
                 grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
+                grad_norm = float("nan") if grad_norm is None else grad_norm  # DeepSpeed before its first step
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.optimizer_steps += 1
@@ -314,6 +342,8 @@ class Trainer:
                 new = transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.model)
                 ref_mean = self._reference_mean(plan, j, x, x_next, inputs) if self.cfg.train.beta > 0 else None
                 tl = self.method.transition_loss(new, traj.log_probs[:, j], adv_j, ref_mean)
+                if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
+                    self.acc.gradient_state._set_sync_gradients(last)
                 self.acc.backward(tl.loss / (len(trained) * in_group))
             max_diff = max(max_diff, float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max()))
             stats.add(loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
@@ -587,6 +617,15 @@ def _peak_memory_gib(device: torch.device) -> float:
         peak = torch.cuda.max_memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)
         return peak / 2**30
+    # VmHWM is this process's own high-water mark; ru_maxrss survives exec, so a process started from a
+    # large parent (pytest, a launcher) would report the parent's peak
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20  # kB
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux

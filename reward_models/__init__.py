@@ -41,6 +41,8 @@ _BUILTIN_REWARDS = {
     "speech": "flowrl.reward_models.audio:SpeechReward",
     "av_sync": "flowrl.reward_models.av:AvSyncReward",
     "remote": "flowrl.reward_models.remote:RemoteReward",
+    "toy_geneval": "flowrl.benchmarks.toy.reward:ToyGenEvalReward",
+    "toy_geneval_accuracy": "flowrl.benchmarks.toy.reward:ToyGenEvalAccuracy",
 }
 
 for _name, _target in _BUILTIN_REWARDS.items():

@@ -1,0 +1,522 @@
+"""Full-size speed and memory on one GPU, with random weights and nothing from the hub.
+
+    python -m flowrl.benchmarks.perf.gpu [--json out.json]   # on a GPU: about 3-5 minutes
+    python -m flowrl.benchmarks.perf.gpu --smoke             # the same code at toy sizes: seconds on a CPU
+
+Two measurements, each printed as it finishes, then one Markdown table:
+
+* **SD3.5-Medium through flowrl's Trainer**: the transformer at its published config (2.24B), the SD3
+  VAE, and CLIP-L, CLIP-G and the T5-XXL encoder at their real configs (``--shallow-text-encoders``: at
+  their real widths but 1-2 layers; they only encode the prompts once), the encoders in bf16 because
+  random T5 weights may overflow fp16. The sd35m-ocr recipe's model settings (512 px, fp16, LoRA 32, 10
+  steps, CFG 4.5, EMA, beta 0.004) on 18 samples (3 prompts x 6, rollout batches of 9) and the JPEG
+  reward (offline, cheap). Reports seconds per iteration (the last of ``--iterations``, the first warms
+  up), images/s, peak GiB (``torch.cuda.max_memory_allocated``) and the phases, next to
+  ``flowrl.estimate``'s prediction for the same configuration. The step-0 on-policy check is reported,
+  not enforced.
+* **Wan2.1-T2V-1.3B transformer** (``WanTransformer3DModel`` at its published config, 1.42B): seconds
+  per no-grad forward and per forward+backward (LoRA on the attention projections, bf16 autocast) at a
+  video latent of 81 frames at 480x832 (16 x 21 x 60 x 104, 32,760 tokens) and 512 text tokens, without
+  and with gradient checkpointing.
+
+Stages that would overrun ``--max-seconds`` are skipped with a note, so the script ends in time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import inspect
+import json
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+GIB = 2**30
+
+# diffusers config.json of Wan-AI/Wan2.1-T2V-1.3B-Diffusers, transformer/
+WAN21_1_3B = dict(
+    patch_size=(1, 2, 2),
+    num_attention_heads=12,
+    attention_head_dim=128,
+    in_channels=16,
+    out_channels=16,
+    text_dim=4096,
+    freq_dim=256,
+    ffn_dim=8960,
+    num_layers=30,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    eps=1e-6,
+    rope_max_seq_len=1024,
+)
+WAN_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
+WAN_VAE_STRIDE = (4, 8, 8)  # frames (after the first), height, width
+
+
+@dataclass
+class Scale:
+    """Everything --smoke shrinks."""
+
+    transformer: dict  # SD3Transformer2DModel overrides of the SD3.5-Medium config
+    vae: dict  # AutoencoderKL overrides of the SD3 VAE config
+    encoders: str  # real | shallow | tiny
+    resolution: int
+    max_sequence_length: int
+    num_steps: int
+    group_size: int
+    prompts_per_iteration: int
+    batch_size: int
+    wan: dict  # WanTransformer3DModel overrides
+    wan_video: tuple[int, int, int]  # frames, height, width (pixels)
+    wan_text_tokens: int
+
+
+FULL = Scale(
+    transformer={},
+    vae={},
+    encoders="real",
+    resolution=512,
+    max_sequence_length=128,
+    num_steps=10,
+    group_size=6,
+    prompts_per_iteration=3,
+    batch_size=9,
+    wan={},
+    wan_video=(81, 480, 832),
+    wan_text_tokens=512,
+)
+SMOKE = Scale(
+    transformer=dict(
+        num_layers=2,
+        num_attention_heads=2,
+        attention_head_dim=32,
+        caption_projection_dim=64,
+        joint_attention_dim=64,
+        pooled_projection_dim=32,
+        dual_attention_layers=[0],
+        sample_size=8,
+        pos_embed_max_size=8,
+    ),
+    vae=dict(
+        block_out_channels=[8, 16],
+        down_block_types=["DownEncoderBlock2D"] * 2,
+        up_block_types=["UpDecoderBlock2D"] * 2,
+        layers_per_block=1,
+        norm_num_groups=4,
+        sample_size=32,
+    ),
+    encoders="tiny",
+    resolution=32,
+    max_sequence_length=16,
+    num_steps=2,
+    group_size=2,
+    prompts_per_iteration=2,
+    batch_size=2,
+    wan=dict(num_layers=2, num_attention_heads=2, attention_head_dim=32, ffn_dim=128, text_dim=64, freq_dim=32),
+    wan_video=(5, 32, 32),
+    wan_text_tokens=16,
+)
+
+
+class Clock:
+    def __init__(self, budget_s: float):
+        self.start, self.budget = time.perf_counter(), budget_s
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def left(self) -> float:
+        return self.budget - self.elapsed
+
+    def say(self, text: str) -> None:
+        print(f"[{self.elapsed:6.1f} s] {text}", flush=True)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_gib(device: torch.device) -> float:
+    return torch.cuda.max_memory_allocated(device) / GIB if device.type == "cuda" else float("nan")
+
+
+def _reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        gc.collect()  # what a finished stage left in reference cycles
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype):
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
+
+
+# ----------------------------------------------------------------------------------------------------
+# SD3.5-Medium, in memory
+
+
+def _text_encoders(kind: str, vocab: int):
+    """CLIP-L, CLIP-G, T5-XXL at their real configs (``real``), at real widths with 1-2 layers
+    (``shallow``), or at toy widths (``tiny``). Token ids follow ``make_word_tokenizer`` (PAD 0, BOS 2, EOS 3)."""
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection, T5Config, T5EncoderModel
+
+    from flowrl.estimate import CLIP_G, CLIP_L, T5_XXL
+
+    ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    clip_l, clip_g, t5 = dict(CLIP_L), dict(CLIP_G), dict(T5_XXL)
+    if kind == "shallow":
+        clip_l["num_hidden_layers"] = clip_g["num_hidden_layers"] = 2
+        t5["num_layers"] = 1
+    elif kind == "tiny":
+        for c in (clip_l, clip_g):
+            c.update(
+                hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2, projection_dim=16
+            )
+        clip_l["max_position_embeddings"] = clip_g["max_position_embeddings"] = 16
+        t5.update(d_model=64, d_kv=32, d_ff=128, num_layers=1, num_heads=2, relative_attention_num_buckets=8)
+    for c in (clip_l, clip_g, t5):
+        c["vocab_size"] = max(c["vocab_size"], vocab) if kind != "tiny" else vocab
+    return (
+        CLIPTextModelWithProjection(CLIPTextConfig(**clip_l, **ids)),
+        CLIPTextModelWithProjection(CLIPTextConfig(**clip_g, **ids)),
+        T5EncoderModel(T5Config(**t5, pad_token_id=0, eos_token_id=3, dropout_rate=0.0)),
+    )
+
+
+def build_sd35m(scale: Scale, device: torch.device, dtype: torch.dtype):
+    """A ``StableDiffusion3Pipeline`` at SD3.5-Medium's architecture with random weights, built on ``device``
+    (initialised there: seconds on a GPU instead of minutes on its host's CPU)."""
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
+
+    from flowrl.estimate import SD3_TRANSFORMERS, SD3_VAE
+    from flowrl.pipelines.tiny import make_word_tokenizer
+
+    clip_len = 16 if scale.encoders == "tiny" else 77
+    tokenizer, tokenizer_2 = make_word_tokenizer(clip_len), make_word_tokenizer(clip_len)
+    tokenizer_3 = make_word_tokenizer(512)
+    torch.manual_seed(0)
+    # initialised in the target dtype (half the memory and time); then buffers such as the positional
+    # embedding, which are made in fp32 whatever the default, are cast too (as from_pretrained would)
+    with torch.device(device), _default_dtype(dtype):
+        transformer = SD3Transformer2DModel(
+            **{**SD3_TRANSFORMERS["stabilityai/stable-diffusion-3.5-medium"], **scale.transformer}
+        )
+    torch.nn.Module.to(transformer, dtype)  # (ModelMixin.to would warn about fp32-kept modules: SD3 has none)
+    # random T5/CLIP weights can overflow fp16 inside the stack (trained ones are tamed); bf16 has fp32's range
+    encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
+    with torch.device(device), _default_dtype(encoder_dtype):
+        encoders = [m.to(encoder_dtype) for m in _text_encoders(scale.encoders, len(tokenizer))]
+    with torch.device(device):
+        vae = AutoencoderKL(**{**SD3_VAE, **scale.vae})  # decodes in fp32, as the adapter keeps it
+    pipe = StableDiffusion3Pipeline(
+        transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(shift=3.0),
+        vae=vae,
+        text_encoder=encoders[0],
+        tokenizer=tokenizer,
+        text_encoder_2=encoders[1],
+        tokenizer_2=tokenizer_2,
+        text_encoder_3=encoders[2],
+        tokenizer_3=tokenizer_3,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _save_configs(pipe, folder: Path) -> None:
+    """The pipeline's configs (no weights) in the hub layout, for ``flowrl.estimate``."""
+    pipe.transformer.save_config(folder / "transformer")
+    pipe.vae.save_config(folder / "vae")
+    for name in ("text_encoder", "text_encoder_2", "text_encoder_3"):
+        getattr(pipe, name).config.save_pretrained(folder / name)
+    pipe.tokenizer.save_pretrained(folder / "tokenizer")
+
+
+def _sd35m_config(scale: Scale, folder: Path, iterations: int, precision: str):
+    """The sd35m-ocr recipe at this scale; ``precision`` is model.dtype and, unless fp32, the autocast dtype."""
+    from flowrl.config import resolve_config
+
+    return resolve_config(
+        "sd35m-ocr",
+        [
+            f"output_dir={folder / 'run'}",
+            f"model.path={folder}",
+            f"model.resolution={scale.resolution}",
+            f"model.max_sequence_length={scale.max_sequence_length}",
+            f"model.dtype={precision}",
+            f"train.mixed_precision={repr('no') if precision == 'fp32' else precision}",
+            f"train.iterations={iterations}",
+            f"sample.num_steps={scale.num_steps}",
+            f"sample.group_size={scale.group_size}",
+            f"sample.prompts_per_iteration={scale.prompts_per_iteration}",
+            f"sample.batch_size={scale.batch_size}",
+            "data.prompts=builtin:tiny",
+            'reward={"jpeg_compressibility": 1.0}',
+            "log.save_every=100000",
+            "log.sample_every=100000",
+            "train.onpolicy_check=false",  # measured and reported instead: a speed run must not stop on it
+        ],
+    )
+
+
+def _trainer_with(cfg, pipe, device: torch.device):
+    """flowrl's Trainer around the in-memory pipeline: through ``Trainer(cfg, adapter=...)`` where the
+    Trainer takes one, else by standing in for ``SD3Adapter.from_config`` while it is built."""
+    from flowrl.pipelines.sd3 import SD3Adapter
+    from flowrl.trainer import Trainer
+
+    def make(model_cfg, device=device, seed=0):
+        return SD3Adapter(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device)
+
+    if "adapter" in inspect.signature(Trainer.__init__).parameters:
+        return Trainer(cfg, adapter=make(cfg.model))
+    with mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))):
+        return Trainer(cfg)
+
+
+def bench_sd35m(scale: Scale, device: torch.device, iterations: int, clock: Clock, precision: str) -> list[dict]:
+    from flowrl.estimate import estimate
+    from flowrl.pipelines.sd3 import DTYPES
+
+    gpu = device.type == "cuda"
+    clock.say(f"SD3.5-Medium: building ({scale.encoders} text encoders, {precision}) on {device}")
+    pipe = build_sd35m(scale, device, DTYPES[precision])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _save_configs(pipe, folder)
+        cfg = _sd35m_config(scale, folder, iterations, precision)
+        est = estimate(cfg, device="cuda" if gpu else "cpu")
+        clock.say(
+            f"estimate: peak {est.peak_gib:.2f} GiB, {est.seconds_per_iteration:.2f} s/iteration ({est.flops_source})"
+        )
+        trainer = _trainer_with(cfg, pipe, device)
+        n = cfg.sample.prompts_per_iteration * cfg.sample.group_size
+        clock.say(f"trainer ready: {n} samples/iteration, batch {cfg.sample.batch_size}, {cfg.sample.num_steps} steps")
+        metrics = None
+        for i in range(iterations):
+            if i and clock.left() < 1.5 * metrics["timing_s/iteration"]:
+                clock.say("skipping further iterations: time budget")
+                break
+            _reset_peak(device)
+            metrics = trainer.step(i)
+            if i == 0:
+                first_gap = metrics.get("policy/onpolicy_logp_diff", float("nan"))
+            clock.say(
+                f"iteration {i}: {metrics['timing_s/iteration']:.2f} s, "
+                f"{metrics['throughput/images_per_s']:.2f} images/s, peak {metrics['memory/peak_gib']:.2f} GiB, "
+                + ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in metrics.items() if k.startswith("timing_s/"))
+            )
+    phases = {k.split("/")[1]: round(v, 3) for k, v in metrics.items() if k.startswith("timing_s/")}
+    clock.say(
+        f"on-policy log-prob gap at the first update: {first_gap:.3g} (train.onpolicy_tol {cfg.train.onpolicy_tol:g})"
+    )
+    rows.append(
+        {
+            "model": "SD3.5-M (flowrl iteration)",
+            "setting": f"{scale.resolution}px, {n} samples, batch {cfg.sample.batch_size}, {cfg.sample.num_steps} steps, "
+            f"CFG {cfg.sample.guidance_scale}, LoRA {cfg.train.lora.rank}, {cfg.model.dtype}",
+            "seconds": metrics["timing_s/iteration"],
+            "images_per_s": metrics["throughput/images_per_s"],
+            "peak_gib": metrics["memory/peak_gib"],  # CUDA max allocated; on CPU the process's peak RSS
+            "est_seconds": est.seconds_per_iteration,
+            "est_peak_gib": est.peak_gib,
+            "phases": phases,
+            "onpolicy_logp_diff": first_gap,
+        }
+    )
+    del trainer, pipe
+    _reset_peak(device)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+# Wan2.1-1.3B transformer
+
+
+def _wan_latent(video: tuple[int, int, int]) -> tuple[int, int, int]:
+    frames, height, width = video
+    return (frames - 1) // WAN_VAE_STRIDE[0] + 1, height // WAN_VAE_STRIDE[1], width // WAN_VAE_STRIDE[2]
+
+
+def _timed(fn, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def bench_wan(scale: Scale, device: torch.device, repeats: int, clock: Clock, precision: str) -> list[dict]:
+    """``precision``: the weights' dtype and, unless fp32, the autocast dtype (Wan runs in bf16)."""
+    from diffusers import WanTransformer3DModel
+    from peft import LoraConfig
+
+    from flowrl.pipelines.sd3 import DTYPES
+
+    gpu = device.type == "cuda"
+    dtype = DTYPES[precision]
+    clock.say(f"Wan2.1-1.3B: building ({precision}) on {device}")
+    torch.manual_seed(0)
+    with torch.device(device), _default_dtype(dtype):
+        model = WanTransformer3DModel(**{**WAN21_1_3B, **scale.wan})
+    # as from_pretrained(torch_dtype=...) does: the model's fp32-kept modules (norms, time embedder) in fp32
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    for name, p in model.named_parameters():
+        p.data = p.data.float() if any(k in name.split(".") for k in keep) else p.data.to(dtype)
+    model.requires_grad_(False)
+    model.add_adapter(LoraConfig(r=32, lora_alpha=32, target_modules=WAN_LORA_TARGETS, init_lora_weights="gaussian"))
+    for p in model.parameters():
+        if p.requires_grad:
+            p.data = p.data.float()
+    params = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    size = f"{params / 1e9:.2f}B" if params > 1e8 else f"{params / 1e6:.2f}M"
+    f, h, w = _wan_latent(scale.wan_video)
+    cfg = model.config
+    tokens = f * (h // cfg.patch_size[1]) * (w // cfg.patch_size[2])
+    x = torch.randn(1, cfg.in_channels, f, h, w, device=device, dtype=dtype)
+    text = torch.randn(1, scale.wan_text_tokens, cfg.text_dim, device=device, dtype=dtype)
+    t = torch.full((1,), 500.0, device=device)
+    autocast = torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
+
+    def forward():
+        with torch.no_grad(), autocast:
+            model(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)
+
+    def forward_backward():
+        with autocast:
+            out = model(hidden_states=x, timestep=t, encoder_hidden_states=text, return_dict=False)[0]
+        out.float().square().mean().backward()
+
+    video = "x".join(map(str, scale.wan_video))
+    setting = f"{video} video -> latent {cfg.in_channels}x{f}x{h}x{w}, {tokens} tokens, {scale.wan_text_tokens} text"
+    rows = []
+    for what, fn, ckpt in (
+        ("forward (no grad)", forward, False),
+        ("forward+backward, LoRA", forward_backward, False),
+        ("forward+backward, LoRA, checkpointing", forward_backward, True),
+    ):
+        if clock.left() < 30 and gpu:
+            clock.say(f"skipping Wan {what}: time budget")
+            continue
+        if ckpt:
+            model.enable_gradient_checkpointing()
+        _reset_peak(device)
+        try:
+            seconds = _timed(fn, device, repeats)
+            peak = _peak_gib(device)
+        except torch.cuda.OutOfMemoryError:
+            seconds, peak = float("nan"), float("inf")
+            model.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        rows.append(
+            {
+                "model": f"Wan2.1-1.3B transformer ({size})",
+                "setting": f"{what}; {setting}",
+                "seconds": seconds,
+                "images_per_s": float("nan"),
+                "peak_gib": peak,
+                "est_seconds": float("nan"),
+                "est_peak_gib": float("nan"),
+            }
+        )
+        clock.say(f"Wan {what}: {seconds:.3f} s, peak {peak:.2f} GiB")
+    _reset_peak(device)
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+
+
+def markdown(rows: list[dict]) -> str:
+    def num(v: float, digits: int = 2) -> str:
+        return "-" if math.isnan(v) else ("OOM" if math.isinf(v) else f"{v:.{digits}f}")
+
+    lines = [
+        "| model | setting | s | images/s | peak GiB | estimate s | estimate peak GiB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['images_per_s'])} | "
+            f"{num(r['peak_gib'])} | {num(r['est_seconds'])} | {num(r['est_peak_gib'])} |"
+        )
+    return "\n".join(lines)
+
+
+def environment(device: torch.device) -> str:
+    import diffusers
+
+    what = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    if device.type == "cuda":
+        what += f", {torch.cuda.get_device_properties(device).total_memory / GIB:.0f} GiB"
+    return f"{what}; torch {torch.__version__}, diffusers {diffusers.__version__}"
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf.gpu", description=__doc__.split("\n\n")[0])
+    p.add_argument("--smoke", action="store_true", help="toy sizes, on a CPU in seconds (tests run this)")
+    p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan")
+    p.add_argument("--iterations", type=int, default=2, help="flowrl iterations of SD3.5-M (the first warms up)")
+    p.add_argument("--repeats", type=int, default=3, help="timed Wan calls (median), after one warm-up")
+    p.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "fp16", "bf16"],
+        default="auto",
+        help="model and autocast dtype (auto: on a GPU fp16 for SD3.5-M as its recipe, bf16 for Wan; fp32 on a CPU)",
+    )
+    p.add_argument("--shallow-text-encoders", action="store_true", help="1-2 layer text encoders at real widths")
+    p.add_argument("--max-seconds", type=float, default=270.0, help="skip stages that would run past this")
+    p.add_argument("--json", default=None, help="also write the rows as JSON")
+    args = p.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    scale = SMOKE if args.smoke else FULL
+    if args.shallow_text_encoders and not args.smoke:
+        scale = Scale(**{**scale.__dict__, "encoders": "shallow"})
+    clock = Clock(args.max_seconds)
+    clock.say(environment(device) + (" (smoke sizes)" if args.smoke else ""))
+    if device.type != "cuda" and not args.smoke:
+        clock.say("no GPU here: full sizes need one (use --smoke on a CPU)")
+    rows: list[dict] = []
+    what = args.what.split(",")
+    if "sd35m" in what:
+        precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
+        rows += bench_sd35m(scale, device, args.iterations, clock, precision)
+    if "wan" in what:
+        precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
+        rows += bench_wan(scale, device, args.repeats, clock, precision)
+    print("\n" + markdown(rows) + "\n", flush=True)
+    clock.say("done")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return rows
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Every method on the toy benchmark with the same budget: a table and a plot.
+
+    python -m flowrl.benchmarks.toy.compare [--out runs/toy-compare] [--iterations N] [--only NAME ...]
+                                            [--images-per-task 32] [--model FOLDER] [key=value ...]
+
+Runs ``toy-flow-grpo`` once per registered method (``flowrl.methods.list_methods()``, with
+``method.name`` set) and once per Flow-GRPO variant in ``VARIANTS`` (settings expressible by config),
+all with the same iterations, samples per iteration, seed and evaluation. Writes to ``--out``:
+``compare.json`` and ``compare.md`` (held-out accuracy before and after, the gain, the final training
+reward, wall time) and ``compare.png`` (training reward and held-out accuracy against iterations and
+against training wall time, evaluation time excluded). Methods that fail are listed with their error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+RECIPE = "toy-flow-grpo"
+# Flow-GRPO variants expressible by config: name -> overrides.
+VARIANTS: dict[str, list[str]] = {
+    # Flow-GRPO-Fast's choices: coefficient-preserving SDE in a 2-step window in the first half, ODE elsewhere
+    "flow_grpo_cps_window": [
+        "sample.sde_type=cps", "sample.noise_level=0.8", "sample.window_size=2", "sample.window_range=[0,4]",
+        "train.clip_range=1.0e-4",
+    ],
+}  # fmt: skip
+ACCURACY = "eval/reward/toy_geneval_accuracy/mean"
+
+
+def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
+    from flowrl.methods import list_methods
+
+    runs = {name: [f"method.name={name}"] for name in list_methods()}
+    runs.update({name: ["method.name=flow_grpo", *extra] for name, extra in VARIANTS.items()})
+    if only:
+        unknown = sorted(set(only) - set(runs))
+        if unknown:
+            raise ValueError(f"--only: unknown run {unknown[0]!r}; known: {', '.join(runs)}")
+        runs = {k: v for k, v in runs.items() if k in only}
+    return runs
+
+
+def curves(metrics: list[dict]) -> dict[str, list[float]]:
+    """Per-iteration training reward and the held-out accuracy at each evaluation, with wall times.
+
+    Wall time is the cumulative ``timing_s/iteration`` (evaluation excluded); an evaluation made before
+    iteration k is placed at the time iterations 0..k-1 took.
+    """
+    out: dict[str, list[float]] = {"iteration": [], "time_s": [], "reward": [], "eval_iteration": [],
+                                   "eval_time_s": [], "accuracy": []}  # fmt: skip
+    elapsed = 0.0
+    for row in metrics:
+        if ACCURACY in row:
+            out["eval_iteration"].append(row["iteration"])
+            out["eval_time_s"].append(elapsed)
+            out["accuracy"].append(row[ACCURACY])
+        if "reward/mean" in row:
+            elapsed += row.get("timing_s/iteration", 0.0)
+            out["iteration"].append(row["iteration"])
+            out["time_s"].append(elapsed)
+            out["reward"].append(row["reward/mean"])
+    return out
+
+
+def run_one(name: str, overrides: list[str], out: Path, common: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    from flowrl.config import resolve_config
+    from flowrl.logs import read_metrics
+    from flowrl.trainer import Trainer
+
+    from .cli import _evaluate_run
+
+    run_dir = out / name
+    cfg = resolve_config(RECIPE, [*common, *overrides, f"output_dir={run_dir}"])
+    print(f"[{name}] training {cfg.train.iterations} iterations into {run_dir}", flush=True)
+    start = time.perf_counter()
+    Trainer(cfg).train()
+    train_s = time.perf_counter() - start
+    eval_args = argparse.Namespace(images_per_task=args.images_per_task, steps=None, guidance=None, seed=0,
+                                   out=str(run_dir / "toy_eval"), json=False)  # fmt: skip
+    report = _evaluate_run(eval_args, run_dir)
+    metrics = read_metrics(run_dir / "metrics.jsonl")
+    c = curves(metrics)
+    return {
+        "name": name, "overrides": overrides, "iterations": cfg.train.iterations,
+        "samples_per_iteration": cfg.sample.prompts_per_iteration * cfg.sample.group_size,
+        "train_s": round(train_s, 1), "train_only_s": round(c["time_s"][-1], 1) if c["time_s"] else None,
+        "reward_first": c["reward"][0] if c["reward"] else None, "reward_last": c["reward"][-1] if c["reward"] else None,
+        "base": report["base"], "trained": report["trained"], "gain": report["gain"], "curves": c,
+    }  # fmt: skip
+
+
+def markdown(results: list[dict[str, Any]], note: str) -> str:
+    lines = [
+        "| method | iterations x samples | train time (s) | train reward first -> last | held-out acc. base -> trained | gain |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['name']} | failed: {r['error']} | | | | |")
+            continue
+        lines.append(
+            f"| {r['name']} | {r['iterations']} x {r['samples_per_iteration']} | {r['train_s']:.0f} | "
+            f"{r['reward_first']:.3f} -> {r['reward_last']:.3f} | {r['base']['accuracy']:.3f} -> "
+            f"{r['trained']['accuracy']:.3f} | {r['gain']:+.3f} |"
+        )
+    ok = [r for r in results if "error" not in r]
+    if ok:
+        tasks = list(ok[0]["trained"]["tasks"])
+        lines += ["", "| method | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
+        lines.append("| base | " + " | ".join(f"{ok[0]['base']['tasks'][t]:.3f}" for t in tasks) + " |")
+        for r in ok:
+            lines.append(f"| {r['name']} | " + " | ".join(f"{r['trained']['tasks'][t]:.3f}" for t in tasks) + " |")
+    return "# Toy GenEval: methods on the same budget\n\n" + "\n".join(lines) + "\n\n" + note + "\n"
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), dpi=110)
+    for r in (r for r in results if "error" not in r):
+        c = r["curves"]
+        axes[0, 0].plot(c["iteration"], c["reward"], label=r["name"])
+        axes[0, 1].plot(c["time_s"], c["reward"], label=r["name"])
+        axes[1, 0].plot(c["eval_iteration"], c["accuracy"], marker="o", label=r["name"])
+        axes[1, 1].plot(c["eval_time_s"], c["accuracy"], marker="o", label=r["name"])
+    for ax, (x, y) in zip(axes.flat, [("iteration", "training reward (partial credit)"),
+                                      ("training wall time (s)", "training reward (partial credit)"),
+                                      ("iteration", "held-out accuracy"),
+                                      ("training wall time (s)", "held-out accuracy")]):  # fmt: skip
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.grid(alpha=0.3)
+    axes[0, 0].legend(loc="best", fontsize=8)
+    fig.suptitle("Toy GenEval on a CPU")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.toy.compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
+    parser.add_argument("--out", default="runs/toy-compare")
+    parser.add_argument("--iterations", type=int, default=None, help="default: the recipe's")
+    parser.add_argument("--only", nargs="*", default=None, help="run only these methods / variants")
+    parser.add_argument("--images-per-task", type=int, default=32)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
+    parser.add_argument("--model", default=None, help="toy model folder (default: the cached default, pretrained if missing)")
+    args = parser.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    try:
+        return _compare(args)
+    except (ValueError, RuntimeError, FileNotFoundError) as exc:
+        print(f"flowrl: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from .cli import ensure_model
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    folder = Path(args.model).expanduser() if args.model else ensure_model()
+    if not (folder / "model_index.json").is_file():
+        raise FileNotFoundError(f"--model {folder}: not a pipeline folder (create one with `flowrl eval toy --pretrain`)")
+    common = [f"model.path={folder}", *args.overrides]
+    if args.iterations is not None:
+        common.append(f"train.iterations={args.iterations}")
+    results = []
+    for name, overrides in runs_to_make(args.only).items():
+        try:
+            results.append(run_one(name, overrides, out, common, args))
+        except Exception as exc:  # noqa: BLE001 - one failing method must not lose the others' results
+            traceback.print_exc()
+            results.append({"name": name, "overrides": overrides, "error": str(exc).splitlines()[0][:200]})
+        (out / "compare.json").write_text(json.dumps(results, indent=2) + "\n")
+    note = (f"Recipe `{RECIPE}` with {' '.join(common) or 'no overrides'}; held-out accuracy: GenEval's overall "
+            f"score on {args.images_per_task} images per task, same noise for every model.")  # fmt: skip
+    (out / "compare.md").write_text(markdown(results, note))
+    plot(results, out / "compare.png")
+    print(markdown(results, note))
+    print(f"wrote {out / 'compare.md'}, {out / 'compare.json'}, {out / 'compare.png'}")
+    return 0 if all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

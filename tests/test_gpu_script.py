@@ -1,0 +1,121 @@
+"""The GPU benchmark script (its --smoke run, and its full-size models built on meta) and the shipped
+accelerate launch configs."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+import torch
+import yaml
+
+from flowrl.benchmarks.perf import gpu
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Toy-sized ops: on shared cores a second thread mostly waits for the first (about 10 ms an op)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_smoke_runs_and_prints_a_table(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    rows = gpu.main(["--smoke", "--json", str(out)])
+    printed = capsys.readouterr().out
+    assert "| model | setting | s | images/s | peak GiB | estimate s | estimate peak GiB |" in printed
+    assert [r["model"].split(" ")[0] for r in rows] == ["SD3.5-M", "Wan2.1-1.3B", "Wan2.1-1.3B", "Wan2.1-1.3B"]
+    sd3 = rows[0]
+    assert sd3["seconds"] > 0 and sd3["images_per_s"] > 0 and sd3["est_peak_gib"] > 0
+    assert sd3["onpolicy_logp_diff"] == 0.0  # fp32 on CPU: the update recomputes the rollout's log-probs
+    assert all(r["seconds"] > 0 for r in rows[1:])
+    assert json.loads(out.read_text())[0]["model"] == sd3["model"]
+
+
+@pytest.fixture
+def fresh_accelerate_state():
+    """accelerate keeps one process-wide state, fixed by the first Accelerator (mixed_precision included)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+    yield
+    AcceleratorState._reset_state(reset_partial_state=True)
+    GradientState._reset_state()
+
+
+def test_smoke_in_bf16_autocast(fresh_accelerate_state):
+    """The GPU run's dtype plumbing (16-bit weights, fp32 LoRA, autocast through accelerate, Wan's
+    fp32-kept modules), here in bf16 on the CPU."""
+    rows = gpu.main(["--smoke", "--precision", "bf16", "--iterations", "1", "--repeats", "1"])
+    assert "bf16" in rows[0]["setting"] and rows[0]["seconds"] > 0
+    assert all(r["seconds"] > 0 for r in rows[1:])
+
+
+def test_full_sizes_are_the_published_architectures():
+    """What the GPU run builds, built here on meta: SD3.5-Medium's 2.24B transformer with CLIP-L, CLIP-G
+    and the T5-XXL encoder; Wan2.1-T2V-1.3B's 1.42B transformer; the video latent of 81 x 480 x 832."""
+    from diffusers import WanTransformer3DModel
+
+    pipe = gpu.build_sd35m(gpu.FULL, torch.device("meta"), torch.float16)
+
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    assert count(pipe.transformer) == pytest.approx(2.243e9, rel=1e-3)
+    assert [round(count(m) / 1e6) for m in (pipe.text_encoder, pipe.text_encoder_2, pipe.text_encoder_3)] == [
+        124,
+        695,
+        4762,
+    ]
+    assert pipe.transformer.dtype == torch.float16 and pipe.vae.dtype == torch.float32
+    with torch.device("meta"):
+        wan = WanTransformer3DModel(**gpu.WAN21_1_3B)
+    assert count(wan) == pytest.approx(1.419e9, rel=1e-3)
+    assert gpu._wan_latent(gpu.FULL.wan_video) == (21, 60, 104)  # 21 * 30 * 52 = 32,760 tokens
+
+
+# ----------------------------------------------------------------------------------------------------
+# accelerate launch configs
+
+EXPECTED = {"ddp.yaml": "MULTI_GPU", "fsdp.yaml": "FSDP", "deepspeed_zero2.yaml": "DEEPSPEED"}
+
+
+def _configs():
+    folder = resources.files("flowrl") / "recipes" / "accelerate"
+    return sorted((p.name, p) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def test_every_expected_accelerate_config_ships():
+    assert {name for name, _ in _configs()} >= set(EXPECTED)
+
+
+@pytest.mark.parametrize("name,path", _configs(), ids=[n for n, _ in _configs()])
+def test_accelerate_config_is_a_valid_launch_config(name, path):
+    """Plain YAML with the expected distributed_type, and accepted by accelerate's own loader (which
+    refuses unknown keys), as `accelerate launch --config_file` reads it."""
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    data = yaml.safe_load(path.read_text())
+    assert data["distributed_type"] == EXPECTED[name]
+    assert data["mixed_precision"] == "no"  # flowrl passes train.mixed_precision to Accelerator
+    loaded = load_config_from_file(str(path))
+    assert loaded.distributed_type.value == EXPECTED[name]
+    if name == "fsdp.yaml":
+        fsdp = data["fsdp_config"]
+        assert fsdp["fsdp_sharding_strategy"] == "FULL_SHARD" and fsdp["fsdp_use_orig_params"] is True
+        assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
+        from diffusers.models.attention import JointTransformerBlock
+
+        assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == JointTransformerBlock.__name__
+    if name == "deepspeed_zero2.yaml":
+        assert data["deepspeed_config"]["zero_stage"] == 2
+
+
+def test_recipe_listing_ignores_the_accelerate_folder():
+    from flowrl.config import recipe_names
+
+    assert "accelerate" not in recipe_names() and "ddp" not in recipe_names()
