@@ -192,7 +192,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--print", action="store_true", help="print the resolved config")
     p.add_argument("--estimate", action="store_true", help="also print a pre-flight estimate of peak memory and time")
     p.add_argument("--world-size", type=int, default=1, help="with --estimate: processes sharing an iteration")
-    p.add_argument("--device", choices=["cuda", "cpu"], default=None, help="with --estimate (default: cpu for tiny models, else cuda)")
+    p.add_argument(
+        "--device", choices=["cuda", "cpu"], default=None,
+        help="with --estimate (default: cpu for tiny models, else cuda)",
+    )  # fmt: skip
     p.add_argument("--strategy", choices=["ddp", "zero2", "fsdp"], default="ddp", help="with --estimate: sharding")
     p.set_defaults(fn=cmd_validate)
 

@@ -179,7 +179,9 @@ class Trainer:
                 f"{t.max_grad_norm}: DeepSpeed clips, so set them equal"
             )
         if ds.get("gradient_accumulation_steps", 1) not in (1, "auto"):
-            raise ValueError("deepspeed gradient_accumulation_steps must be 1: flowrl accumulates over transitions itself")
+            raise ValueError(
+                "deepspeed gradient_accumulation_steps must be 1: flowrl accumulates over transitions itself"
+            )
         ds["gradient_accumulation_steps"] = 1
 
     def _resume(self, spec: str) -> None:

@@ -154,7 +154,8 @@ def test_short_rl_run_completes_and_evaluates(toy_model, tmp_path):
 
     cfg = resolve_config("toy-flow-grpo", [
         f"output_dir={tmp_path}", f"model.path={toy_model}", "train.iterations=2", "sample.num_steps=3",
-        "sample.eval_num_steps=3", "sample.group_size=2", "sample.prompts_per_iteration=2", "sample.batch_size=4",
+        "sample.eval_num_steps=3", "sample.window_range=[0,3]", "sample.group_size=2",
+        "sample.prompts_per_iteration=2", "sample.batch_size=4",
         "log.eval_every=1", "log.eval_num_prompts=6",
     ])  # fmt: skip
     history = Trainer(cfg).train()
@@ -174,7 +175,8 @@ def test_compare_writes_a_table_and_a_plot(toy_model, tmp_path):
     from flowrl.benchmarks.toy.compare import main
 
     out = tmp_path / "cmp"
-    small = ["sample.num_steps=3", "sample.eval_num_steps=3", "sample.group_size=2", "sample.prompts_per_iteration=2",
+    small = ["sample.num_steps=3", "sample.eval_num_steps=3", "sample.window_range=[0,3]", "sample.group_size=2",
+             "sample.prompts_per_iteration=2",
              "sample.batch_size=4", "log.eval_every=1", "log.eval_num_prompts=6"]  # fmt: skip
     assert main(["--out", str(out), "--model", str(toy_model), "--iterations", "1", "--only", "flow_grpo",
                  "--images-per-task", "1", *small]) == 0  # fmt: skip
@@ -184,6 +186,11 @@ def test_compare_writes_a_table_and_a_plot(toy_model, tmp_path):
     table = (out / "compare.md").read_text()
     assert "| flow_grpo | 1 x 4 |" in table
     assert (out / "compare.png").stat().st_size > 1000
+    # a second call with the same settings reuses the finished run instead of training again
+    mtime = (out / "flow_grpo" / "metrics.jsonl").stat().st_mtime
+    assert main(["--out", str(out), "--model", str(toy_model), "--iterations", "1", "--only", "flow_grpo",
+                 "--images-per-task", "1", *small]) == 0  # fmt: skip
+    assert (out / "flow_grpo" / "metrics.jsonl").stat().st_mtime == mtime
 
 
 def test_missing_model_fails_with_a_line_naming_the_pretrain_command(tmp_path, monkeypatch, capsys):

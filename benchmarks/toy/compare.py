@@ -9,6 +9,9 @@ all with the same iterations, samples per iteration, seed and evaluation. Writes
 ``compare.json`` and ``compare.md`` (held-out accuracy before and after, the gain, the final training
 reward, wall time) and ``compare.png`` (training reward and held-out accuracy against iterations and
 against training wall time, evaluation time excluded). Methods that fail are listed with their error.
+A run folder that already holds a finished run with the same settings is reused, so runs can be made
+in parallel (``--only A`` and ``--only B`` into the same ``--out``) and a last call without ``--only``
+collects them into one table and plot.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ from typing import Any
 RECIPE = "toy-flow-grpo"
 # Flow-GRPO variants expressible by config: name -> overrides.
 VARIANTS: dict[str, list[str]] = {
-    # Flow-GRPO-Fast's choices: coefficient-preserving SDE in a 2-step window in the first half, ODE elsewhere
-    "flow_grpo_cps_window": [
-        "sample.sde_type=cps", "sample.noise_level=0.8", "sample.window_size=2", "sample.window_range=[0,4]",
-        "train.clip_range=1.0e-4",
+    # Flow-GRPO's original SDE instead of the recipe's coefficient-preserving one: a = 0.7, the first 3 steps
+    "flow_grpo_flow_sde": [
+        "sample.sde_type=flow_sde", "sample.noise_level=0.7", "sample.window_size=3", "sample.window_range=[0,3]",
+        "train.clip_range=1.0e-3",
     ],
 }  # fmt: skip
 ACCURACY = "eval/reward/toy_geneval_accuracy/mean"
+RESULT_FILE = "compare_result.json"  # written into each run folder when its run and evaluation finish
 
 
 def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
@@ -77,6 +81,12 @@ def run_one(name: str, overrides: list[str], out: Path, common: list[str], args:
 
     run_dir = out / name
     cfg = resolve_config(RECIPE, [*common, *overrides, f"output_dir={run_dir}"])
+    done = run_dir / RESULT_FILE
+    if done.is_file():  # a finished run of the same settings (e.g. from a parallel `--only` invocation)
+        previous = json.loads(done.read_text())
+        if previous.get("settings") == [*common, *overrides]:
+            print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
+            return previous
     print(f"[{name}] training {cfg.train.iterations} iterations into {run_dir}", flush=True)
     start = time.perf_counter()
     Trainer(cfg).train()
@@ -86,13 +96,15 @@ def run_one(name: str, overrides: list[str], out: Path, common: list[str], args:
     report = _evaluate_run(eval_args, run_dir)
     metrics = read_metrics(run_dir / "metrics.jsonl")
     c = curves(metrics)
-    return {
-        "name": name, "overrides": overrides, "iterations": cfg.train.iterations,
+    result = {
+        "name": name, "overrides": overrides, "settings": [*common, *overrides], "iterations": cfg.train.iterations,
         "samples_per_iteration": cfg.sample.prompts_per_iteration * cfg.sample.group_size,
         "train_s": round(train_s, 1), "train_only_s": round(c["time_s"][-1], 1) if c["time_s"] else None,
         "reward_first": c["reward"][0] if c["reward"] else None, "reward_last": c["reward"][-1] if c["reward"] else None,
         "base": report["base"], "trained": report["trained"], "gain": report["gain"], "curves": c,
     }  # fmt: skip
+    done.write_text(json.dumps(result, indent=2) + "\n")
+    return result
 
 
 def markdown(results: list[dict[str, Any]], note: str) -> str:

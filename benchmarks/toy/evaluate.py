@@ -21,7 +21,7 @@ from . import world
 from .detect import judge_images
 
 DEFAULT_EVAL_STEPS = 20  # the toy recipes' sample.eval_num_steps and eval_guidance_scale
-DEFAULT_EVAL_GUIDANCE = 3.0
+DEFAULT_EVAL_GUIDANCE = 1.0
 
 
 def heldout_rows(per_task: int = 16, split_seed: int = 0) -> list[dict]:
