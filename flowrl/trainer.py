@@ -91,6 +91,12 @@ class Trainer:
 
         self.cfg = cfg
         self.acc = accelerator or Accelerator(mixed_precision=cfg.train.mixed_precision)
+        if self.acc.distributed_type.value == "FSDP":  # refused before any weight loads
+            raise ValueError(
+                "accelerate FSDP is not supported yet (the EMA, checkpoints and LoRA export read whole "
+                "parameters, which FSDP shards): launch with flowrl/recipes/accelerate/ddp.yaml or "
+                "deepspeed_zero2.yaml"
+            )
         torch.manual_seed(_seed_of(cfg.seed, "init", self.acc.process_index))
         self.out = Path(cfg.output_dir)
         self.prompts = load_prompts(cfg.data.prompts)
@@ -151,11 +157,6 @@ class Trainer:
             list(self.trainable.values()), lr=t.learning_rate, betas=tuple(t.adam_betas),
             weight_decay=t.weight_decay, eps=t.adam_eps,
         )
-        if self.acc.distributed_type.value == "FSDP":
-            raise ValueError(
-                "accelerate FSDP is not supported yet (the EMA, checkpoints and LoRA export read whole "
-                "parameters, which FSDP shards): launch with flowrl/recipes/accelerate/ddp.yaml or deepspeed_zero2.yaml"
-            )
         self._deepspeed = self.acc.state.deepspeed_plugin is not None
         if self._deepspeed:
             self._configure_deepspeed()

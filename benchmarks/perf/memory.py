@@ -38,7 +38,7 @@ def measure(recipe: str, iterations: int, overrides: list[str], device: str) -> 
             capture_output=True, text=True, env=env, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
-            reason = (proc.stderr.strip().splitlines() or ["exit code %d" % proc.returncode])[-1]
+            reason = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
             return {"recipe": recipe, "skipped": reason[:160]}
         rows = [json.loads(line) for line in Path(out, "metrics.jsonl").read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "throughput/images_per_s" in r]
