@@ -316,20 +316,13 @@ def _add_unigenbench(sub: Any) -> None:
 
 def add_commands(subparsers: Any) -> None:
     """Register ``eval`` with its benchmark subcommands on an argparse subparsers object (``fn`` defaults)."""
-    p = subparsers.add_parser("eval", help="benchmarks: geneval, unigenbench", description="Run a benchmark.")
+    p = subparsers.add_parser("eval", help="benchmarks: geneval, unigenbench, toy", description="Run a benchmark.")
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _add_geneval(sub)
     _add_unigenbench(sub)
-    # The toy benchmark registers itself when present; a bug inside it still raises rather than hiding.
-    import importlib
-    import importlib.util
+    from flowrl.benchmarks.toy.cli import add_command as _add_toy
 
-    try:
-        present = importlib.util.find_spec("flowrl.benchmarks.toy.cli") is not None
-    except ModuleNotFoundError:
-        present = False
-    if present:
-        importlib.import_module("flowrl.benchmarks.toy.cli").add_command(sub)
+    _add_toy(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -337,10 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from flowrl.cli import error_line
+
     try:
         return args.fn(args)
     except (ValueError, RuntimeError, FileNotFoundError) as exc:
-        print(f"flowrl: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
 
 

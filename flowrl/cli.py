@@ -234,6 +234,11 @@ def _quiet_libraries(debug: bool) -> None:
         pass
 
 
+def error_line(exc: BaseException) -> str:
+    """What every flowrl command prints for a user error: one line, the message's first line."""
+    return f"flowrl: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -249,8 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     except USER_ERRORS as exc:
         if args.debug:
             traceback.print_exc()
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"flowrl: error: {message}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
 
 

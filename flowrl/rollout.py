@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from flowrl.pipelines.base import Conditioning, PipelineAdapter
-from flowrl.plan import StepPlan
+from flowrl.plan import StepPlan, ode_plan
 from flowrl.sde import StepOutput, step
 
 
@@ -105,3 +105,29 @@ def rollout(
         states.append(x)
         log_probs.append(out.log_prob)
     return Trajectory(torch.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan)
+
+
+@torch.no_grad()
+def sample_images(
+    adapter: PipelineAdapter,
+    prompts: list[str],
+    noise: torch.Tensor,
+    num_steps: int,
+    guidance_scale: float,
+    batch_size: int,
+    model: torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """Decoded deterministic (ODE) samples of ``prompts`` from ``noise``, ``batch_size`` at a time, on the CPU.
+
+    The evaluation sampler: the same prompts and noise give the same images, so two models (or two
+    iterations of one) are compared like with like.
+    """
+    plan = ode_plan(adapter.sigmas(num_steps))
+    images = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        cond = adapter.encode_prompts(chunk)
+        traj = rollout(adapter, cond, plan, noise[start : start + len(chunk)], torch.arange(len(chunk)),
+                       guidance_scale, model=model)  # fmt: skip
+        images.append(adapter.decode(traj.final).cpu())
+    return torch.cat(images)

@@ -26,8 +26,7 @@ from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_gri
 from flowrl.methods import build_method
 from flowrl.pipelines.base import Conditioning, adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
-from flowrl.plan import ode_plan
-from flowrl.rollout import Trajectory, rollout, transition
+from flowrl.rollout import Trajectory, rollout, sample_images, transition
 
 logger = logging.getLogger(__name__)
 
@@ -399,17 +398,9 @@ class Trainer:
         mine = items[rank * share : (rank + 1) * share]
         gen = torch.Generator(self.acc.device).manual_seed(_seed_of(cfg.seed, "eval"))
         noise = self.adapter.initial_noise(len(items), gen)[rank * share : (rank + 1) * share]
-        plan = ode_plan(self.adapter.sigmas(cfg.sample.eval_num_steps))
-        images, scores = [], []
         with self._ema_weights():
-            for start in range(0, len(mine), cfg.sample.batch_size):
-                rows = mine[start : start + cfg.sample.batch_size]
-                cond = self.adapter.encode_prompts([it.prompt for it in rows])
-                ids = torch.arange(len(rows))
-                traj = rollout(self.adapter, cond, plan, noise[start : start + len(rows)], ids,
-                               cfg.sample.eval_guidance_scale, model=self.model)
-                images.append(self.adapter.decode(traj.final).cpu())
-        images = torch.cat(images)
+            images = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
+                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model)  # fmt: skip
         out = self.eval_reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
         device = self.acc.device
         total = self.acc.gather(out.scores.to(device)).cpu()[:n]

@@ -106,10 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from flowrl.cli import error_line
+
     try:
         return args.fn(args)
     except (ValueError, RuntimeError) as exc:
-        print(f"flowrl: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
 
 

@@ -10,13 +10,12 @@ import base64
 import io
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _loopback import JsonHandler, serve
 from flowrl.reward_models import RewardError, build_reward, win_rates
 from flowrl.reward_models.vlm import (
     ChatRequest,
@@ -280,13 +279,10 @@ def test_unifiedreward_local_generation_runs(tiny_qwen25vl):
 # ---------------------------------------------------------------------------------------------- OpenAI endpoint
 
 
-class _FakeVllm(BaseHTTPRequestHandler):
+class _FakeVllm(JsonHandler):
     """An OpenAI-compatible /v1/chat/completions on loopback: the first request gets a 503 (retry)."""
 
     calls = 0
-
-    def log_message(self, *args):
-        pass
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -314,24 +310,12 @@ class _FakeVllm(BaseHTTPRequestHandler):
                 choice = {"message": {"content": "Final Score: 3"}}
         self._send(200, {"choices": [choice]})
 
-    def _send(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
 
 @pytest.fixture()
 def fake_vllm():
     _FakeVllm.calls = 0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeVllm)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve(_FakeVllm) as url:
+        yield url
 
 
 def test_vlm_judge_against_an_openai_endpoint(fake_vllm):

@@ -9,14 +9,14 @@ import csv
 import io
 import json
 import os
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import ClassVar
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
+from _loopback import JsonHandler, serve
 from flowrl.benchmarks.cli import main
 from flowrl.benchmarks.unigenbench import (
     DIMENSIONS,
@@ -205,12 +205,9 @@ REPLIES = {  # (index, image) -> replies in order of the calls (the last repeats
 }
 
 
-class FakeJudge(BaseHTTPRequestHandler):
+class FakeJudge(JsonHandler):
     calls: ClassVar[dict] = {}
     bodies: ClassVar[list] = []
-
-    def log_message(self, *args):
-        pass
 
     def do_GET(self):
         assert self.path == "/v1/models"
@@ -230,24 +227,12 @@ class FakeJudge(BaseHTTPRequestHandler):
             return self._send(500, {"error": {"message": "engine crashed"}})
         self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
 
-    def _send(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
 
 @pytest.fixture()
 def judge_url():
     FakeJudge.calls, FakeJudge.bodies = {}, []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeJudge)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
-    server.server_close()
+    with serve(FakeJudge) as url:
+        yield url
 
 
 @pytest.fixture()

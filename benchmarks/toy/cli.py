@@ -68,7 +68,8 @@ def cmd_toy(args: argparse.Namespace) -> int:
     if args.model:
         return _evaluate_model(args)
     if args.run:
-        return _report(args, _evaluate_run(args, Path(args.run)))
+        _print_report(args, _evaluate_run(args, Path(args.run)))
+        return 0
     return _train(args)
 
 
@@ -145,8 +146,11 @@ def _evaluate_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evaluate_run(args: argparse.Namespace, run: Path) -> dict[str, Any]:
-    """Base and trained accuracy of a run folder (its config.yaml and exported weights)."""
+def _evaluate_run(args: argparse.Namespace, run: Path, base_cache: dict | None = None) -> dict[str, Any]:
+    """Base and trained accuracy of a run folder (its config.yaml and exported weights).
+
+    ``base_cache``: base evaluations by (model, steps, guidance, images, seed), shared by runs of one
+    base model (``compare`` evaluates the base once, not once per method)."""
     import yaml
     from flowrl.pipelines.base import adapter_class
 
@@ -163,8 +167,14 @@ def _evaluate_run(args: argparse.Namespace, run: Path) -> dict[str, Any]:
     steps, guidance = _settings(args, cfg)
     rows = ev.heldout_rows(args.images_per_task)
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
-    _say(f"evaluating the base model on {len(rows)} held-out images ({steps} steps, guidance {guidance:g})")
-    _, base_results, base = ev.evaluate_adapter(adapter, rows, steps, guidance, args.seed)
+    key = (cfg.model.path, steps, guidance, len(rows), args.seed)
+    if base_cache is not None and key in base_cache:
+        base_results, base = base_cache[key]
+    else:
+        _say(f"evaluating the base model on {len(rows)} held-out images ({steps} steps, guidance {guidance:g})")
+        _, base_results, base = ev.evaluate_adapter(adapter, rows, steps, guidance, args.seed)
+        if base_cache is not None:
+            base_cache[key] = base_results, base
     loaded = adapter.load_trained(run)
     if loaded is None:
         raise FileNotFoundError(f"--run {run}: no trained weights (lora/ or transformer/) to evaluate")
@@ -214,7 +224,8 @@ def _train(args: argparse.Namespace) -> int:
     train_s = time.perf_counter() - start
     report = _evaluate_run(args, Path(cfg.output_dir))
     report["train_s"] = round(train_s, 1)
-    return _report(args, report)
+    _print_report(args, report)
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ output
@@ -228,11 +239,6 @@ def _write(args: argparse.Namespace, report: dict[str, Any], results: dict[str, 
     (out / "toy_eval.json").write_text(json.dumps(report, indent=2) + "\n")
     for name, rows in results.items():
         (out / f"results_{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-
-
-def _report(args: argparse.Namespace, report: dict[str, Any]) -> int:
-    _print_report(args, report)
-    return 0
 
 
 def _print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -257,8 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.toy")
     add_command(parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK"))
     args = parser.parse_args(["toy", *(sys.argv[1:] if argv is None else argv)])
+    from flowrl.cli import error_line
+
     try:
         return args.fn(args)
     except (ValueError, RuntimeError, FileNotFoundError) as exc:
-        print(f"flowrl: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2

@@ -72,7 +72,10 @@ def curves(metrics: list[dict]) -> dict[str, list[float]]:
     return out
 
 
-def run_one(name: str, overrides: list[str], out: Path, common: list[str], args: argparse.Namespace) -> dict[str, Any]:
+def run_one(
+    name: str, overrides: list[str], out: Path, common: list[str], args: argparse.Namespace,
+    base_cache: dict | None = None,
+) -> dict[str, Any]:
     from flowrl.config import resolve_config
     from flowrl.logs import read_metrics
     from flowrl.trainer import Trainer
@@ -93,7 +96,7 @@ def run_one(name: str, overrides: list[str], out: Path, common: list[str], args:
     train_s = time.perf_counter() - start
     eval_args = argparse.Namespace(images_per_task=args.images_per_task, steps=None, guidance=None, seed=0,
                                    out=str(run_dir / "toy_eval"), json=False)  # fmt: skip
-    report = _evaluate_run(eval_args, run_dir)
+    report = _evaluate_run(eval_args, run_dir, base_cache)
     metrics = read_metrics(run_dir / "metrics.jsonl")
     c = curves(metrics)
     result = {
@@ -172,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
+    from flowrl.cli import error_line
+
     try:
         return _compare(args)
     except (ValueError, RuntimeError, FileNotFoundError) as exc:
-        print(f"flowrl: error: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", file=sys.stderr)
+        print(error_line(exc), file=sys.stderr)
         return 2
 
 
@@ -190,10 +195,11 @@ def _compare(args: argparse.Namespace) -> int:
     common = [f"model.path={folder}", *args.overrides]
     if args.iterations is not None:
         common.append(f"train.iterations={args.iterations}")
+    base_cache: dict = {}  # the base model is evaluated once, not once per method
     results = []
     for name, overrides in runs_to_make(args.only).items():
         try:
-            results.append(run_one(name, overrides, out, common, args))
+            results.append(run_one(name, overrides, out, common, args, base_cache))
         except Exception as exc:  # noqa: BLE001 - one failing method must not lose the others' results
             traceback.print_exc()
             results.append({"name": name, "overrides": overrides, "error": str(exc).splitlines()[0][:200]})

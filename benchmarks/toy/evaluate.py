@@ -54,19 +54,10 @@ def generate(
     batch_size: int = 64,
 ) -> torch.Tensor:
     """ODE samples (N, 3, H, W) in [0, 1] of the rows' prompts, initial noise drawn from ``seed``."""
-    from flowrl.plan import ode_plan
-    from flowrl.rollout import rollout
+    from flowrl.rollout import sample_images
 
     noise = adapter.initial_noise(len(rows), torch.Generator(adapter.device).manual_seed(seed))
-    plan = ode_plan(adapter.sigmas(steps))
-    images = []
-    for start in range(0, len(rows), batch_size):
-        chunk = rows[start : start + batch_size]
-        cond = adapter.encode_prompts([r["prompt"] for r in chunk])
-        ids = torch.arange(len(chunk))
-        traj = rollout(adapter, cond, plan, noise[start : start + len(chunk)], ids, guidance)
-        images.append(adapter.decode(traj.final).cpu())
-    return torch.cat(images)
+    return sample_images(adapter, [r["prompt"] for r in rows], noise, steps, guidance, batch_size)
 
 
 def score(images, rows: Sequence[dict]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
