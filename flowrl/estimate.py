@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import re
 import time
 import warnings
@@ -259,9 +258,10 @@ def _read_configs(path: str, revision: str | None) -> tuple[dict, dict, list, st
     from diffusers import AutoencoderKL, SD3Transformer2DModel
     from transformers import CLIPTextConfig, T5Config
 
+    from flowrl.pipelines.sd3 import local_or_hub
+
     kw = {"revision": revision} if revision else {}
-    if path.startswith("~"):  # a local folder named from the home directory, as the toy recipes do
-        path = os.path.expanduser(path)
+    path = local_or_hub(path)
     with warnings.catch_warnings():  # huggingface_hub's deprecation chatter when offline
         warnings.simplefilter("ignore")
         transformer = dict(SD3Transformer2DModel.load_config(path, subfolder="transformer", **kw))

@@ -38,16 +38,20 @@ class HubUnavailableError(RuntimeError):
     """The model is neither a local folder nor reachable on the hub."""
 
 
+def local_or_hub(path: str) -> str:
+    """``model.path`` as diffusers should read it: the local folder (``~`` expanded) when one exists, else
+    the hub id unchanged."""
+    local = Path(path).expanduser()
+    return str(local) if local.exists() else path
+
+
 def load_sd3_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
     """``StableDiffusion3Pipeline.from_pretrained`` from a hub id or a local folder, with a clear error."""
     from diffusers import StableDiffusion3Pipeline
 
     torch_dtype = DTYPES[dtype]
-    local = Path(path).expanduser()
     try:
-        return StableDiffusion3Pipeline.from_pretrained(
-            str(local) if local.exists() else path, torch_dtype=torch_dtype, revision=revision
-        )
+        return StableDiffusion3Pipeline.from_pretrained(local_or_hub(path), torch_dtype=torch_dtype, revision=revision)
     except (OSError, ValueError) as exc:
         offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
         why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else "it could not be fetched"
