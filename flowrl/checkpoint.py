@@ -20,6 +20,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from flowrl.sharding import is_sharded, shard_like, whole_on_main
+
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
@@ -31,24 +33,35 @@ class CheckpointError(RuntimeError):
 
 
 # ------------------------------------------------------------------------------------------ optimizer
-def optimizer_to_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Split ``optimizer.state_dict()`` into tensors (for safetensors) and a JSON-able rest."""
+def optimizer_to_tensors(
+    optimizer: torch.optim.Optimizer, main: bool = True
+) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Split ``optimizer.state_dict()`` into whole CPU tensors (for safetensors) and a JSON-able rest.
+
+    Collective when the state is FSDP-sharded (every process calls it); the tensors come back on the
+    ``main`` process only (``flowrl.sharding.whole_on_main``)."""
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
     for idx, state in sd["state"].items():
         for key, value in state.items():
             if torch.is_tensor(value):
-                tensors[f"{idx}.{key}"] = value.detach().cpu().contiguous()
+                tensors[f"{idx}.{key}"] = value
             else:
                 scalars.setdefault(str(idx), {})[key] = value
-    return tensors, {"param_groups": sd["param_groups"], "scalars": scalars}
+    return whole_on_main(tensors, main), {"param_groups": sd["param_groups"], "scalars": scalars}
 
 
 def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+    """Load what ``optimizer_to_tensors`` wrote; state of a parameter's shape is cut to the parameter's
+    FSDP shard where it has one."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         idx, key = name.split(".", 1)
+        param = params[int(idx)] if int(idx) < len(params) else None
+        if param is not None and is_sharded(param) and value.shape == param.shape:
+            value = shard_like(value.to(param.dtype), param)
         state.setdefault(int(idx), {})[key] = value
     for idx, extra in meta["scalars"].items():
         state.setdefault(int(idx), {}).update(extra)
@@ -105,14 +118,15 @@ def finish_checkpoint(
     tmp: Path,
     iteration: int,
     trainable: dict[str, torch.Tensor],
-    optimizer: torch.optim.Optimizer,
+    optimizer_state: tuple[dict[str, torch.Tensor], dict[str, Any]],
     ema: dict[str, torch.Tensor] | None = None,
     extra: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the weights, optimizer, EMA and state into ``tmp`` and rename it into place (main process)."""
+    """Write the weights, optimizer (``optimizer_to_tensors``'s pair), EMA and state into ``tmp`` and
+    rename it into place (main process). Tensors are whole: see ``flowrl.sharding``."""
     tmp = Path(tmp)
     save_file({k: v.detach().cpu().contiguous() for k, v in trainable.items()}, tmp / "trainable.safetensors")
-    opt_tensors, opt_meta = optimizer_to_tensors(optimizer)
+    opt_tensors, opt_meta = optimizer_state
     save_file(opt_tensors, tmp / "optimizer.safetensors")
     if ema is not None:
         save_file({k: v.detach().cpu().contiguous() for k, v in ema.items()}, tmp / "ema.safetensors")
@@ -139,7 +153,7 @@ def save_checkpoint(
     """Single-process ``begin_checkpoint`` + ``write_rng`` + ``finish_checkpoint`` of ``root/iter-NNNNNN``."""
     tmp = begin_checkpoint(root, iteration)
     write_rng(tmp, 0)
-    return finish_checkpoint(tmp, iteration, trainable, optimizer, ema, extra)
+    return finish_checkpoint(tmp, iteration, trainable, optimizer_to_tensors(optimizer), ema, extra)
 
 
 def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:

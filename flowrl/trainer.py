@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from flowrl import checkpoint as ckpt
+from flowrl import sharding
 from flowrl.advantages import zero_std_ratio
 from flowrl.config import Config, dump_config
 from flowrl.data import GroupSampler, load_prompts
@@ -90,13 +91,13 @@ class Trainer:
 
         self.cfg = cfg
         self.acc = accelerator or Accelerator(mixed_precision=cfg.train.mixed_precision)
-        if self.acc.distributed_type.value == "FSDP":  # refused before any weight loads
+        if self.acc.distributed_type.value == "FSDP" and not self.acc.is_fsdp2:  # before any weight loads
             raise ValueError(
-                "accelerate FSDP is not supported yet (the EMA, checkpoints and LoRA export read whole "
-                "parameters, which FSDP shards): launch with flowrl/recipes/accelerate/ddp.yaml or "
-                "deepspeed_zero2.yaml"
+                "accelerate FSDP1 is not supported (it flattens each block into one tensor of one dtype): set "
+                "fsdp_version: 2 in the accelerate config, as flowrl/recipes/accelerate/fsdp.yaml does"
             )
-        torch.manual_seed(_seed_of(cfg.seed, "init", self.acc.process_index))
+        # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
+        torch.manual_seed(_seed_of(cfg.seed, "init", 0))
         self.out = Path(cfg.output_dir)
         self.prompts = load_prompts(cfg.data.prompts)
         s = cfg.sample
@@ -159,9 +160,16 @@ class Trainer:
         self._deepspeed = self.acc.state.deepspeed_plugin is not None
         if self._deepspeed:
             self._configure_deepspeed()
-        self.model, self.optimizer = self.acc.prepare(transformer, optimizer)
+        self.model, self.optimizer = self._prepare(transformer, optimizer)
+        # FSDP2 swaps each parameter for its shard (a DTensor) in place: take them again
+        self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
+        self.sharded = any(sharding.is_sharded(p) for p in self.trainable.values())
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
         self.optimizer_steps = 0
+
+    def _prepare(self, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer):
+        """Wrap for the launch's strategy (DDP, DeepSpeed, FSDP2) through accelerate."""
+        return self.acc.prepare(transformer, optimizer)
 
     def _configure_deepspeed(self) -> None:
         """DeepSpeed wants a micro-batch size (there is no dataloader to read it from) and does the
@@ -197,10 +205,10 @@ class Trainer:
             )
         with torch.no_grad():
             for name, p in self.trainable.items():
-                p.copy_(state["trainable"][name].to(p.device, p.dtype))
+                p.copy_(sharding.shard_like(state["trainable"][name], p))
         ckpt.optimizer_from_tensors(self.optimizer.optimizer, state["optimizer_tensors"], state["optimizer"])
         if self.ema is not None and state["ema"] is not None:
-            self.ema.shadow = {k: v.to(self.acc.device) for k, v in state["ema"].items()}
+            self.ema.shadow = {k: sharding.shard_like(v, self.ema.shadow[k]) for k, v in state["ema"].items()}
             self.ema.updates = state.get("ema_updates", 0)
         ckpt.set_rng_state(state["rng_tensors"], state["rng"])
         self.optimizer_steps = state.get("optimizer_steps", 0)
@@ -316,7 +324,7 @@ class Trainer:
             self._update_unit(b, adv, in_group, sync, stats, measure=u == 0, enforce=first)
             if sync:
                 grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
-                grad_norm = float("nan") if grad_norm is None else grad_norm  # DeepSpeed before its first step
+                grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
                 self.optimizer_steps += 1
@@ -563,29 +571,45 @@ class Trainer:
         self.acc.wait_for_everyone()
         ckpt.write_rng(tmp, self.acc.process_index)  # every process's RNG
         self.acc.wait_for_everyone()
-        if self.acc.is_main_process:
+        # whole tensors, gathered from FSDP shards by every process and kept by the main one
+        main = self.acc.is_main_process
+        trainable = sharding.whole_on_main(self.trainable, main)
+        optimizer_state = ckpt.optimizer_to_tensors(self.optimizer.optimizer, main)
+        ema = sharding.whole_on_main(self.ema.shadow, main) if self.ema else None
+        if main:
             ckpt.finish_checkpoint(
-                tmp, iterations_done, self.trainable, self.optimizer.optimizer,
-                ema=self.ema.shadow if self.ema else None,
+                tmp, iterations_done, trainable, optimizer_state, ema=ema,
                 extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0,
                        "processes": self.acc.num_processes},
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
-            self.export(self.out)
+        del trainable, optimizer_state, ema
+        self.export(self.out)
         self.acc.wait_for_everyone()
 
     def export(self, run_dir: Path) -> None:
         """The trained weights in diffusers format (EMA weights when enabled): ``lora/`` for LoRA
-        (``pipe.load_lora_weights``), ``transformer/`` for full fine-tuning (``from_pretrained``)."""
+        (``pipe.load_lora_weights``), ``transformer/`` for full fine-tuning (``from_pretrained``).
+
+        Every process calls it (gathering FSDP shards is collective); the main process writes."""
         transformer = self.acc.unwrap_model(self.model)
+        main = self.acc.is_main_process
         with self._ema_weights():
             if self.cfg.train.lora.enabled:
                 from peft.utils import get_peft_model_state_dict
 
-                (run_dir / "lora").mkdir(parents=True, exist_ok=True)
-                self.adapter.save_lora(run_dir / "lora", get_peft_model_state_dict(transformer))
+                state = sharding.whole_on_main(get_peft_model_state_dict(transformer), main)
+                if main:
+                    (run_dir / "lora").mkdir(parents=True, exist_ok=True)
+                    self.adapter.save_lora(run_dir / "lora", state)
             else:
-                transformer.save_pretrained(run_dir / "transformer", safe_serialization=True)
+                state = sharding.whole_on_main(transformer.state_dict(), main)
+                if main:
+                    from huggingface_hub import save_torch_state_dict
+
+                    transformer.save_config(run_dir / "transformer")
+                    save_torch_state_dict(state, run_dir / "transformer", max_shard_size="10GB",
+                                          filename_pattern="diffusion_pytorch_model{suffix}.safetensors")
 
     @contextmanager
     def _ema_weights(self):

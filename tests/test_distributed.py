@@ -1,4 +1,5 @@
-"""Two processes (gloo on CPU, launched by torchrun) against one: same rewards, advantages and losses."""
+"""Two processes (gloo on CPU, launched by torchrun) against one: same rewards, advantages and losses,
+with the transformer replicated (DDP) or sharded (FSDP2), and an FSDP run resumed exactly."""
 
 import json
 import os
@@ -8,30 +9,71 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
+TESTS = Path(__file__).parent
 OVERRIDES = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-             "train.iterations=2", "train.optimizer_steps_per_iteration=1", "train.beta=0.01", "log.save_every=100"]
+             "train.iterations=2", "train.optimizer_steps_per_iteration=1", "train.beta=0.01", "train.ema=true",
+             "train.ema_every=1", "log.save_every=1"]
 KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
         "policy/clip_frac", "policy/grad_norm"]
+ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="torchrun not installed",
+)
 
 
-def _rows(run: Path) -> list[dict]:
-    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+def _run(command: list[str], out: Path, *extra: str) -> list[dict]:
+    done = subprocess.run([*command, f"output_dir={out}", *OVERRIDES, *extra], env=ENV, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-                    reason="torchrun not installed")
-def test_two_processes_match_one(tmp_path):
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, "-m", "flowrl", "train", f"output_dir={tmp_path / 'one'}", *OVERRIDES],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0, one.stderr[-2000:]
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
-    two = subprocess.run([*torchrun, "-m", "flowrl", "train", f"output_dir={tmp_path / 'two'}", *OVERRIDES],
-                         env=env, capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stderr[-2000:]
-    a, b = _rows(tmp_path / "one"), _rows(tmp_path / "two")
-    assert len(a) == len(b) == 2
+def _assert_same_metrics(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
     for x, y in zip(a, b):
         for key in KEYS:
             assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-9), key
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    out = tmp_path_factory.mktemp("one")
+    return out, _run([sys.executable, "-m", "flowrl", "train"], out)
+
+
+def test_two_processes_match_one(tmp_path, one_process):
+    _, one = one_process
+    two = _run([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two")
+    assert len(one) == 2
+    _assert_same_metrics(one, two)
+
+
+def test_fsdp_shards_match_one_process_and_resume_exactly(tmp_path, one_process):
+    """FSDP2 over 2 processes (``_fsdp_train.py`` shards as accelerate would on GPUs): the metrics of one
+    process; checkpoints and the LoRA export hold whole tensors equal to one process's; resuming from
+    the first checkpoint repeats the second iteration exactly."""
+    one_dir, one = one_process
+    fsdp = _run([*TORCHRUN, str(TESTS / "_fsdp_train.py")], tmp_path / "fsdp")
+    _assert_same_metrics(one, fsdp)
+    for name in ("trainable", "optimizer", "ema"):
+        a = load_file(one_dir / "checkpoints" / "iter-000002" / f"{name}.safetensors")
+        b = load_file(tmp_path / "fsdp" / "checkpoints" / "iter-000002" / f"{name}.safetensors")
+        assert a.keys() == b.keys() and len(a) > 0
+        for key in a:
+            assert a[key].shape == b[key].shape, key
+            torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+    lora = "lora/pytorch_lora_weights.safetensors"
+    a, b = load_file(one_dir / lora), load_file(tmp_path / "fsdp" / lora)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
+    resumed = _run([*TORCHRUN, str(TESTS / "_fsdp_train.py")], tmp_path / "resumed",
+                   f"resume={tmp_path / 'fsdp' / 'checkpoints' / 'iter-000001'}")
+    assert [r["iteration"] for r in resumed] == [1]
+    assert {k: resumed[0][k] for k in KEYS} == {k: fsdp[1][k] for k in KEYS}

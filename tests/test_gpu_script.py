@@ -27,11 +27,14 @@ def test_smoke_runs_and_prints_a_table(tmp_path, capsys):
     rows = gpu.main(["--smoke", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "| model | setting | s | images/s | peak GiB | estimate s | estimate peak GiB |" in printed
-    assert [r["model"].split(" ")[0] for r in rows] == ["SD3.5-M", "Wan2.1-1.3B", "Wan2.1-1.3B", "Wan2.1-1.3B"]
+    assert [r["model"].split(" ")[0] for r in rows] == ["SD3.5-M"] * 3 + ["Wan2.1-1.3B"] * 3
+    assert [r["model"] for r in rows[1:3]] == ["SD3.5-M rollout overhead", "SD3.5-M update overhead"]
+    assert all(r["ratio"] == r["seconds"] / r["bare_seconds"] > 0 for r in rows[1:3])
+    assert "| side by side | flowrl s | bare s | flowrl / bare |" in printed
     sd3 = rows[0]
     assert sd3["seconds"] > 0 and sd3["images_per_s"] > 0 and sd3["est_peak_gib"] > 0
     assert sd3["onpolicy_logp_diff"] == 0.0  # fp32 on CPU: the update recomputes the rollout's log-probs
-    assert all(r["seconds"] > 0 for r in rows[1:])
+    assert all(r["seconds"] > 0 for r in rows[3:])
     assert json.loads(out.read_text())[0]["model"] == sd3["model"]
 
 
@@ -50,7 +53,7 @@ def fresh_accelerate_state():
 def test_smoke_in_bf16_autocast(fresh_accelerate_state):
     """The GPU run's dtype plumbing (16-bit weights, fp32 LoRA, autocast through accelerate, Wan's
     fp32-kept modules), here in bf16 on the CPU."""
-    rows = gpu.main(["--smoke", "--precision", "bf16", "--iterations", "1", "--repeats", "1"])
+    rows = gpu.main(["--smoke", "--precision", "bf16", "--iterations", "1", "--repeats", "1", "--overhead-repeats", "0"])
     assert "bf16" in rows[0]["setting"] and rows[0]["seconds"] > 0
     assert all(r["seconds"] > 0 for r in rows[1:])
 
@@ -106,11 +109,14 @@ def test_accelerate_config_is_a_valid_launch_config(name, path):
     assert loaded.distributed_type.value == EXPECTED[name]
     if name == "fsdp.yaml":
         fsdp = data["fsdp_config"]
-        assert fsdp["fsdp_sharding_strategy"] == "FULL_SHARD" and fsdp["fsdp_use_orig_params"] is True
+        assert fsdp["fsdp_version"] == 2 and fsdp["fsdp_reshard_after_forward"] is True  # FULL_SHARD
         assert fsdp["fsdp_auto_wrap_policy"] == "TRANSFORMER_BASED_WRAP"
-        from diffusers.models.attention import JointTransformerBlock
+        # no class named: accelerate wraps the model's _no_split_modules, the blocks of each model family
+        assert "fsdp_transformer_layer_cls_to_wrap" not in fsdp
+        from diffusers import SD3Transformer2DModel, WanTransformer3DModel
 
-        assert fsdp["fsdp_transformer_layer_cls_to_wrap"] == JointTransformerBlock.__name__
+        assert SD3Transformer2DModel._no_split_modules == ["JointTransformerBlock"]
+        assert WanTransformer3DModel._no_split_modules == ["WanTransformerBlock"]
     if name == "deepspeed_zero2.yaml":
         assert data["deepspeed_config"]["zero_stage"] == 2
 

@@ -52,13 +52,13 @@ def test_deepspeed_config_refuses_what_changes_the_result(config, match):
         _configure(config, max_grad_norm=0.5)
 
 
-def test_fsdp_is_refused_before_loading_anything():
+def test_fsdp1_is_refused_before_loading_anything():
     from types import SimpleNamespace
 
     from accelerate.utils import DistributedType
 
     from flowrl.trainer import Trainer
 
-    fake = SimpleNamespace(distributed_type=DistributedType.FSDP)
-    with pytest.raises(ValueError, match="accelerate FSDP is not supported yet"):
+    fake = SimpleNamespace(distributed_type=DistributedType.FSDP, is_fsdp2=False)
+    with pytest.raises(ValueError, match="accelerate FSDP1 is not supported .* set fsdp_version: 2"):
         Trainer(resolve_config("tiny-cpu", []), accelerator=fake)

@@ -3,7 +3,7 @@
     python -m flowrl.benchmarks.perf.gpu [--json out.json]   # on a GPU: about 3-5 minutes
     python -m flowrl.benchmarks.perf.gpu --smoke             # the same code at toy sizes: seconds on a CPU
 
-Two measurements, each printed as it finishes, then one Markdown table:
+Two models, each figure printed as it is measured, then Markdown tables:
 
 * **SD3.5-Medium through flowrl's Trainer**: the transformer at its published config (2.24B), the SD3
   VAE, and CLIP-L, CLIP-G and the T5-XXL encoder at their real configs (``--shallow-text-encoders``: at
@@ -13,7 +13,8 @@ Two measurements, each printed as it finishes, then one Markdown table:
   reward (offline, cheap). Reports seconds per iteration (the last of ``--iterations``, the first warms
   up), images/s, peak GiB (``torch.cuda.max_memory_allocated``) and the phases, next to
   ``flowrl.estimate``'s prediction for the same configuration. The step-0 on-policy check is reported,
-  not enforced.
+  not enforced. Then ``benchmarks.perf.overhead``'s side-by-side ratios at this size: the rollout with
+  log-probs over a bare pipeline call, and the update over bare forwards+backwards.
 * **Wan2.1-T2V-1.3B transformer** (``WanTransformer3DModel`` at its published config, 1.42B): seconds
   per no-grad forward and per forward+backward (LoRA on the attention projections, bf16 autocast) at a
   video latent of 81 frames at 480x832 (16 x 21 x 60 x 104, 32,760 tokens) and 512 text tokens, without
@@ -295,7 +296,9 @@ def _trainer_with(cfg, pipe, device: torch.device):
         return Trainer(cfg)
 
 
-def bench_sd35m(scale: Scale, device: torch.device, iterations: int, clock: Clock, precision: str) -> list[dict]:
+def bench_sd35m(
+    scale: Scale, device: torch.device, iterations: int, clock: Clock, precision: str, repeats: int = 3
+) -> list[dict]:
     from flowrl.estimate import estimate
     from flowrl.pipelines.sd3 import DTYPES
 
@@ -328,6 +331,7 @@ def bench_sd35m(scale: Scale, device: torch.device, iterations: int, clock: Cloc
                 f"{metrics['throughput/images_per_s']:.2f} images/s, peak {metrics['memory/peak_gib']:.2f} GiB, "
                 + ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in metrics.items() if k.startswith("timing_s/"))
             )
+        ratios = _overhead(trainer, clock, metrics["timing_s/iteration"], repeats) if repeats else []
     phases = {k.split("/")[1]: round(v, 3) for k, v in metrics.items() if k.startswith("timing_s/")}
     clock.say(
         f"on-policy log-prob gap at the first update: {first_gap:.3g} (train.onpolicy_tol {cfg.train.onpolicy_tol:g})"
@@ -346,8 +350,31 @@ def bench_sd35m(scale: Scale, device: torch.device, iterations: int, clock: Cloc
             "onpolicy_logp_diff": first_gap,
         }
     )
+    rows += ratios
     del trainer, pipe
     _reset_peak(device)
+    return rows
+
+
+def _overhead(trainer, clock: Clock, iteration_s: float, repeats: int) -> list[dict]:
+    """``benchmarks.perf.overhead``'s side-by-side ratios at this size: flowrl's rollout with log-probs vs a
+    bare pipeline call, and flowrl's update vs bare forwards+backwards of the same transformer calls."""
+    from flowrl.benchmarks.perf.overhead import bench_rollout, bench_update
+
+    rows = []
+    for what, fn, setting in (
+        ("rollout", bench_rollout, "SDE rollout with log-probs vs a bare StableDiffusion3Pipeline call (latents out)"),
+        ("update", bench_update, "update (log-probs, clipped loss, backward, AdamW) vs bare forwards+backwards"),
+    ):
+        # each side runs 1 + repeats times, each a fraction of an iteration
+        if clock.left() < (1 + repeats) * iteration_s:
+            clock.say(f"skipping the {what} overhead: time budget")
+            continue
+        ours, bare = fn(trainer, repeats)
+        clock.say(f"{what}: flowrl {ours:.3f} s, bare {bare:.3f} s, ratio {ours / bare:.3f}")
+        rows.append({"model": f"SD3.5-M {what} overhead", "setting": setting, "seconds": ours, "bare_seconds": bare,
+                     "ratio": ours / bare, "images_per_s": float("nan"), "peak_gib": float("nan"),
+                     "est_seconds": float("nan"), "est_peak_gib": float("nan")})
     return rows
 
 
@@ -462,10 +489,17 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        if "ratio" in r:
+            continue
         lines.append(
             f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['images_per_s'])} | "
             f"{num(r['peak_gib'])} | {num(r['est_seconds'])} | {num(r['est_peak_gib'])} |"
         )
+    ratios = [r for r in rows if "ratio" in r]
+    if ratios:
+        lines += ["", "| side by side | flowrl s | bare s | flowrl / bare |", "|---|---|---|---|"]
+        lines += [f"| {r['model']}: {r['setting']} | {num(r['seconds'], 3)} | {num(r['bare_seconds'], 3)} | "
+                  f"{num(r['ratio'], 3)} |" for r in ratios]
     return "\n".join(lines)
 
 
@@ -484,6 +518,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan")
     p.add_argument("--iterations", type=int, default=2, help="flowrl iterations of SD3.5-M (the first warms up)")
     p.add_argument("--repeats", type=int, default=3, help="timed Wan calls (median), after one warm-up")
+    p.add_argument(
+        "--overhead-repeats", type=int, default=3, help="side-by-side rollout and update timings of SD3.5-M (0: skip)"
+    )
     p.add_argument(
         "--precision",
         choices=["auto", "fp32", "fp16", "bf16"],
@@ -507,7 +544,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     what = args.what.split(",")
     if "sd35m" in what:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
-        rows += bench_sd35m(scale, device, args.iterations, clock, precision)
+        rows += bench_sd35m(scale, device, args.iterations, clock, precision, args.overhead_repeats)
     if "wan" in what:
         precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
         rows += bench_wan(scale, device, args.repeats, clock, precision)

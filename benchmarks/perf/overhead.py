@@ -62,13 +62,13 @@ def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, 
     return statistics.median(t_ours), statistics.median(t_bare)
 
 
-def _trainer(size: str, steps: int, batch: int, out: str) -> Trainer:
+def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> Trainer:
     preset, res = SIZES[size]
     cfg = resolve_config("tiny-cpu", [
         f"output_dir={out}", f"model.tiny_size={preset}", f"model.resolution={res}",
         f"sample.num_steps={steps}", f"sample.batch_size={batch}", "sample.group_size=2",
         f"sample.prompts_per_iteration={batch // 2}", "train.optimizer_steps_per_iteration=1",
-        "train.beta=0", "train.onpolicy_check=false",
+        f"train.beta={beta}", "train.onpolicy_check=false",
     ])
     return Trainer(cfg)
 
@@ -151,10 +151,11 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float]:
 BENCHES = {"rollout": bench_rollout, "update": bench_update, "iteration": bench_iteration}
 
 
-def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None) -> list[dict]:
+def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None,
+        beta: float = 0.0) -> list[dict]:
     rows = []
     for size in sizes:
-        tr = _trainer(size, steps, batch, f"{out}/{size}")
+        tr = _trainer(size, steps, batch, f"{out}/{size}", beta)
         params = sum(p.numel() for p in tr.adapter.transformer.parameters() if not p.requires_grad)
         for name in what or list(BENCHES):
             fn = BENCHES[name]
@@ -174,10 +175,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
     p.add_argument("--what", default="rollout,update,iteration", help="which comparisons to run")
+    p.add_argument("--beta", type=float, default=0.0,
+                   help="train.beta: above 0 flowrl's update adds a no-grad reference forward per trained step, "
+                        "which the bare side does not do")
     p.add_argument("--json", default=None, help="also write the rows as JSON")
     args = p.parse_args(argv)
     torch.manual_seed(0)
-    rows = run(args.sizes.split(","), args.repeats, args.steps, args.batch, args.out, args.what.split(","))
+    rows = run(args.sizes.split(","), args.repeats, args.steps, args.batch, args.out, args.what.split(","), args.beta)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
