@@ -78,13 +78,17 @@ BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 # the tiny-cpu Trainer (diffusers and transformers import their model modules lazily).
 CPU_RUNTIME_GIB = 0.95
 
-# Sustained FLOP/s assumed for CUDA when no GPU is here to measure: an H100-class GPU at about 40 % of
-# its dense peak (989 TFLOP/s bf16/fp16, 67 TFLOP/s fp32 without TF32).
-CUDA_FLOPS = {"16-bit": 400e12, "fp32": 30e12}
+# Sustained FLOP/s assumed for CUDA when no GPU is here to measure: an H100-class GPU at about 20 % of
+# its dense 16-bit peak (989 TFLOP/s), as measured below, and 45 % of its 67 TFLOP/s fp32 (not measured).
+CUDA_FLOPS = {"16-bit": 200e12, "fp32": 30e12}
 # The share of a large matmul's measured rate that a whole diffusion transformer forward and backward
 # reaches (norms, attention, elementwise ops and small matmuls run below the peak). CPU: the 70m preset's
 # forward ran at 25 GFLOP/s against 21-37 GFLOP/s for 1024^2 matmuls on one thread of the CI machine.
-MATMUL_EFFICIENCY = {"cpu": 0.8, "cuda": 0.6}
+# CUDA: an SD3.5-Medium iteration at 512 px in fp16 on an H200 (benchmarks/perf/gpu.py, 2026-11-30) took
+# 15.95 s where this estimate, with 0.6 of the measured 16-bit matmul rate, said 8.32 s: its 3.0 PFLOP ran
+# at about 200 TFLOP/s, 0.3 of that matmul rate. The 16-bit constant above (for an absent GPU) is that
+# sustained rate (an H100 computes at an H200's rate).
+MATMUL_EFFICIENCY = {"cpu": 0.8, "cuda": 0.3}
 # Seconds of overhead per transformer call (forward, or backward counted as one more call), as
 # (fixed, per layer): Python and module dispatch on CPU, kernel launches on CUDA. CPU values measured
 # on the CI machine with the tiny presets (15 ms a forward with 2 layers, 73 ms with 4 of which 52 are
