@@ -41,9 +41,13 @@ class ModelConfig:
     dtype: str = "fp32"  # dtype of the frozen weights: fp32 | fp16 | bf16
     resolution: int = 512
     max_sequence_length: int = 128  # T5 tokens
+    # distinct prompts whose embeddings stay on the device (least recently used dropped); 0: none kept
+    prompt_cache: int = 1024
 
     def __post_init__(self):
         _choice("model.dtype", self.dtype, ("fp32", "fp16", "bf16"))
+        if self.prompt_cache < 0:
+            raise ConfigError(f"model.prompt_cache: must be >= 0, got {self.prompt_cache}")
         _choice("model.tiny_size", self.tiny_size, ("tiny", "small", "70m"))
         _positive("model.resolution", self.resolution)
         if self.resolution % 16:

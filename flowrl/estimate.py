@@ -16,7 +16,8 @@ configs as the offline fallback. Parameters are counted there.
   with several processes; full fine-tuning with ``train.beta > 0`` also keeps a frozen reference copy,
   and under autocast the fp16 copies of the fp32 weights (2 P) are cached during each training forward;
 * rollout buffers: every local sample keeps its (T+1) latents in fp32 and its prompt embedding until the
-  update; the prompt-embedding cache keeps one embedding per distinct prompt seen;
+  update; the prompt-embedding cache keeps one embedding per distinct prompt seen, up to
+  ``model.prompt_cache``;
 * training activations, per row of one training forward (a row is one sample and one CFG branch):
   ``act = D * sum_layers(a_img * N_img + a_txt * N_txt)`` bytes, where D is the hidden width and a the
   bytes saved for backward per token, per layer and per unit of width. The a's are measured, not
@@ -652,11 +653,12 @@ def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: s
     mem["rollout buffers"] = n_local * ((s.num_steps + 1) * m.latent_elems * 4 + m.cond_elems * bw)
     n_prompts = _prompt_count(cfg)
     if n_prompts:
-        mem["prompt-embedding cache"] = n_prompts * m.cond_elems * bw
-        if n_prompts * m.cond_elems * bw > GIB:
+        cached = min(n_prompts, cfg.model.prompt_cache)
+        mem["prompt-embedding cache"] = cached * m.cond_elems * bw
+        if cached * m.cond_elems * bw > GIB:
             notes.append(
-                f"the prompt-embedding cache grows to all {n_prompts} prompts "
-                f"({n_prompts * m.cond_elems * bw / GIB:.1f} GiB on the device)"
+                f"the prompt-embedding cache grows to {cached} of the {n_prompts} prompts "
+                f"({cached * m.cond_elems * bw / GIB:.1f} GiB on the device; lower model.prompt_cache)"
             )
     if device == "cpu":
         mem["decoded images"] = n_local * 3 * cfg.model.resolution**2 * 4

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from collections import OrderedDict
 from pathlib import Path
 
 import torch
@@ -73,6 +74,7 @@ class SD3Adapter:
         max_sequence_length: int = 128,
         device: torch.device | str = "cpu",
         vae_dtype: torch.dtype = torch.float32,
+        prompt_cache: int = 1024,
     ):
         self.pipe = pipe
         self.device = torch.device(device)
@@ -92,7 +94,8 @@ class SD3Adapter:
             pipe.enable_xformers_memory_efficient_attention()
         # one private scheduler copy: sigmas are read from it, never stepped
         self._scheduler = copy.deepcopy(pipe.scheduler)
-        self._cache: dict[str, Conditioning] = {}
+        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
+        self.prompt_cache = prompt_cache
         self._negative: Conditioning | None = None
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
         # ModelMixin.dtype walks every parameter: far too slow to ask once per denoising step
@@ -112,7 +115,8 @@ class SD3Adapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device)
+        return cls(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
+                   prompt_cache=model_cfg.prompt_cache)
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -132,13 +136,20 @@ class SD3Adapter:
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
     def encode_prompts(self, prompts: list[str]) -> Conditioning:
-        """Embeddings of ``prompts`` (B, L, D) and (B, P); each distinct prompt is encoded once and cached."""
+        """Embeddings of ``prompts`` (B, L, D) and (B, P). Each distinct prompt of the call is encoded once;
+        the ``prompt_cache`` most recently used ones are kept for later calls."""
         missing = sorted({p for p in prompts if p not in self._cache})
+        found = {p: self._cache[p] for p in prompts if p in self._cache}
         if missing:
             fresh = self._encode(missing)
-            for i, p in enumerate(missing):
-                self._cache[p] = {k: v[i : i + 1] for k, v in fresh.items()}
-        rows = [self._cache[p] for p in prompts]
+            found.update({p: {k: v[i : i + 1].clone() for k, v in fresh.items()} for i, p in enumerate(missing)})
+        if self.prompt_cache:
+            for p in dict.fromkeys(prompts):
+                self._cache[p] = found[p]
+                self._cache.move_to_end(p)
+            while len(self._cache) > self.prompt_cache:
+                self._cache.popitem(last=False)
+        rows = [found[p] for p in prompts]
         return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
 
     def negative_conditioning(self, n: int) -> Conditioning:

@@ -61,6 +61,7 @@ CASES = [
     (V + ["sample.window_size=2", "sample.window_range=[4, 5]"], "sample.window_range: [4, 5] must be [lo, hi]"),
     (V + ["sample.batch_size=0"], "sample.batch_size: must be > 0"),
     (V + ["model.resolution=33"], "model.resolution: must be a multiple of 16"),
+    (V + ["model.prompt_cache=-1"], "model.prompt_cache: must be >= 0, got -1"),
     (V + ["model.dtype=fp8"], "model.dtype: 'fp8' is not one of fp32, fp16, bf16"),
     (V + ["model.tiny_size=huge"], "model.tiny_size: 'huge' is not one of tiny, small, 70m"),
     (V + ["log.keep_last=0"], "log.keep_last: must be > 0"),

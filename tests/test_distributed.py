@@ -12,12 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from flowrl.benchmarks.perf.strategies import KEYS, OVERRIDES  # the GPU check runs the same comparison
+
 TESTS = Path(__file__).parent
-OVERRIDES = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-             "train.iterations=2", "train.optimizer_steps_per_iteration=1", "train.beta=0.01", "train.ema=true",
-             "train.ema_every=1", "log.save_every=1"]
-KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
-        "policy/clip_frac", "policy/grad_norm"]
 ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
 

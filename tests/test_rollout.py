@@ -84,6 +84,25 @@ def test_prompt_embeddings_are_encoded_once_per_prompt(adapter, monkeypatch):
     assert torch.equal(cond["prompt_embeds"][0], cond["prompt_embeds"][3])
 
 
+def test_the_prompt_cache_keeps_the_most_recently_used(adapter, monkeypatch):
+    seen = []
+    real = adapter._encode
+    monkeypatch.setattr(adapter, "_encode", lambda prompts: seen.append(list(prompts)) or real(prompts))
+    monkeypatch.setattr(adapter, "prompt_cache", 2)
+    adapter.clear_cache()
+    first = adapter.encode_prompts(["a cat", "a dog", "a cat"])
+    adapter.encode_prompts(["a cat", "a red apple"])  # "a dog" is now the least recently used: dropped
+    assert list(adapter._cache) == ["a cat", "a red apple"]
+    again = adapter.encode_prompts(["a dog", "a cat"])
+    assert seen == [["a cat", "a dog"], ["a red apple"], ["a dog"]]
+    torch.testing.assert_close(again["prompt_embeds"][0], first["prompt_embeds"][1])
+    assert list(adapter._cache) == ["a dog", "a cat"]
+    monkeypatch.setattr(adapter, "prompt_cache", 0)  # nothing kept
+    adapter.clear_cache()
+    assert adapter.encode_prompts(["a cat", "a cat"])["prompt_embeds"].shape[0] == 2 and not adapter._cache
+    adapter.clear_cache()
+
+
 def test_ode_plan_matches_the_diffusers_pipeline(adapter):
     """Our Euler rollout with noise level 0 reproduces StableDiffusion3Pipeline's own sampler."""
     prompts = ["a red apple on a table", "a cat"]
