@@ -163,7 +163,6 @@ class Trainer:
         self.model, self.optimizer = self._prepare(transformer, optimizer)
         # FSDP2 swaps each parameter for its shard (a DTensor) in place: take them again
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
-        self.sharded = any(sharding.is_sharded(p) for p in self.trainable.values())
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
         self.optimizer_steps = 0
 

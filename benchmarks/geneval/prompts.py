@@ -151,19 +151,22 @@ def write_prompts(path: str | Path, seed: int = 43, n: int = 100, prompts_txt: s
 # ---------------------------------------------------------------------------------------- validation
 
 
-def _check_clause(clause: Any, where: str, index: int, exclude: bool) -> None:
+def _check_clause(
+    clause: Any, where: str, index: int, exclude: bool, classes: tuple[str, ...], colors: tuple[str, ...]
+) -> None:
     allowed = {"class", "count"} if exclude else {"class", "count", "color", "position"}
     if not isinstance(clause, dict):
         raise MetadataError(f"{where}: clause {index} is {type(clause).__name__}, expected an object")
     if extra := sorted(set(clause) - allowed):
         raise MetadataError(f"{where}: clause {index} has unknown key(s) {extra}; allowed: {sorted(allowed)}")
-    if clause.get("class") not in CLASSES:
-        raise MetadataError(f"{where}: clause {index} class {clause.get('class')!r} is not a GenEval (COCO) class")
+    if clause.get("class") not in classes:
+        vocabulary = "a GenEval (COCO) class" if classes is CLASSES else f"one of {list(classes)}"
+        raise MetadataError(f"{where}: clause {index} class {clause.get('class')!r} is not {vocabulary}")
     count = clause.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise MetadataError(f"{where}: clause {index} count {count!r} must be an integer >= 1")
-    if "color" in clause and clause["color"] not in COLORS:
-        raise MetadataError(f"{where}: clause {index} color {clause['color']!r} not in {list(COLORS)}")
+    if "color" in clause and clause["color"] not in colors:
+        raise MetadataError(f"{where}: clause {index} color {clause['color']!r} not in {list(colors)}")
     if "position" in clause:
         _check_position(clause["position"], where, index)
 
@@ -179,8 +182,11 @@ def _check_position(position: Any, where: str, index: int) -> None:
         raise MetadataError(f"{where}: clause {index} position target {target!r} must index an earlier include clause")
 
 
-def check_metadata(row: Any, where: str = "metadata") -> Row:
-    """Validate one metadata row; raise ``MetadataError`` with a one-line message naming ``where``."""
+def check_metadata(
+    row: Any, where: str = "metadata", classes: tuple[str, ...] = CLASSES, colors: tuple[str, ...] = COLORS
+) -> Row:
+    """Validate one metadata row; raise ``MetadataError`` with a one-line message naming ``where``.
+    ``classes`` and ``colors``: the vocabulary (GenEval's; the toy world passes its own)."""
     if not isinstance(row, dict):
         raise MetadataError(f"{where}: expected a JSON object, got {type(row).__name__}")
     if row.get("tag") not in TASKS:
@@ -192,9 +198,9 @@ def check_metadata(row: Any, where: str = "metadata") -> Row:
     if not isinstance(row.get("exclude", []), list):
         raise MetadataError(f"{where}: 'exclude' must be a list of clauses")
     for i, clause in enumerate(row["include"]):
-        _check_clause(clause, where, i, exclude=False)
+        _check_clause(clause, where, i, False, classes, colors)
     for i, clause in enumerate(row.get("exclude", [])):
-        _check_clause(clause, f"{where} (exclude)", i, exclude=True)
+        _check_clause(clause, f"{where} (exclude)", i, True, classes, colors)
     return row
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
-import inspect
 import json
 import math
 import os
@@ -282,16 +281,15 @@ def _sd35m_config(scale: Scale, folder: Path, iterations: int, precision: str):
 
 
 def _trainer_with(cfg, pipe, device: torch.device):
-    """flowrl's Trainer around the in-memory pipeline: through ``Trainer(cfg, adapter=...)`` where the
-    Trainer takes one, else by standing in for ``SD3Adapter.from_config`` while it is built."""
+    """flowrl's Trainer around the in-memory pipeline, standing in for ``SD3Adapter.from_config`` while
+    the Trainer is built."""
     from flowrl.pipelines.sd3 import SD3Adapter
     from flowrl.trainer import Trainer
 
     def make(model_cfg, device=device, seed=0):
-        return SD3Adapter(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device)
+        return SD3Adapter(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
+                          prompt_cache=model_cfg.prompt_cache)
 
-    if "adapter" in inspect.signature(Trainer.__init__).parameters:
-        return Trainer(cfg, adapter=make(cfg.model))
     with mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))):
         return Trainer(cfg)
 

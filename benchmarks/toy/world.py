@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 from flowrl.benchmarks.geneval.constants import NUMBER_WORDS, RELATIONS, TASKS
-from flowrl.benchmarks.geneval.prompts import plural, with_article
+from flowrl.benchmarks.geneval.prompts import check_metadata, plural, with_article
 from flowrl.benchmarks.geneval.rules import relative_position
 
 CLASSES: tuple[str, ...] = ("circle", "square", "triangle")
@@ -162,30 +162,9 @@ def write_rows(rows: Sequence[Row], path: str | Path) -> Path:
 
 
 def check_row(row: Any, where: str = "toy metadata") -> Row:
-    """Validate a toy row (GenEval's schema over the toy vocabulary); one-line ``ValueError`` otherwise."""
-    if not isinstance(row, dict) or row.get("tag") not in TASKS:
-        raise ValueError(f"{where}: expected a GenEval-style row with tag in {list(TASKS)}")
-    clauses = row.get("include")
-    if not isinstance(clauses, list) or not clauses:
-        raise ValueError(f"{where}: 'include' must be a non-empty list of clauses")
-    for i, clause in enumerate([*clauses, *row.get("exclude", [])]):
-        if not isinstance(clause, dict) or clause.get("class") not in CLASSES:
-            raise ValueError(f"{where}: clause {i} class must be one of {list(CLASSES)}, got {clause!r}")
-        count = clause.get("count")
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"{where}: clause {i} count must be an integer >= 1, got {count!r}")
-        if "color" in clause and clause["color"] not in PALETTE:
-            raise ValueError(f"{where}: clause {i} color must be one of {list(COLORS)}, got {clause['color']!r}")
-        pos = clause.get("position")
-        if pos is not None and not (
-            isinstance(pos, list)
-            and len(pos) == 2
-            and pos[0] in RELATIONS
-            and isinstance(pos[1], int)
-            and 0 <= pos[1] < i
-        ):
-            raise ValueError(f"{where}: clause {i} position must be [relation, earlier clause], got {pos!r}")
-    return row
+    """Validate a toy row: GenEval's schema and checks over the toy shapes and colours (a one-line
+    ``MetadataError``, a ``ValueError``, otherwise)."""
+    return check_metadata(row, where, classes=CLASSES, colors=COLORS)
 
 
 # ------------------------------------------------------------------------------------------ rendering
