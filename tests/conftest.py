@@ -10,6 +10,15 @@ import torch  # noqa: E402
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+@pytest.fixture
+def one_thread():
+    """Toy-sized ops: on shared cores a second thread mostly waits for the first (about 10 ms an op)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tiny_cfg_overrides():
     """Overrides that make the tiny-cpu recipe as small as a test wants."""

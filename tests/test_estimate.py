@@ -24,13 +24,7 @@ from flowrl.estimate import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Toy-sized ops: on shared cores a second thread mostly waits for the first (about 10 ms an op)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _narrow_sd35(layers: int = 4, heads: int = 4, side: int = 32):

@@ -13,13 +13,7 @@ import yaml
 from flowrl.benchmarks.perf import gpu
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Toy-sized ops: on shared cores a second thread mostly waits for the first (about 10 ms an op)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_smoke_runs_and_prints_a_table(tmp_path, capsys):
