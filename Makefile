@@ -23,7 +23,7 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	HF_HUB_OFFLINE=1 $(BIN)/flowrl train
+	HF_HUB_OFFLINE=1 $(BIN)/flowrl train overwrite=true  # a rerun replaces the previous demo run
 
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q

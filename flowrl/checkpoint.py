@@ -1,11 +1,14 @@
 """Checkpoints in safetensors + JSON (no pickle): trainable weights, optimizer, EMA, RNG, iteration.
 
 A checkpoint folder is written under a temporary name and renamed when complete, so a run killed while
-saving never leaves a half-written folder that ``latest_checkpoint`` would pick up.
+saving never leaves a half-written folder that ``latest_checkpoint`` would pick up. ``state.json``, written
+last, records the byte size and sha256 of every other file; loading checks them, and ``latest_checkpoint``
+skips (with a warning) a checkpoint damaged after it was written.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -29,7 +32,7 @@ _NAME = re.compile(r"^iter-(\d+)$")
 
 
 class CheckpointError(RuntimeError):
-    pass
+    """A checkpoint that cannot be used: incomplete, corrupt, or not matching the model. One line."""
 
 
 # ------------------------------------------------------------------------------------------ optimizer
@@ -130,7 +133,7 @@ def finish_checkpoint(
     save_file(opt_tensors, tmp / "optimizer.safetensors")
     if ema is not None:
         save_file({k: v.detach().cpu().contiguous() for k, v in ema.items()}, tmp / "ema.safetensors")
-    state = {"iteration": iteration, "optimizer": opt_meta, **(extra or {})}
+    state = {"iteration": iteration, "optimizer": opt_meta, **(extra or {}), "files": file_checksums(tmp, sync=True)}
     with open(tmp / STATE_FILE, "w") as f:  # written last: its presence marks a complete checkpoint
         json.dump(state, f)
         f.flush()
@@ -139,6 +142,7 @@ def finish_checkpoint(
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
+    _remember_intact(final)
     return final
 
 
@@ -157,11 +161,12 @@ def save_checkpoint(
 
 
 def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:
-    """Read a checkpoint folder; the RNG states are this ``rank``'s (rank 0's if it has none)."""
+    """Read a checkpoint folder after ``verify_checkpoint``; the RNG states are this ``rank``'s (rank 0's if it
+    has none)."""
     path = Path(path)
     if not (path / STATE_FILE).is_file():
         raise CheckpointError(f"resume={str(path)!r}: not a complete flowrl checkpoint (no {STATE_FILE})")
-    state = json.loads((path / STATE_FILE).read_text())
+    state = verify_checkpoint(path)
     state["trainable"] = load_file(path / "trainable.safetensors")
     state["optimizer_tensors"] = load_file(path / "optimizer.safetensors")
     state["ema"] = load_file(path / "ema.safetensors") if (path / "ema.safetensors").exists() else None
@@ -173,6 +178,116 @@ def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:
     return state
 
 
+# ------------------------------------------------------------------------------------------ integrity
+_CHUNK = 8 << 20
+_intact: set[tuple] = set()  # stat signatures of folders verified (or written) by this process
+
+
+def file_checksum(path: Path, sync: bool = False) -> dict[str, Any]:
+    """``{"bytes": size, "sha256": hex}`` of one file, read in 8 MiB chunks; ``sync``: fsync it too."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+        if sync:
+            os.fsync(f.fileno())
+    return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def file_checksums(folder: Path, sync: bool = False) -> dict[str, dict[str, Any]]:
+    """Size and sha256 of every file in ``folder`` except ``state.json``, by file name."""
+    files = [p for p in sorted(Path(folder).iterdir()) if p.is_file() and p.name != STATE_FILE]
+    return {p.name: file_checksum(p, sync) for p in files}
+
+
+def _signature(path: Path) -> tuple:
+    """Name, size and modification time of each file: a cheap stand-in for "unchanged since verified"."""
+    stats = [(p.name, p.stat()) for p in sorted(path.iterdir()) if p.is_file()]
+    return (str(path.resolve()), *((n, s.st_ino, s.st_size, s.st_mtime_ns, s.st_ctime_ns) for n, s in stats))
+
+
+def _remember_intact(path: Path) -> None:
+    _intact.add(_signature(path))
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """A checkpoint's ``state.json``, or a CheckpointError naming the folder and the file."""
+    path = Path(path)
+    if not (path / STATE_FILE).is_file():
+        raise CheckpointError(f"checkpoint {path}: not a complete flowrl checkpoint (no {STATE_FILE})")
+    try:
+        state = json.loads((path / STATE_FILE).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        why = f"not valid JSON: {exc}"
+        raise CheckpointError(f"checkpoint {path}: {STATE_FILE} is corrupt or truncated ({why})") from None
+    if not isinstance(state, dict) or "iteration" not in state:
+        raise CheckpointError(f"checkpoint {path}: {STATE_FILE} is corrupt (no 'iteration')")
+    return state
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """``read_state`` and check every file it lists: present, of its recorded size and sha256. Returns the
+    state. A checkpoint written before checksums were recorded is only checked for its files' presence."""
+    path = Path(path)
+    state = read_state(path)
+    files = state.get("files")
+    needed = files or {"trainable.safetensors": None, "optimizer.safetensors": None, "rng-rank0.safetensors": None}
+    for name in needed:
+        if not (path / name).is_file():
+            raise CheckpointError(f"checkpoint {path}: {name} is missing")
+    if not files or _signature(path) in _intact:
+        return state
+    for name, want in files.items():
+        size = (path / name).stat().st_size
+        if size != want["bytes"]:
+            raise CheckpointError(f"checkpoint {path}: {name} is corrupt or truncated "
+                                  f"({size} bytes, {want['bytes']} written)")
+        if file_checksum(path / name)["sha256"] != want["sha256"]:
+            raise CheckpointError(f"checkpoint {path}: {name} is corrupt or truncated (checksum mismatch)")
+    _remember_intact(path)
+    return state
+
+
+def check_trainable_against(state_trainable: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
+                            path: str | Path) -> None:
+    """Refuse a checkpoint's trainable tensors that do not fit ``params`` (the model's trainable parameters by
+    name): a tensor the model trains but the checkpoint lacks, one the checkpoint holds but the model does
+    not train, or a shape mismatch (reported first). The message names the tensor, both shapes and the likely
+    config key."""
+    where = f"checkpoint {path}"
+    if not state_trainable:
+        raise CheckpointError(f"{where}: holds no trainable tensors")
+    lora_here, lora_there = any(_is_lora(n) for n in params), any(_is_lora(n) for n in state_trainable)
+    if lora_here != lora_there:
+        kinds = {True: "LoRA", False: "full-weight"}
+        raise CheckpointError(f"{where}: holds {kinds[lora_there]} tensors but the model trains {kinds[lora_here]} "
+                              f"ones; check train.lora.enabled")
+    for name, param in params.items():
+        got, want = tuple(state_trainable.get(name, param).shape), tuple(param.shape)
+        if got != want:
+            raise CheckpointError(f"{where}: tensor {name!r} has shape {got} in the checkpoint but {want} in the "
+                                  f"model; check {_likely_key(name, 'shape')}")
+    missing = sorted(set(params) - set(state_trainable))
+    if missing:
+        raise CheckpointError(f"{where}: lacks {len(missing)} of the model's trainable tensors (e.g. "
+                              f"{missing[0]!r}); check {_likely_key(missing[0], 'name')}")
+    extra = sorted(set(state_trainable) - set(params))
+    if extra:
+        raise CheckpointError(f"{where}: holds {len(extra)} tensors the model does not train (e.g. {extra[0]!r}); "
+                              f"check {_likely_key(extra[0], 'name')}")
+
+
+def _is_lora(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def _likely_key(name: str, kind: str) -> str:
+    """The config key most likely behind a mismatch of tensor ``name`` (``kind``: "shape" or "name")."""
+    if _is_lora(name):
+        return "train.lora.rank" if kind == "shape" else "train.lora.target_modules"
+    return "model.path / model.tiny_size (another base model)"
+
+
 def list_checkpoints(root: str | Path) -> list[Path]:
     """Complete checkpoints under ``root``, oldest first (temporary folders are ignored)."""
     root = Path(root)
@@ -182,13 +297,35 @@ def list_checkpoints(root: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))
 
 
+def latest_intact_checkpoint(root: str | Path) -> tuple[Path | None, list[str]]:
+    """The newest complete checkpoint under ``root`` that passes ``verify_checkpoint`` (None if none does),
+    and the errors of the newer ones that failed, newest first."""
+    skipped: list[str] = []
+    for path in reversed(list_checkpoints(root)):
+        try:
+            verify_checkpoint(path)
+            return path, skipped
+        except CheckpointError as exc:
+            skipped.append(str(exc))
+    return None, skipped
+
+
 def latest_checkpoint(root: str | Path) -> Path | None:
-    found = list_checkpoints(root)
-    return found[-1] if found else None
+    """The newest intact checkpoint under ``root``; each newer damaged one is logged as a warning."""
+    path, skipped = latest_intact_checkpoint(root)
+    for reason in skipped:
+        logger.warning("skipping %s", reason)
+    return path
 
 
 def prune_checkpoints(root: str | Path, keep_last: int) -> None:
-    """Delete all but the newest ``keep_last`` complete checkpoints (the newest is always kept)."""
+    """Delete all but the newest ``keep_last`` complete checkpoints. The newest intact one is always kept, and
+    so is every damaged one newer than it (for inspection)."""
     found = list_checkpoints(root)
-    for old in found[: max(len(found) - max(keep_last, 1), 0)]:
-        shutil.rmtree(old, ignore_errors=True)
+    keep = set(found[-max(keep_last, 1):])
+    intact, _ = latest_intact_checkpoint(root)
+    if intact is not None:
+        keep |= set(found[found.index(intact):])
+    for old in found:
+        if old not in keep:
+            shutil.rmtree(old, ignore_errors=True)

@@ -20,7 +20,6 @@ import os
 import platform
 import sys
 import traceback
-from pathlib import Path
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, RuntimeError, KeyError)
 
@@ -32,61 +31,20 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = resolve_config(args.recipe, args.overrides)
     trainer = Trainer(cfg)
     history = trainer.train()
-    if trainer.acc.is_main_process and history:
-        first, last = history[0], history[-1]
+    if not trainer.acc.is_main_process:
+        return 0
+    if trainer.already_done:
+        print(f"already done: the run in {cfg.output_dir} completed its {cfg.train.iterations} iterations; "
+              f"raise train.iterations to train further")
+        return 0
+    trained = [row for row in history if "reward/mean" in row]  # evaluation-only and skipped rows have none
+    if trained:
+        first, last = trained[0], trained[-1]
         print(
-            f"done: {len(history)} iterations, reward/mean {first['reward/mean']:.5f} (iteration "
+            f"done: {len(trained)} iterations, reward/mean {first['reward/mean']:.5f} (iteration "
             f"{first['iteration']}) -> {last['reward/mean']:.5f} (iteration {last['iteration']}); "
             f"run folder {cfg.output_dir}"
         )
-    return 0
-
-
-def _sample_config(target: str):
-    """A run folder's resolved config, or a recipe's."""
-    from flowrl.config import config_from_dict, resolve_config
-
-    run = Path(target)
-    if (run / "config.yaml").is_file():
-        import yaml
-
-        data = yaml.safe_load((run / "config.yaml").read_text())
-        data["resume"] = None
-        return config_from_dict(data), run
-    return resolve_config(target, []), None
-
-
-def cmd_sample(args: argparse.Namespace) -> int:
-    import torch
-
-    from flowrl.logs import save_grid
-    from flowrl.pipelines.base import adapter_class
-
-    cfg, run = _sample_config(args.target)
-    if args.num < 1:
-        raise ValueError(f"--num: must be at least 1, got {args.num}")
-    adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
-    pipe = adapter.pipe
-    loaded = adapter.load_trained(run) if run is not None else None
-    if loaded:
-        print(f"loaded {loaded} from {run}")
-        pipe = adapter.pipe
-    out = Path(args.out or (run / "samples_cli" if run is not None else "samples"))
-    out.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator("cpu").manual_seed(args.seed)
-    images = pipe(
-        prompt=[args.prompt] * args.num,
-        num_inference_steps=args.steps or cfg.sample.eval_num_steps,
-        guidance_scale=cfg.sample.eval_guidance_scale,
-        height=cfg.model.resolution,
-        width=cfg.model.resolution,
-        max_sequence_length=cfg.model.max_sequence_length,
-        generator=generator,
-        output_type="pt",
-    ).images
-    for i, img in enumerate(images):
-        save_grid(img[None], out / f"{i:04d}.png")
-    print(f"wrote {len(images)} images to {out}")
     return 0
 
 
@@ -106,11 +64,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from flowrl.config import dump_config, resolve_config
     from flowrl.data import load_prompts
+    from flowrl.trainer import preflight
 
     cfg = resolve_config(args.recipe, args.overrides)
     load_prompts(cfg.data.prompts)
-    for name in cfg.reward:
-        _check_reward_args(name, cfg.reward_args.get(name, {}))
+    preflight(cfg)
     if args.print:
         print(dump_config(cfg), end="")
     print(f"ok: {args.recipe or 'tiny-cpu'} is valid")
@@ -123,25 +81,6 @@ def cmd_validate(args: argparse.Namespace) -> int:
         device = args.device or ("cuda" if torch.cuda.is_available() or cfg.model.path != "tiny" else "cpu")
         print(format_estimate(estimate(cfg, world_size=args.world_size, device=device, strategy=args.strategy)))
     return 0
-
-
-def _check_reward_args(name: str, kwargs: dict) -> None:
-    """Refuse reward_args that the reward's constructor does not take (imports it, loads no weights)."""
-    import inspect
-
-    from flowrl.reward_models.base import _REGISTRY, _import_attr
-
-    target = _REGISTRY.get(name, name)
-    target = _import_attr(target) if isinstance(target, str) else target
-    if not isinstance(target, type):
-        return
-    params = inspect.signature(target.__init__).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    for key in kwargs:
-        if key not in params:
-            known = ", ".join(k for k in params if k != "self")
-            raise ValueError(f"reward_args.{name}.{key}: {name} takes no argument {key!r}; it takes {known}")
 
 
 def cmd_env(args: argparse.Namespace) -> int:
@@ -163,9 +102,19 @@ def cmd_env(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Subparsers(argparse._SubParsersAction):
+    """Every command also takes ``--debug`` (after its name), as the top level does."""
+
+    def add_parser(self, name, **kwargs):
+        p = super().add_parser(name, **kwargs)
+        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks")
+        return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="flowrl", description="Online RL of flow-matching generators.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    parser.register("action", "parsers", _Subparsers)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train with a recipe and key=value overrides")
@@ -173,14 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. train.iterations=10")
     p.set_defaults(fn=cmd_train)
 
-    p = sub.add_parser("sample", help="generate images from a run folder (with its LoRA) or a recipe")
-    p.add_argument("target", help="run folder or recipe")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--num", type=int, default=4)
-    p.add_argument("--steps", type=int, default=None, help="default: sample.eval_num_steps")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None)
-    p.set_defaults(fn=cmd_sample)
+    from flowrl.sample import add_commands as add_sample_commands
+
+    add_sample_commands(sub)
 
     p = sub.add_parser("ls", help="list recipes, methods, rewards or pipelines")
     p.add_argument("kind", nargs="?", choices=["recipes", "methods", "rewards", "pipelines"])
@@ -248,9 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries(args.debug)
     try:
         return args.fn(args)
-    except KeyboardInterrupt:
-        print("flowrl: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        from flowrl.interrupts import Interrupted
+
+        print(f"flowrl: {exc}" if isinstance(exc, Interrupted) else "flowrl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head`, which has read enough
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except USER_ERRORS as exc:
         if args.debug:
             traceback.print_exc()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -38,6 +39,9 @@ class ModelConfig:
     path: str = "tiny"  # hub id, local folder, or "tiny" (real SD3 classes at a tiny size, offline)
     tiny_size: str = "tiny"  # size preset of the offline model: tiny | small | 70m
     revision: str | None = None
+    # with a single-file model.path (.safetensors): a diffusers folder or hub id giving the configs, the
+    # tokenizers and the parts the file lacks
+    config_path: str | None = None
     dtype: str = "fp32"  # dtype of the frozen weights: fp32 | fp16 | bf16
     resolution: int = 512
     max_sequence_length: int = 128  # T5 tokens
@@ -140,7 +144,10 @@ class TrainConfig:
     ema_decay: float = 0.9
     ema_every: int = 8  # optimizer steps between EMA updates
     on_reward_error: str = "stop"  # a reward raised, hung or returned NaN: stop (after saving) or skip the iteration
-    reward_timeout_s: float = 0.0  # seconds a reward call may take (0: no limit)
+    reward_timeout_s: float = 600.0  # seconds a reward call may take (0: no limit)
+    reward_report_s: float = 60.0  # while waiting for a reward, report it every this many seconds
+    # stop (after saving) when this many iterations in a row kept no sample: every group's reward was flat
+    max_flat_iterations: int = 5
     onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
     onpolicy_tol: float = 1e-4
     lora: LoraConfig = field(default_factory=LoraConfig)
@@ -164,6 +171,8 @@ class TrainConfig:
         _positive("train.onpolicy_tol", self.onpolicy_tol)
         _choice("train.on_reward_error", self.on_reward_error, ("stop", "skip"))
         _positive("train.reward_timeout_s", self.reward_timeout_s, strict=False)
+        _positive("train.reward_report_s", self.reward_report_s)
+        _positive("train.max_flat_iterations", self.max_flat_iterations)
 
 
 @dataclass
@@ -211,8 +220,12 @@ class LogConfig:
 @dataclass
 class Config:
     output_dir: str = "runs/flowrl"
+    # the run folder is output_dir/run_name when set; "auto": a new timestamped name (YYYYmmdd-HHMMSS)
+    run_name: str | None = None
     seed: int = 42
-    resume: str | None = None  # checkpoint folder, or "latest" (newest in output_dir/checkpoints)
+    resume: str | None = None  # checkpoint folder, or "latest" (newest intact one in the run folder)
+    resume_allow_changes: bool = False  # resume although settings that change the math differ
+    overwrite: bool = False  # train into a folder holding a run: remove its checkpoints and outputs first
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sample: SampleConfig = field(default_factory=SampleConfig)
@@ -249,6 +262,10 @@ class Config:
             check_method_name(self.method.name)
         except ValueError as exc:
             raise ConfigError(f"method.name: {exc}") from None
+        if self.run_name is not None and (not self.run_name or "/" in self.run_name or self.run_name in (".", "..")):
+            raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
+        if self.overwrite and self.resume:
+            raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 
@@ -296,6 +313,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return value
     if tp is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
+    if tp is float and isinstance(value, str) and _looks_numeric(value):
+        return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
+    if tp is float and isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{key}: expected a finite number, got {value}")
     if tp is bool and not isinstance(value, bool):
         raise ConfigError(f"{key}: expected true or false, got {value!r}")
     if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
@@ -360,10 +381,22 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
             node[part] = value
         else:
             child = node.get(part)
-            if not isinstance(child, dict):
+            if part in node and not isinstance(child, dict) and _is_group(cls):
+                # e.g. "train=5 train.iterations=3": the section was given a value; never drop it silently
+                raise ConfigError(
+                    f"{prefix}{part}: was set to {child!r}, not a group of settings; cannot also set {dotted!r}"
+                )
+            if child is None:
                 child = {}
                 node[part] = child
             node = child
+
+
+def _is_group(tp: Any) -> bool:
+    """A dataclass section or a mapping (possibly optional): something keys can be set inside."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return any(_is_group(a) for a in typing.get_args(tp))
+    return dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict or tp is Any
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -382,11 +415,11 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 
 def _looks_numeric(text: str) -> bool:
+    """A finite number written as text (``1e-3``); "nan" and "inf" are not accepted as settings."""
     try:
-        float(text)
+        return math.isfinite(float(text))
     except ValueError:
         return False
-    return True
 
 
 def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -440,5 +473,54 @@ def resolve_config(recipe: str | None = None, overrides: list[str] | None = None
     return config_from_dict(data)
 
 
-def dump_config(cfg: Config) -> str:
-    return yaml.safe_dump(cfg.to_dict(), sort_keys=False)
+SECRET_WORDS = ("token", "api_key", "apikey", "password", "secret")
+
+
+def redact_secrets(tree: Any) -> Any:
+    """A copy of a config tree with the values of secret-looking keys (tokens, API keys) replaced."""
+    if isinstance(tree, dict):
+        return {k: "<redacted>" if any(w in str(k).lower() for w in SECRET_WORDS) and v else redact_secrets(v)
+                for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [redact_secrets(v) for v in tree]
+    return tree
+
+
+def dump_config(cfg: Config, redact: bool = True) -> str:
+    """The resolved config as YAML; tokens and API keys passed as arguments are not written out."""
+    data = cfg.to_dict()
+    return yaml.safe_dump(redact_secrets(data) if redact else data, sort_keys=False)
+
+
+# settings that do not change what a resumed run computes: where it writes, how long it runs, what it logs
+# and evaluates, and how it waits for rewards. Anything else differing from the checkpoint's run is refused.
+RESUME_FREE_KEYS = (
+    "output_dir", "run_name", "resume", "resume_allow_changes", "overwrite", "train.iterations", "log.",
+    "data.eval_prompts", "eval_reward", "model.prompt_cache", "train.reward_timeout_s", "train.reward_report_s",
+    "train.on_reward_error", "train.onpolicy_check", "train.onpolicy_tol", "train.max_flat_iterations",
+    "sample.eval_num_steps", "sample.eval_guidance_scale",
+)
+
+
+def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(tree, dict) and tree:
+        out: dict[str, Any] = {}
+        for k, v in tree.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): tree}
+
+
+def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key (old -> new)`` for every setting that differs between two config dicts and changes the math
+    of training (``RESUME_FREE_KEYS`` do not; redacted secrets are not compared)."""
+    a, b = _flatten(old), _flatten(new)
+    changes = []
+    for key in sorted(set(a) | set(b)):
+        if any(key == f or (f.endswith(".") and key.startswith(f)) or key.startswith(f + ".") for f in RESUME_FREE_KEYS):
+            continue
+        if any(w in key.rsplit(".", 1)[-1].lower() for w in SECRET_WORDS):
+            continue
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            changes.append(f"{key} ({a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r})")
+    return changes

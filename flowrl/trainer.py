@@ -9,20 +9,21 @@ the pipeline adapter (``flowrl.pipelines``) owns the model; rewards come from ``
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
-import math
 import random
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from flowrl import checkpoint as ckpt
-from flowrl import sharding
+from flowrl import runs, sharding
 from flowrl.advantages import zero_std_ratio
-from flowrl.config import Config, dump_config
+from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
 from flowrl.data import GroupSampler, load_prompts
+from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
 from flowrl.methods import build_method
 from flowrl.pipelines.base import Conditioning, adapter_class
@@ -36,6 +37,10 @@ class OnPolicyError(RuntimeError):
     """The first update's recomputed log-probs differ from the rollout's."""
 
 
+class NoSignalError(RuntimeError):
+    """Too many iterations in a row in which every group's reward was flat: nothing can be learned."""
+
+
 @dataclass
 class RolloutBatch:
     traj: Trajectory
@@ -45,16 +50,37 @@ class RolloutBatch:
     images: torch.Tensor  # (B, 3, H, W) in [0, 1], CPU
 
 
-@dataclass
 class UpdateStats:
-    values: dict[str, list[float]] = field(default_factory=dict)
+    """Update statistics as weighted sums, so that means over processes are means over samples."""
 
-    def add(self, **kwargs: float) -> None:
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.maxima: dict[str, float] = {}
+
+    def add(self, weight: float = 1.0, **kwargs: float) -> None:
         for k, v in kwargs.items():
-            self.values.setdefault(k, []).append(float(v))
+            self.sums[k] = self.sums.get(k, 0.0) + float(v) * weight
+            self.weights[k] = self.weights.get(k, 0.0) + weight
 
-    def means(self) -> dict[str, float]:
-        return {k: sum(v) / len(v) for k, v in self.values.items() if v}
+    def add_max(self, **kwargs: float) -> None:
+        for k, v in kwargs.items():
+            self.maxima[k] = max(self.maxima.get(k, float("-inf")), float(v))
+
+    def reduce(self, acc) -> dict[str, float]:
+        """Weighted means over every process's entries, and maxima over processes (collective)."""
+        keys = sorted(self.sums)
+        sums = [self.sums[k] for k in keys] + [self.weights[k] for k in keys]
+        maxima = dict(self.maxima)
+        if acc.num_processes > 1:
+            t = acc.reduce(torch.tensor(sums, dtype=torch.float64, device=acc.device), reduction="sum")
+            sums = t.tolist()
+            names = ["onpolicy_logp_diff"]  # the only maximum logged; the same list on every process
+            m = torch.tensor([maxima.get(k, 0.0) for k in names], dtype=torch.float64, device=acc.device)
+            maxima = dict(zip(names, acc.gather(m[None]).max(dim=0).values.tolist()))
+        n = len(keys)
+        out = {k: sums[i] / sums[n + i] for i, k in enumerate(keys) if sums[n + i] > 0}
+        return {**out, **maxima}
 
 
 class EMA:
@@ -78,6 +104,61 @@ def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> Weigh
     return WeightedReward(
         {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()},
         timeout_s=cfg.train.reward_timeout_s,
+        report_every_s=cfg.train.reward_report_s,
+    )
+
+
+def preflight(cfg: Config) -> None:
+    """Input errors that would otherwise surface after the model is built (or never): one line each."""
+    from flowrl.pipelines.base import check_model_path
+    from flowrl.reward_models import check_reward_args
+
+    check_model_path(cfg.model)
+    for section in (cfg.reward, cfg.eval_reward or {}):
+        for name in section:
+            check_reward_args(name, cfg.reward_args.get(name, {}))
+    if all(w == 0 for w in cfg.reward.values()):
+        logger.warning("every reward weight is 0: every advantage will be 0 and nothing can be learned")
+    for rule in cfg.log.stop_if:
+        metric = parse_stop_rule(rule)[0]
+        logged = logged_metric_names(cfg)
+        if metric not in logged:
+            close = difflib.get_close_matches(metric, sorted(logged), n=1, cutoff=0.5)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"log.stop_if: {rule!r} names {metric!r}, which this run does not log{hint}")
+
+
+def logged_metric_names(cfg: Config) -> set[str]:
+    """The metric names an iteration's row can hold under ``cfg`` (a test holds this to a real run)."""
+    names = {"iteration", "skipped", "reward/mean", "reward/std", "reward/zero_std_ratio", "adv/kept_frac",
+             "adv/abs_mean", "throughput/images_per_s", "memory/peak_gib"}
+    names |= {f"policy/{k}" for k in ("loss", "pg_loss", "kl", "approx_kl", "clip_frac", "ratio_mean", "grad_norm",
+                                       "onpolicy_logp_diff")}
+    names |= {f"timing_s/{k}" for k in ("iteration", "rollout", "reward", "advantage", "update", "eval")}
+    for name in cfg.reward:
+        names |= {f"reward/{name}/mean", f"reward/{name}/std"}
+    if cfg.log.monitors:
+        from flowrl.reward_models.monitors import image_monitors
+
+        names |= set(image_monitors(torch.rand(2, 3, 8, 8), torch.zeros(2, dtype=torch.long)))  # their names
+    if cfg.log.eval_every > 0:
+        names |= {"eval/reward/mean", "eval/reward/std", "monitor/heldout_gap"}
+        names |= {f"eval/reward/{n}/mean" for n in (cfg.eval_reward or cfg.reward)}
+        if cfg.eval_reward:
+            names.add("eval/train_reward/mean")
+    return names
+
+
+def lora_config(lora, default_targets: list[str]):
+    """The peft ``LoraConfig`` for ``train.lora`` (also used to rebuild a checkpoint's adapter for sampling)."""
+    from peft import LoraConfig
+
+    return LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        init_lora_weights="gaussian" if lora.init == "gaussian" else True,
+        target_modules=lora.target_modules or default_targets,
+        lora_dropout=lora.dropout,
     )
 
 
@@ -98,13 +179,16 @@ class Trainer:
             )
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
         torch.manual_seed(_seed_of(cfg.seed, "init", 0))
-        self.out = Path(cfg.output_dir)
         self.prompts = load_prompts(cfg.data.prompts)
         s = cfg.sample
         self.sampler = GroupSampler(
             len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed,
             self.acc.num_processes, self.acc.process_index,
         )
+        self.out = self._prepare_run_dir()
+        self._resume_path = self._resume_checkpoint(cfg.resume) if cfg.resume else None
+        self._signals = StopSignals(defer_always=self.acc.num_processes > 1)
+        self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.method = build_method(cfg)
         self.reward = build_rewards(cfg)
@@ -119,27 +203,79 @@ class Trainer:
         self._setup_policy()
         self.start_iteration = 0
         self._checked_onpolicy = False
-        if cfg.resume:
-            self._resume(cfg.resume)
+        if self._resume_path is not None:
+            self._resume(self._resume_path)
 
     # ------------------------------------------------------------------------------------ set-up
+    def _prepare_run_dir(self) -> Path:
+        """Check the inputs that a model build would only trip over later, then resolve the run folder
+        (``flowrl.runs``: refuse to mix runs, ``overwrite``); all before any weights load."""
+        cfg = self.cfg
+        preflight(cfg)
+        out = runs.run_dir(cfg, broadcast=self._broadcast)
+        runs.check_run_dir(out, cfg)
+        if cfg.overwrite and runs.holds_run(out):
+            self.acc.wait_for_everyone()
+            if self.acc.is_main_process:
+                runs.clear_run(out)
+            self.acc.wait_for_everyone()
+        cfg.output_dir = str(out)  # the resolved folder, as config.yaml records it
+        cfg.run_name = None
+        return out
+
+    def _broadcast(self, obj):
+        if self.acc.num_processes == 1:
+            return obj
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([obj])[0]
+
+    def _resume_checkpoint(self, spec: str) -> Path | None:
+        """The checkpoint ``resume=`` names (``latest``: the newest intact one), refusing one whose run
+        differs from this config in a setting that changes the math (unless ``resume_allow_changes``)."""
+        root = self.out / "checkpoints"
+        if spec == "latest":
+            path, corrupt = ckpt.latest_intact_checkpoint(root)
+            for line in corrupt if path is not None else ():  # with none intact, the error names the first
+                logger.warning("resume=latest: skipping %s", line)
+            if path is None and not corrupt and (self.out / "config.yaml").is_file():
+                rows = read_metrics(self.out / "metrics.jsonl") if (self.out / "metrics.jsonl").is_file() else []
+                if rows:  # iterations ran (then the process was killed) but none was saved
+                    raise ckpt.CheckpointError(
+                        f"resume=latest: the run in {self.out} logged {len(rows)} iteration(s) but saved no checkpoint; "
+                        f"start it again with overwrite=true"
+                    )
+                logger.warning("resume=latest: the run in %s had completed no iteration; starting at iteration 0", self.out)
+                return None
+            if path is None:
+                why = f" ({len(corrupt)} corrupt: {corrupt[0]})" if corrupt else ""
+                raise ckpt.CheckpointError(f"resume=latest: no complete checkpoint under {root}{why}")
+        else:
+            path = Path(spec).expanduser()
+        ckpt.verify_checkpoint(path)
+        old = ckpt.read_state(path).get("config")
+        if old is None and (path.parent.parent / "config.yaml").is_file():  # checkpoints from before v0.1.1
+            import yaml
+
+            old = yaml.safe_load((path.parent.parent / "config.yaml").read_text())
+        changes = math_changes(old, self.cfg.to_dict()) if isinstance(old, dict) else []
+        if changes and not self.cfg.resume_allow_changes:
+            shown = ", ".join(changes[:4]) + (f" and {len(changes) - 4} more" if len(changes) > 4 else "")
+            raise ConfigError(
+                f"resume={spec}: this config differs from the checkpoint's run in {shown}; these change what "
+                f"is trained: keep them, or set resume_allow_changes=true"
+            )
+        for change in changes:
+            logger.warning("resume_allow_changes: %s differs from the checkpoint's run", change)
+        return path
+
     def _setup_policy(self) -> None:
-        cfg, t = self.cfg, self.cfg.train
+        t = self.cfg.train
         transformer = self.adapter.transformer
         transformer.requires_grad_(False)
         self.ref_model = None
         if t.lora.enabled:
-            from peft import LoraConfig
-
-            transformer.add_adapter(
-                LoraConfig(
-                    r=t.lora.rank,
-                    lora_alpha=t.lora.alpha,
-                    init_lora_weights="gaussian" if t.lora.init == "gaussian" else True,
-                    target_modules=t.lora.target_modules or self.adapter.lora_target_modules,
-                    lora_dropout=t.lora.dropout,
-                )
-            )
+            transformer.add_adapter(lora_config(t.lora, self.adapter.lora_target_modules))
         else:
             transformer.requires_grad_(True)
             if t.beta > 0:  # full fine-tuning keeps a frozen copy as the KL reference
@@ -191,17 +327,9 @@ class Trainer:
             )
         ds["gradient_accumulation_steps"] = 1
 
-    def _resume(self, spec: str) -> None:
-        path = ckpt.latest_checkpoint(self.out / "checkpoints") if spec == "latest" else Path(spec)
-        if path is None:
-            raise ckpt.CheckpointError(f"resume=latest: no complete checkpoint under {self.out / 'checkpoints'}")
+    def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, rank=self.acc.process_index)
-        missing = set(self.trainable) - set(state["trainable"])
-        if missing:
-            raise ckpt.CheckpointError(
-                f"resume={str(path)!r}: checkpoint lacks {len(missing)} trainable tensors "
-                f"(e.g. {sorted(missing)[0]!r}); was it saved with another model or LoRA setting?"
-            )
+        ckpt.check_trainable_against(state["trainable"], self.trainable, path)  # a DTensor's shape is the whole one
         with torch.no_grad():
             for name, p in self.trainable.items():
                 p.copy_(sharding.shard_like(state["trainable"][name], p))
@@ -286,62 +414,89 @@ class Trainer:
         comps = {k: self.acc.gather(v.to(device)).cpu() for k, v in out.details["components"].items()}
         return out.scores, gathered, comps
 
-    def update(self, batches: list[RolloutBatch], advantages: torch.Tensor, first: bool) -> dict[str, float]:
+    def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool) -> dict[str, float]:
         """Update phase: PPO-clip (+ KL) over every trained transition of every kept sample.
 
-        ``advantages``: (n,) or (n, T) for the local samples, in rollout order. Samples whose advantage
-        is 0 at every trained step carry no signal and are dropped (single process; with several
-        processes every rank keeps its rows so that all ranks run the same number of backward passes).
+        ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
+        batch of the iteration (over all processes, in rank order) is one training unit, and optimizer
+        step k trains the units q with q % S == k: each step sees the same global samples whatever the
+        number of processes (given equal batch boundaries, which equal results need anyway). Rows whose
+        advantage is 0 at every trained step carry no signal and are dropped; every kept sample weighs
+        the same in its step's gradient (1 / the step's kept samples), ragged batches included.
+        Processes run the same number of forward/backward passes (zero-weight passes where one holds
+        fewer units) so that DDP and FSDP collectives stay in step.
         """
-        t = self.cfg.train
-        units = []
-        offset = 0
-        for b in batches:
-            n = len(b.traj)
-            adv = advantages[offset : offset + n]
-            offset += n
-            keep = (adv != 0) if adv.ndim == 1 else (adv != 0).any(dim=1)
-            if self.acc.num_processes == 1 and not bool(keep.all()):
-                if not bool(keep.any()):
-                    continue
-                idx = keep.nonzero().flatten()
-                b = RolloutBatch(b.traj.select(idx), {k: v[idx.to(v.device)] for k, v in b.cond.items()},
-                                 [b.prompts[i] for i in idx.tolist()], [b.metadata[i] for i in idx.tolist()],
-                                 b.images[idx])
-                adv = adv[idx]
-            units.append((b, adv))
+        t, world = self.cfg.train, self.acc.num_processes
+        keep = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)  # (N,)
+        layout = self._unit_layout(len(adv_all))  # (rank, global start, rows) per unit, in rank order
+        n_steps = min(t.optimizer_steps_per_iteration, len(layout))
+        kept = [int(keep[start : start + rows].sum()) for _, start, rows in layout]
         stats = UpdateStats()
-        stats.add(kept_frac=sum(len(u[0].traj) for u in units) / max(offset, 1))
-        if not units:
-            return stats.means()
-        n_steps = min(t.optimizer_steps_per_iteration, len(units))
-        per_step = math.ceil(len(units) / n_steps)
-        for u, (b, adv) in enumerate(units):
-            group_start = (u // per_step) * per_step
-            in_group = min(per_step, len(units) - group_start)
-            sync = u == group_start + in_group - 1
-            self._update_unit(b, adv, in_group, sync, stats, measure=u == 0, enforce=first)
-            if sync:
-                grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
-                grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                self.optimizer_steps += 1
-                stats.add(grad_norm=float(grad_norm))
-                if self.ema is not None and self.optimizer_steps % t.ema_every == 0:
-                    self.ema.update(self.trainable)
-        return stats.means()
+        local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.acc.process_index]
+        measured = False
+        for k in range(n_steps):
+            step_units = [q for q in range(k, len(layout), n_steps)]
+            step_kept = sum(kept[q] for q in step_units)
+            if step_kept == 0:
+                continue  # no sample of this step carries signal, on any process
+            passes = max(sum(1 for q in step_units if layout[q][0] == r and kept[q]) for r in range(world))
+            units = [self._kept_unit(batches[local.index(q)], adv_all, layout[q], keep) for q in step_units
+                     if q in local and kept[q]]
+            if len(units) < passes:  # padding: one real row, weight 0
+                pad, adv_pad, _ = self._kept_unit(batches[0], adv_all, layout[local[0]], None, rows=1)
+                units += [(pad, adv_pad, 0.0)] * (passes - len(units))
+            for u, (b, adv, weight_rows) in enumerate(units):
+                scale = weight_rows / step_kept * world  # DDP/FSDP average gradients over processes
+                measure = not measured and weight_rows > 0
+                self._update_unit(b, adv, scale, u == passes - 1, stats, measure)
+                if not measured:
+                    measured = True
+                    if first:
+                        self._check_onpolicy(stats)
+            grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
+            grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer_steps += 1
+            stats.add(grad_norm=float(grad_norm))
+            if self.ema is not None and self.optimizer_steps % t.ema_every == 0:
+                self.ema.update(self.trainable)
+        out = stats.reduce(self.acc)
+        out["kept_frac"] = float(keep.float().mean())
+        return out
 
-    def _update_unit(self, b: RolloutBatch, adv: torch.Tensor, in_group: int, sync: bool,
-                     stats: UpdateStats, measure: bool, enforce: bool) -> None:
-        """Loss and backward for every trained transition of one minibatch. ``measure``: this is the
-        iteration's first minibatch, still on-policy, so log the log-prob gap; ``enforce``: the first
-        update of the run, where a gap above ``train.onpolicy_tol`` stops it."""
+    def _unit_layout(self, n: int) -> list[tuple[int, int, int]]:
+        """(rank, global start, rows) of every rollout batch of an iteration of ``n`` samples, the batches
+        of rank 0 first (``collect`` cuts each process's share into ``sample.batch_size`` rows)."""
+        world, b = self.acc.num_processes, self.cfg.sample.batch_size
+        share = n // world
+        return [(r, r * share + s, min(b, share - s)) for r in range(world) for s in range(0, share, b)]
+
+    @staticmethod
+    def _kept_unit(b: RolloutBatch, adv_all: torch.Tensor, where: tuple[int, int, int], keep: torch.Tensor | None,
+                   rows: int | None = None) -> tuple[RolloutBatch, torch.Tensor, float]:
+        """The unit's rows that train (``keep``), or its first ``rows`` rows; with their advantages and count."""
+        _, start, n = where
+        adv = adv_all[start : start + n]
+        idx = keep[start : start + n].nonzero().flatten() if keep is not None else torch.arange(rows)
+        if len(idx) < n:
+            b = RolloutBatch(b.traj.select(idx), {k: v[idx.to(v.device)] for k, v in b.cond.items()},
+                             [b.prompts[i] for i in idx.tolist()], [b.metadata[i] for i in idx.tolist()],
+                             b.images[idx])
+            adv = adv[idx]
+        return b, adv, float(len(idx))
+
+    def _update_unit(self, b: RolloutBatch, adv: torch.Tensor, scale: float, sync: bool,
+                     stats: UpdateStats, measure: bool) -> None:
+        """Loss and backward for every trained transition of one unit, its mean loss weighted by ``scale``
+        (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
+        the iteration's first unit, still on-policy, so log the log-prob gap."""
         traj, plan = b.traj, b.traj.plan
         trained = plan.trained_indices
         w = self.cfg.sample.guidance_scale
         max_diff = 0.0
         inputs = self.adapter.model_inputs(b.cond, w)
+        rows = float(len(traj)) if scale > 0 else 0.0  # a padding pass adds nothing to the statistics
         for k, j in enumerate(trained):
             last = sync and k == len(trained) - 1
             ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
@@ -353,21 +508,28 @@ class Trainer:
                 tl = self.method.transition_loss(new, traj.log_probs[:, j], adv_j, ref_mean)
                 if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
-                self.acc.backward(tl.loss / (len(trained) * in_group))
+                self.acc.backward(tl.loss * (scale / len(trained)))
             max_diff = max(max_diff, float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max()))
-            stats.add(loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
+            stats.add(rows, loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
                       clip_frac=tl.clip_frac, ratio_mean=tl.ratio_mean)
         if measure:
-            stats.add(onpolicy_logp_diff=max_diff)
-            if enforce and self.cfg.train.onpolicy_check and not self._checked_onpolicy:
-                self._checked_onpolicy = True
-                if max_diff > self.cfg.train.onpolicy_tol:
-                    raise OnPolicyError(
-                        f"step-0 on-policy check failed: recomputed log-prob differs from the rollout's by "
-                        f"{max_diff:.3g} > train.onpolicy_tol={self.cfg.train.onpolicy_tol:g}; the training "
-                        "forward is not the rollout's (precision/autocast mismatch, a different schedule or "
-                        "batch, or dropout left on)"
-                    )
+            stats.add_max(onpolicy_logp_diff=max_diff)
+
+    def _check_onpolicy(self, stats: UpdateStats) -> None:
+        """The run's first update: stop if the recomputed log-prob is not the rollout's (on any process)."""
+        if not self.cfg.train.onpolicy_check or self._checked_onpolicy:
+            return
+        self._checked_onpolicy = True
+        diff = stats.maxima.get("onpolicy_logp_diff", 0.0)
+        if self.acc.num_processes > 1:
+            diff = float(self.acc.gather(torch.tensor([diff], device=self.acc.device)).max())
+        if diff > self.cfg.train.onpolicy_tol:
+            raise OnPolicyError(
+                f"step-0 on-policy check failed: recomputed log-prob differs from the rollout's by "
+                f"{diff:.3g} > train.onpolicy_tol={self.cfg.train.onpolicy_tol:g}; the training "
+                "forward is not the rollout's (precision/autocast mismatch, a different schedule or "
+                "batch, or dropout left on)"
+            )
 
     @torch.no_grad()
     def _reference_mean(self, plan, j, x, x_next, inputs) -> torch.Tensor:
@@ -446,13 +608,10 @@ class Trainer:
             _, scores, comps = scored
             with timed(metrics, "advantage"):
                 adv_all = self.method.advantages(scores, group_ids)
-                share = self.sampler.iteration(iteration).local
-                advantages = adv_all[share]
+            # the weights change from here on: a signal waits for the end of the iteration (see `train`)
+            self._signals.hold()
             with timed(metrics, "update"):
-                first = iteration == self.start_iteration
-                self._updating = True  # weights change from here on: an interrupt must not save them
-                upd = self._mean_over_processes(self.update(batches, advantages, first))
-                self._updating = False
+                upd = self.update(batches, adv_all, first=iteration == self.start_iteration)
         metrics.update(self._reward_metrics(scores, comps, group_ids))
         if self.cfg.log.monitors:
             from flowrl.reward_models.monitors import image_monitors
@@ -462,7 +621,7 @@ class Trainer:
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
         metrics["memory/peak_gib"] = _peak_memory_gib(self.acc.device)
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
-        metrics["adv/kept_frac"] = upd.get("kept_frac", 0.0)
+        metrics["adv/kept_frac"] = upd["kept_frac"]
         metrics["adv/abs_mean"] = float(adv_all.abs().mean())
         self._last_images = self._last_images_of(batches)
         return metrics
@@ -491,8 +650,15 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------ run
     def train(self) -> list[dict]:
-        """Run ``train.iterations`` iterations (from the resumed one); returns the metrics written."""
+        """Run ``train.iterations`` iterations (from the resumed one); returns the metrics written.
+
+        SIGINT and SIGTERM (``flowrl.interrupts``) end the run with every completed iteration saved and
+        ``Interrupted`` saying where: a signal before an iteration's update stops at once, one during the
+        update lets the iteration finish first; a second signal stops at once, abandoning the iteration.
+        """
         cfg, main = self.cfg, self.acc.is_main_process
+        if self.start_iteration >= cfg.train.iterations:
+            return self._already_done()
         if main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.yaml").write_text(dump_config(cfg))
@@ -501,52 +667,133 @@ class Trainer:
         bar = _progress(range(self.start_iteration, cfg.train.iterations), disable=not main)
         iteration = self.start_iteration
         self._last_saved = self.start_iteration
-        self._updating = False
-        restore_sigterm = _sigterm_as_interrupt()
-        try:
-            for iteration in bar:
-                evaluation = self._timed_eval(iteration) if self._due_for_eval(iteration) else {}
-                metrics = {**self.step(iteration), **evaluation}
-                if "eval/reward/mean" in metrics and "reward/mean" in metrics:
-                    # trained-on prompts minus held-out prompts, both under the training reward
-                    held_out = metrics.get("eval/train_reward/mean", metrics["eval/reward/mean"])
-                    metrics["monitor/heldout_gap"] = metrics["reward/mean"] - held_out
-                history.append(metrics)
-                if main:
-                    writer.write(metrics)
-                    bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
-                                    kl=f"{metrics.get('policy/kl', 0):.2g}")
-                    self._maybe_save_samples(iteration)
-                done = iteration + 1
-                stop = self._stop_rule_hit(metrics)
-                if done % cfg.log.save_every == 0 or done == cfg.train.iterations or stop:
-                    self.save(done)
-                if stop:
-                    logger.warning("early stop after iteration %d: %s", iteration, stop)
-                    break
-            if self.cfg.log.eval_every > 0 and self.start_iteration < cfg.train.iterations:
-                # the trained policy: one more row after the last iteration, with evaluation metrics only
-                done = iteration + 1
-                final = {"iteration": done, **self._timed_eval(done)}
-                history.append(final)
-                if main:
-                    writer.write(final)
-        except (KeyboardInterrupt, RewardError) as exc:
-            # all processes reach this together (a reward failure is agreed on in `score`)
-            if iteration > self._last_saved and not self._updating:
-                logger.warning("stopping (%s): saving the %d completed iterations first", type(exc).__name__, iteration)
-                self.save(iteration)
-            raise
-        finally:
-            restore_sigterm()
+        self._flat_iterations = 0
+        self._rng_at_start = ckpt.rng_state()  # what a checkpoint of the completed iterations holds
+        agree = self._any_process if self.acc.num_processes > 1 else None
+        with self._signals:
+            try:
+                for iteration in bar:
+                    evaluation = self._timed_eval(iteration) if self._due_for_eval(iteration) else {}
+                    metrics = {**self.step(iteration), **evaluation}
+                    self._signals.hold()  # held from the update on (`step`); a skipped iteration holds here
+                    if "eval/reward/mean" in metrics and "reward/mean" in metrics:
+                        # trained-on prompts minus held-out prompts, both under the training reward
+                        held_out = metrics.get("eval/train_reward/mean", metrics["eval/reward/mean"])
+                        metrics["monitor/heldout_gap"] = metrics["reward/mean"] - held_out
+                    history.append(metrics)
+                    if main:
+                        writer.write(metrics)
+                        bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
+                                        kl=f"{metrics.get('policy/kl', 0):.2g}")
+                        if "skipped" not in metrics:
+                            self._maybe_save_samples(iteration)
+                    done = iteration + 1
+                    stop, flat = self._stop_rule_hit(metrics), self._flat_for_too_long(metrics)
+                    if done % cfg.log.save_every == 0 or done == cfg.train.iterations or stop or flat:
+                        self.save(done)
+                    if self._signals.release(agree):
+                        self._signals.hold()
+                        if done > self._last_saved:
+                            self.save(done)
+                        raise Interrupted(self._stopped_line(self._signals.requested))
+                    self._rng_at_start = ckpt.rng_state()
+                    if flat:
+                        raise NoSignalError(flat)
+                    if stop:
+                        logger.warning("early stop after iteration %d: %s", iteration, stop)
+                        break
+                if cfg.log.eval_every > 0:
+                    history.append(self._final_evaluation(iteration + 1, writer))
+            except (Interrupted, NoSignalError):
+                raise
+            except (KeyboardInterrupt, RewardError) as exc:
+                self._stop_after(exc, iteration)
         if main and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
         return history
 
+    def _stop_after(self, exc: BaseException, iteration: int) -> None:
+        """A signal or a reward failure in iteration ``iteration``: save the completed iterations unless
+        the iteration's update had begun (then only a second signal gets here: it is abandoned)."""
+        signal_name = str(exc) or "SIGINT" if isinstance(exc, KeyboardInterrupt) else None
+        if self._signals.held:
+            raise Interrupted(
+                f"stopped at once by a {signal_name}: abandoned iteration {iteration} after its update began; "
+                f"{self._saved_phrase()}"
+            ) from None
+        if iteration > self._last_saved:
+            logger.warning("stopping (%s): saving the %d completed iterations first", signal_name or "reward", iteration)
+            ckpt.set_rng_state(*self._rng_at_start)  # the RNG as the completed iterations left it
+            self._signals.hold()
+            try:
+                self.save(iteration)
+            except KeyboardInterrupt:
+                raise Interrupted(f"stopped at once by a second signal: abandoned the checkpoint of iteration "
+                                  f"{iteration} being written; {self._saved_phrase()}") from None
+            self._signals.release()
+        if signal_name is not None:
+            raise Interrupted(self._stopped_line(signal_name)) from None
+        raise exc
+
+    def _saved_phrase(self) -> str:
+        latest = ckpt.latest_checkpoint(self.out / "checkpoints")
+        if latest is None:
+            return "no checkpoint was saved yet"
+        return f"the newest checkpoint is {latest}"
+
+    def _stopped_line(self, signal_name: str | None) -> str:
+        done = self._last_saved
+        what = f"{done} completed iterations are saved ({self._saved_phrase()})" if done else "no iteration had completed"
+        return f"interrupted ({signal_name}): {what}; continue with the same command and resume=latest"
+
+    def _any_process(self, flag: bool) -> bool:
+        t = torch.tensor([float(flag)], device=self.acc.device)
+        return bool(self.acc.reduce(t, reduction="sum").item() > 0)
+
+    def _flat_for_too_long(self, metrics: dict[str, float]) -> str | None:
+        """Count iterations in a row that kept no sample (every group's reward flat): warn at the first,
+        give the reason to stop at ``train.max_flat_iterations``."""
+        if "skipped" in metrics:
+            return None
+        if metrics["adv/kept_frac"] > 0:
+            self._flat_iterations = 0
+            return None
+        self._flat_iterations += 1
+        limit = self.cfg.train.max_flat_iterations
+        if self._flat_iterations == 1:
+            logger.warning(
+                "iteration %d learned nothing: every group's reward was flat (reward/std %.3g), so every advantage "
+                "is 0; the run stops after %d such iterations in a row (train.max_flat_iterations)",
+                metrics["iteration"], metrics.get("reward/std", float("nan")), limit,
+            )
+        if self._flat_iterations < limit:
+            return None
+        return (
+            f"the reward was flat within every group for {limit} iterations in a row (train.max_flat_iterations), "
+            f"so nothing was learned: check the reward's weights and that it varies between samples; "
+            f"the completed iterations are saved"
+        )
+
+    def _already_done(self) -> list[dict]:
+        """A resumed run that had finished: say so, and add the final evaluation if it was interrupted."""
+        rows = read_metrics(self.out / "metrics.jsonl") if (self.out / "metrics.jsonl").exists() else []
+        n = self.cfg.train.iterations
+        history = []
+        if self.cfg.log.eval_every > 0 and not any(r.get("iteration") == n and "reward/mean" not in r for r in rows):
+            writer = MetricsWriter(self.out / "metrics.jsonl", n) if self.acc.is_main_process else None
+            history.append(self._final_evaluation(n, writer))
+        self.already_done = True
+        return history
+
+    def _final_evaluation(self, done: int, writer: MetricsWriter | None) -> dict[str, float]:
+        """The trained policy: one more row after the last iteration, with evaluation metrics only."""
+        final = {"iteration": done, **self._timed_eval(done)}
+        if writer is not None:
+            writer.write(final)
+        return final
+
     def _stop_rule_hit(self, metrics: dict[str, float]) -> str | None:
         """The first ``log.stop_if`` rule that this iteration's metrics satisfy (same on every process)."""
-        from flowrl.config import parse_stop_rule
-
         for rule in self.cfg.log.stop_if:
             name, op, value = parse_stop_rule(rule)
             if name in metrics and (metrics[name] < value if op == "<" else metrics[name] > value):
@@ -554,10 +801,11 @@ class Trainer:
         return None
 
     def _maybe_save_samples(self, iteration: int) -> None:
-        log = self.cfg.log
-        last = iteration == self.cfg.train.iterations - 1
-        if iteration % log.sample_every == 0 or last:
-            save_grid(self._last_images[: log.num_sample_images], self.out / "samples" / f"iter-{iteration:06d}.png")
+        """Rollout grids count like checkpoints: ``samples/iter-N.png`` holds the rollouts of the N-th
+        iteration, whose end ``checkpoints/iter-N`` saves (the first, every ``log.sample_every``, the last)."""
+        log, done = self.cfg.log, iteration + 1
+        if done == 1 or done % log.sample_every == 0 or done == self.cfg.train.iterations:
+            save_grid(self._last_images[: log.num_sample_images], self.out / "samples" / f"iter-{done:06d}.png")
 
     def save(self, iterations_done: int) -> None:
         """Checkpoint (rank 0 writes, every rank waits) and export the LoRA in diffusers format."""
@@ -579,11 +827,13 @@ class Trainer:
             ckpt.finish_checkpoint(
                 tmp, iterations_done, trainable, optimizer_state, ema=ema,
                 extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0,
-                       "processes": self.acc.num_processes},
+                       "processes": self.acc.num_processes, "config": redact_secrets(self.cfg.to_dict())},
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
         del trainable, optimizer_state, ema
         self.export(self.out)
+        if main:
+            runs.share_with_group(self.out)
         self.acc.wait_for_everyone()
 
     def export(self, run_dir: Path) -> None:
@@ -648,22 +898,8 @@ def _peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-def _sigterm_as_interrupt():
-    """SIGTERM (a scheduler's pre-emption) behaves like Ctrl-C: save, then stop. Returns the restorer."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-
-    def handler(signum, frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, previous)
-
-
 def _progress(iterable, disable: bool):
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc="flowrl", unit="it", disable=disable, dynamic_ncols=True)
+    # disable=None: no bar when stderr is not a terminal (logs of batch jobs, a piped error line)
+    return tqdm(iterable, desc="flowrl", unit="it", disable=True if disable else None, dynamic_ncols=True)

@@ -76,3 +76,11 @@ def adapter_class(name: str) -> Any:
         raise ValueError(f"unknown pipeline {name!r}{hint}")
     module, _, attr = _ADAPTERS[name].partition(":")
     return getattr(importlib.import_module(module), attr)
+
+
+def check_model_path(model_cfg: Any) -> None:
+    """Refuse a ``model.path`` that cannot load, before any model is built (one line naming it): the chosen
+    adapter's ``check_model_path`` where it has one (SD3: ``flowrl.pipelines.sd3.check_model_path``)."""
+    check = getattr(adapter_class(model_cfg.pipeline), "check_model_path", None)
+    if check is not None:
+        check(model_cfg)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import copy
+import json
 import logging
 import os
 from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -39,6 +41,23 @@ class HubUnavailableError(RuntimeError):
     """The model is neither a local folder nor reachable on the hub."""
 
 
+SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
+# the pipeline parts a single-file checkpoint may hold, by the key prefixes diffusers' converters read
+# (diffusers.loaders.single_file_utils: CHECKPOINT_KEY_NAMES["sd3"], LDM_VAE_KEYS, "text_encoders.*")
+_SINGLE_FILE_PARTS = {
+    "transformer": ("joint_blocks.", "model.diffusion_model.joint_blocks."),
+    "vae": ("first_stage_model.", "vae."),
+    "text_encoder": ("text_encoders.clip_l.",),
+    "text_encoder_2": ("text_encoders.clip_g.",),
+    "text_encoder_3": ("text_encoders.t5xxl.",),
+}
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
 def local_or_hub(path: str) -> str:
     """``model.path`` as diffusers should read it: the local folder (``~`` expanded) when one exists, else
     the hub id unchanged."""
@@ -46,26 +65,198 @@ def local_or_hub(path: str) -> str:
     return str(local) if local.exists() else path
 
 
-def load_sd3_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
-    """``StableDiffusion3Pipeline.from_pretrained`` from a hub id or a local folder, with a clear error."""
+def is_single_file(path: str) -> bool:
+    """A ``.safetensors`` / ``.ckpt`` checkpoint (loaded with ``from_single_file``), not a folder or hub id."""
+    return Path(path).suffix.lower() in SINGLE_FILE_SUFFIXES
+
+
+def looks_local(path: str) -> bool:
+    """True when ``path`` can only mean a local file or folder: absolute, ``./``, ``../`` or ``~``, more
+    than one ``/`` (a hub id is ``name`` or ``owner/name``), a single-file name, or a relative path whose
+    first part exists here."""
+    if path.startswith(("./", "../", "~", ".\\", "..\\")) or path in (".", "..") or os.path.isabs(path):
+        return True
+    if path.count("/") > 1 or is_single_file(path):
+        return True
+    return "/" in path and Path(Path(path).parts[0]).exists()
+
+
+def _check_folder(name: str, path: str, folder: Path) -> None:
+    """A diffusers pipeline folder: not empty, a ``model_index.json``, and every component it lists."""
+    if not any(folder.iterdir()):
+        raise ValueError(f"{name}: folder {path!r} is empty; expected a diffusers pipeline folder "
+                         "(model_index.json, transformer/, vae/, ...)")
+    index = folder / "model_index.json"
+    if not index.is_file():
+        raise ValueError(f"{name}: folder {path!r} has no model_index.json: not a diffusers pipeline folder "
+                         "(save one with pipe.save_pretrained, or give a .safetensors single file)")
+    try:
+        listed = json.loads(index.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{name}: {path}/model_index.json is not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    if not isinstance(listed, dict) or "_class_name" not in listed:
+        raise ValueError(f"{name}: {path}/model_index.json has no _class_name: not a diffusers pipeline index")
+    for part, spec in listed.items():
+        if part.startswith("_") or not isinstance(spec, list) or spec[0] is None:
+            continue
+        if not (folder / part).is_dir():
+            raise ValueError(f"{name}: folder {path!r} lacks {part}/, which its model_index.json lists")
+        if (folder / part / "config.json").is_file() and not _has_weights(folder / part):
+            raise ValueError(f"{name}: {path}/{part}/ has a config.json but no weights (*.safetensors or *.bin)")
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(p.suffix in _WEIGHT_SUFFIXES or p.name.endswith(".index.json") for p in folder.iterdir())
+
+
+def single_file_keys(path: str | Path) -> list[str]:
+    """The tensor names of a single-file checkpoint (the safetensors header; a ``.ckpt`` is memory-mapped)."""
+    path = Path(path)
+    try:
+        if path.suffix.lower() == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), framework="pt") as f:
+                return list(f.keys())
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        while isinstance(state, dict) and "state_dict" in state:
+            state = state["state_dict"]
+        return list(state)
+    except Exception as exc:  # noqa: BLE001 -- safetensors and torch raise their own types for a damaged file
+        raise ValueError(f"model.path: {str(path)!r} is not a readable {path.suffix} checkpoint "
+                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+
+
+def single_file_parts(keys: list[str]) -> set[str]:
+    """Which pipeline components (``transformer``, ``vae``, ``text_encoder``...) a single file holds."""
+    return {part for part, prefixes in _SINGLE_FILE_PARTS.items() if any(k.startswith(prefixes) for k in keys)}
+
+
+def _check_single_file(path: str, local: Path, config: str | None) -> None:
+    parts = single_file_parts(single_file_keys(local))
+    if "transformer" not in parts:
+        raise ValueError(f"model.path: {path!r} holds no SD3 transformer weights (no 'joint_blocks.*' tensors): "
+                         "not an SD3/SD3.5 single-file checkpoint")
+    missing = sorted(set(_SINGLE_FILE_PARTS) - parts)
+    if missing and config is None:
+        raise ValueError(
+            f"model.path: {path!r} lacks {', '.join(missing)}; set model.config_path to the base model's diffusers "
+            "folder or hub id (e.g. stabilityai/stable-diffusion-3.5-medium) to take them from"
+        )
+    if config is not None:
+        _check_model_location("model.config_path", config, single_file=False)
+
+
+def _check_model_location(name: str, path: str, single_file: bool = True, config: str | None = None) -> None:
+    local = Path(path).expanduser()
+    if local.is_dir():
+        _check_folder(name, path, local)
+    elif local.is_file():
+        if not (single_file and is_single_file(path)):
+            allowed = "a diffusers folder, a hub id or a .safetensors/.ckpt single file" if single_file else \
+                "a diffusers folder or a hub id"
+            raise ValueError(f"{name}: {path!r} is a file; expected {allowed}")
+        _check_single_file(path, local, config)
+    elif looks_local(path) and not path.startswith(("http://", "https://")):
+        raise FileNotFoundError(f"{name}: no such file or folder {path!r}")
+    # else a hub id: loading says whether it is cached or can be fetched
+
+
+def check_model_path(model_cfg) -> None:
+    """Refuse a ``model.path`` (and ``model.config_path``, where the config has it) that cannot load, before
+    any model is built: a missing local path, an empty folder or one without ``model_index.json``, a file that
+    is not a readable SD3 single-file checkpoint. A hub id passes (loading it reports an offline hub)."""
+    if model_cfg.path == "tiny":
+        return
+    _check_model_location("model.path", model_cfg.path, config=getattr(model_cfg, "config_path", None))
+
+
+def _load_error(path: str, exc: BaseException, config: str | None = None) -> HubUnavailableError:
+    why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
+    if is_single_file(path):
+        source = f"model.config_path={config!r}" if config else "the hub id diffusers guessed from its keys"
+        return HubUnavailableError(
+            f"model.path={path!r}: the single file's pipeline configs and tokenizers come from {source}, which "
+            f"could not be loaded ({type(exc).__name__}); set model.config_path to a local diffusers folder of "
+            "the base model"
+        )
+    if Path(path).expanduser().is_dir():
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        return HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
+                                   f"({type(exc).__name__}: {detail})")
+    return HubUnavailableError(
+        f"model.path={path!r}: not a local folder and {why}; download it first "
+        f"(huggingface-cli download {path}) or set model.path to a local folder"
+    )
+
+
+def _parts_from_config(config: str, names: list[str], torch_dtype: torch.dtype, revision: str | None) -> dict:
+    """The pipeline components ``names`` loaded from a diffusers folder or hub id (those a single file lacks).
+
+    diffusers 0.42 looks for a lacking text encoder under the diffusers weight names only, so it never finds
+    a transformers ``model.safetensors``: flowrl loads them itself."""
+    from diffusers import AutoencoderKL
+    from transformers import CLIPTextModelWithProjection, T5EncoderModel
+
+    classes = {"vae": AutoencoderKL, "text_encoder": CLIPTextModelWithProjection,
+               "text_encoder_2": CLIPTextModelWithProjection, "text_encoder_3": T5EncoderModel}
+    source = local_or_hub(config)
+    index = Path(source) / "model_index.json"
+    listed = json.loads(index.read_text()) if index.is_file() else {}
+    parts = {}
+    for name in names:
+        if listed.get(name, [True])[0] is None:  # a pipeline saved without it (SD3 may drop T5)
+            parts[name] = None
+            continue
+        parts[name] = classes[name].from_pretrained(source, subfolder=name, torch_dtype=torch_dtype, revision=revision)
+    return parts
+
+
+def load_sd3_single_file(path: str, dtype: str = "fp32", config: str | None = None, revision: str | None = None):
+    """``StableDiffusion3Pipeline.from_single_file`` of a ``.safetensors``/``.ckpt`` file. ``config`` (a
+    diffusers folder or hub id) supplies the component configs and tokenizers, and every component the file
+    lacks (a fine-tune often holds only the transformer); without it diffusers guesses a hub id from the keys."""
+    from diffusers import StableDiffusion3Pipeline
+    from diffusers.loaders.single_file_utils import SingleFileComponentError
+
+    local = Path(path).expanduser()
+    torch_dtype = DTYPES[dtype]
+    missing = sorted(set(_SINGLE_FILE_PARTS) - single_file_parts(single_file_keys(local)))
+    try:
+        parts = _parts_from_config(config, missing, torch_dtype, revision) if config and missing else {}
+        return StableDiffusion3Pipeline.from_single_file(
+            str(local), config=local_or_hub(config) if config else None, torch_dtype=torch_dtype,
+            local_files_only=_offline(), **parts,
+        )
+    except (OSError, ValueError, KeyError, SingleFileComponentError) as exc:
+        raise _load_error(path, exc, config) from exc
+
+
+def load_sd3_pipeline(path: str, dtype: str = "fp32", revision: str | None = None, config: str | None = None):
+    """``StableDiffusion3Pipeline.from_pretrained`` from a hub id or a local folder, or ``from_single_file``
+    of a ``.safetensors``/``.ckpt`` file (``config``: see ``load_sd3_single_file``), with a clear error."""
     from diffusers import StableDiffusion3Pipeline
 
-    torch_dtype = DTYPES[dtype]
+    if is_single_file(path) and Path(path).expanduser().is_file():
+        return load_sd3_single_file(path, dtype, config, revision)
     try:
-        return StableDiffusion3Pipeline.from_pretrained(local_or_hub(path), torch_dtype=torch_dtype, revision=revision)
-    except (OSError, ValueError) as exc:
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-        why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else "it could not be fetched"
-        raise HubUnavailableError(
-            f"model.path={path!r}: not a local folder and {why}; download it first "
-            f"(huggingface-cli download {path}) or set model.path to a local folder"
-        ) from exc
+        return StableDiffusion3Pipeline.from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype],
+                                                        revision=revision)
+    except (OSError, ValueError, KeyError) as exc:
+        raise _load_error(path, exc) from exc
+
+
+def _set_as_list(value: Any) -> list:
+    if isinstance(value, set):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 class SD3Adapter:
     """SD3/SD3.5 for RL. ``pipe`` is a ``StableDiffusion3Pipeline``; the transformer is the policy."""
 
     lora_target_modules = SD3_LORA_TARGETS
+    check_model_path = staticmethod(check_model_path)
 
     def __init__(
         self,
@@ -109,7 +300,9 @@ class SD3Adapter:
 
             pipe = build_tiny_sd3_pipeline(model_cfg.resolution, model_cfg.tiny_size, seed=seed)
         else:
-            pipe = load_sd3_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
+            check_model_path(model_cfg)
+            pipe = load_sd3_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision,
+                                     config=getattr(model_cfg, "config_path", None))
         dtype = DTYPES[model_cfg.dtype]
         for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"):
             module = getattr(pipe, name, None)
@@ -250,7 +443,22 @@ class SD3Adapter:
         return None
 
     def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """Write a LoRA in diffusers format, loadable with ``pipe.load_lora_weights(directory)``."""
+        """Write a LoRA in diffusers format, loadable with ``pipe.load_lora_weights(directory)``. The transformer's
+        peft config (rank, alpha, targets) goes in the file's metadata: without it diffusers assumes
+        alpha = rank on loading, which halves a LoRA trained with alpha = 2 x rank."""
         from diffusers import StableDiffusion3Pipeline
 
-        StableDiffusion3Pipeline.save_lora_weights(str(directory), transformer_lora_layers=state_dict)
+        StableDiffusion3Pipeline.save_lora_weights(
+            str(directory), transformer_lora_layers=state_dict, transformer_lora_adapter_metadata=self._lora_metadata()
+        )
+
+    def _lora_metadata(self) -> dict | None:
+        """The transformer's peft ``LoraConfig`` as JSON-able metadata (None without one, or if it is not JSON)."""
+        config = getattr(self.transformer, "peft_config", {}).get("default")
+        if config is None:
+            return None
+        try:
+            return json.loads(json.dumps(config.to_dict(), default=_set_as_list))
+        except (TypeError, ValueError):
+            logger.warning("the LoRA config is not JSON: exported without it (diffusers will assume alpha = rank)")
+            return None

@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import itertools
 import logging
 import math
+import os
+import sys
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -105,18 +110,49 @@ def list_rewards() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _import_module(module_name: str) -> Any:
+    """Import ``module_name``, looking in the working directory too when it is not found elsewhere.
+
+    ``python -m flowrl`` puts the working directory on ``sys.path`` but the installed ``flowrl`` console
+    script does not, so without this a ``my_rewards.py`` next to the user would be found by one and not by
+    the other. The directory is appended (installed packages keep precedence) and kept once it helped.
+    """
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        cwd = os.getcwd()
+        searched = {os.path.abspath(p or os.curdir) for p in sys.path}
+        if exc.name != module_name.partition(".")[0] or cwd in searched:
+            raise  # a dependency of the module is missing, or the working directory was searched already
+        sys.path.append(cwd)
+        importlib.invalidate_caches()
+        try:
+            return importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            sys.path.remove(cwd)
+            raise
+
+
 def _import_attr(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise RewardError(f"reward {spec!r}: expected 'module:attr'")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name)
     except ImportError as exc:
         raise RewardError(f"reward {spec!r}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # a user's module that fails on import (SyntaxError, NameError): one line, not a traceback
+        raise RewardError(f"reward {spec!r}: importing module {module_name!r} raised {_first_line(exc)}") from exc
     try:
         return getattr(module, attr)
     except AttributeError as exc:
         raise RewardError(f"reward {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"`` (or the type's name alone)."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def is_known_reward(name: str) -> bool:
@@ -149,6 +185,59 @@ def build_reward(name: str, **kwargs: Any) -> RewardModel:
     if kwargs:
         return _FunctionReward(target, kwargs)
     return _FunctionReward(target, {})
+
+
+def _reward_params(target: Any) -> tuple[dict[str, inspect.Parameter], bool] | None:
+    """The keyword arguments ``build_reward`` may pass to ``target`` and whether it takes ``**kwargs``.
+
+    A class takes them in its constructor; a plain function after ``(media, prompts, metadata)``. None when
+    the signature cannot be read (a builtin): then nothing is checked.
+    """
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(target, type):
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        leading = next((i for i, p in enumerate(params) if p.kind not in positional), len(params))
+        params = params[min(3, leading) :]  # media, prompts, metadata
+    var_keyword = any(p.kind is p.VAR_KEYWORD for p in params)
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {p.name: p for p in params if p.kind in named}, var_keyword
+
+
+def check_reward_args(name: str, kwargs: Mapping[str, Any], where: str | None = "reward_args") -> None:
+    """Refuse arguments that reward ``name`` does not take, and required ones that are missing.
+
+    Imports the reward's class or function but builds nothing, so no weights load: call it before any
+    model is built. Each error is one line naming the argument, as ``where`` spells it: by default
+    ``reward_args.NAME.KEY: NAME takes no argument 'KEY'; it takes a, b; did you mean 'a'?``; with
+    ``where=None`` (the ``key=value`` arguments of ``flowrl rewards test``) without the prefix.
+    """
+    check_reward_name(name)
+    if not isinstance(kwargs, Mapping):
+        raise RewardError(f"{where or 'arguments'}.{name}: expected a mapping of arguments, got {kwargs!r}")
+    target = _REGISTRY.get(name, name)
+    target = _import_attr(target) if isinstance(target, str) else target
+    found = _reward_params(target)
+    if found is None:
+        return
+    params, var_keyword = found
+
+    def culprit(key: str) -> str:
+        return f"{where}.{name}.{key}: " if where else ""
+
+    if not var_keyword:
+        for key in kwargs:
+            if key not in params:
+                known = ", ".join(params) or "no arguments"
+                close = difflib.get_close_matches(key, list(params), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise RewardError(f"{culprit(key)}{name} takes no argument {key!r}; it takes {known}{hint}")
+    for key, param in params.items():
+        if param.default is inspect.Parameter.empty and key not in kwargs:
+            setting = f"{where}.{name}.{key}" if where else key
+            raise RewardError(f"{culprit(key)}{name} needs argument {key!r}: give {setting}=...")
 
 
 class _FunctionReward:
@@ -191,9 +280,18 @@ class WeightedReward:
 
     ``rewards`` maps a metric name to ``(reward, weight)``. The output's details hold every component's
     scores under its name, so the trainer logs ``reward/<name>/mean`` for each.
+
+    A call that gives no answer within ``timeout_s`` seconds (0: no limit) raises a ``RewardError`` naming
+    the reward, and every ``report_every_s`` seconds (0: never) without an answer a warning says so. The
+    calls are then made in a daemon thread: a hung call is left behind and cannot keep the process alive.
     """
 
-    def __init__(self, rewards: dict[str, tuple[RewardModel, float]], timeout_s: float = 0.0):
+    def __init__(
+        self,
+        rewards: dict[str, tuple[RewardModel, float]],
+        timeout_s: float = 0.0,
+        report_every_s: float = 60.0,
+    ):
         if not rewards:
             raise RewardError("no reward configured: set reward.<name>=<weight>")
         for name, (_, weight) in rewards.items():
@@ -201,7 +299,7 @@ class WeightedReward:
                 raise RewardError(f"reward {name!r} has a non-finite weight {weight}")
         self.rewards = rewards
         self.timeout_s = timeout_s
-        self._pool = None
+        self.report_every_s = report_every_s
 
     @property
     def pairwise(self) -> bool:
@@ -210,24 +308,52 @@ class WeightedReward:
     def _call_one(self, name: str, reward: RewardModel, media, prompts, metadata) -> Any:
         """One reward call; exceptions and (with ``timeout_s``) hangs become errors naming the reward."""
         try:
-            if self.timeout_s <= 0:
+            if self.timeout_s <= 0 and self.report_every_s <= 0:
                 return reward(media, prompts, metadata)
-            import concurrent.futures
-
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="reward")
-            future = self._pool.submit(reward, media, prompts, metadata)
-            try:
-                return future.result(timeout=self.timeout_s)
-            except concurrent.futures.TimeoutError:
-                self._pool.shutdown(wait=False)  # the hung call keeps its thread; later calls get a new one
-                self._pool = None
-                raise RewardError(f"reward {name!r} timed out after {self.timeout_s:g} s") from None
+            return self._watched(name, lambda: reward(media, prompts, metadata))
         except RewardError:
             raise
         except Exception as exc:
-            first = str(exc).splitlines()[0] if str(exc) else ""
-            raise RewardError(f"reward {name!r} raised {type(exc).__name__}: {first}") from exc
+            raise RewardError(f"reward {name!r} raised {_first_line(exc)}") from exc
+
+    def _watched(self, name: str, call: Callable[[], Any]) -> Any:
+        """``call()`` in a daemon thread, waited for with reports and the timeout; its exception is re-raised.
+
+        Not a ThreadPoolExecutor: its workers are joined at exit, so one hung call kept the process alive
+        after the timeout error. The thread gets the caller's grad mode and CUDA device (both per thread).
+        """
+        result: dict[str, Any] = {}
+        done = threading.Event()
+        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+        device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+
+        def run() -> None:
+            try:
+                if device is not None:
+                    torch.cuda.set_device(device)
+                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                    result["value"] = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                result["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"reward-{name}", daemon=True).start()
+        start = time.monotonic()
+        timeout = self.timeout_s if self.timeout_s > 0 else math.inf
+        every = self.report_every_s if self.report_every_s > 0 else math.inf
+        next_report = every
+        while not done.wait(max(0.0, min(timeout, next_report) - (time.monotonic() - start))):
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise RewardError(f"reward {name!r} timed out after {self.timeout_s:g} s")
+            if waited >= next_report:
+                limit = f"timeout {self.timeout_s:g} s" if self.timeout_s > 0 else "no timeout"
+                logger.warning("reward %r has given no answer for %g s (%s)", name, round(waited, 1), limit)
+                next_report += every
+        if "error" in result:
+            raise result["error"]
+        return result["value"]
 
     def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         batch = len(prompts)

@@ -40,9 +40,12 @@ def parse_kwargs(items: list[str]) -> dict[str, Any]:
 
 
 def _build(name: str, items: list[str]) -> Any:
-    from flowrl.reward_models import build_reward
+    """The reward, after its arguments are checked against its signature (one-line errors, no weights loaded)."""
+    from flowrl.reward_models import build_reward, check_reward_args
 
-    return build_reward(name, **parse_kwargs(items))
+    kwargs = parse_kwargs(items)
+    check_reward_args(name, kwargs, where=None)
+    return build_reward(name, **kwargs)
 
 
 def cmd_rewards_test(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import time
 import urllib.error
@@ -73,8 +74,10 @@ def request_json(
     """POST ``payload`` (GET when None) as JSON and return the decoded answer.
 
     Up to ``1 + retries`` attempts; attempt ``k`` (from 0) waits ``backoff * 2**k`` seconds before the
-    next. The final error says how many attempts failed and the last reason.
+    next. The final error says how many attempts failed and the last reason. ``timeout`` must be finite
+    (``check_waits``), so no request waits forever.
     """
+    check_waits(what, timeout, retries, backoff)
     data = None if payload is None else json.dumps(payload, default=jsonable).encode("utf-8")
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
     if token:
@@ -107,8 +110,26 @@ def request_json(
     )
 
 
+def check_waits(what: str, timeout: Any, retries: Any, backoff: Any) -> None:
+    """Refuse settings that could wait forever: a request needs a finite timeout and a finite number of retries.
+
+    ``urllib`` takes ``timeout=None`` as "block forever" (and 0 as non-blocking), so both are refused. A request
+    then ends after ``1 + retries`` attempts, each waiting at most ``timeout`` s at every step (connect, reads).
+    """
+    number = (int, float)
+    if isinstance(timeout, bool) or not isinstance(timeout, number) or not 0 < timeout < math.inf:
+        raise RewardError(f"{what}: timeout must be a positive, finite number of seconds, got {timeout!r}")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise RewardError(f"{what}: retries must be a whole number >= 0, got {retries!r}")
+    if isinstance(backoff, bool) or not isinstance(backoff, number) or not 0 <= backoff < math.inf:
+        raise RewardError(f"{what}: backoff must be a finite number of seconds >= 0, got {backoff!r}")
+
+
 class RemoteReward:
     """A reward computed by ``flowrl serve-reward`` elsewhere: ``RemoteReward(url="http://127.0.0.1:18080")``.
+
+    ``url`` is required (a run must not guess where its reward lives). Every request has a finite
+    ``timeout`` (seconds without an answer) and ``retries``, so a dead server is an error, never a hang.
 
     ``batch_size`` samples go in each request; media are sent as ``media_format`` (default: PNG for
     images and video frames, WAV for audio; ``"array"`` for exact float32). ``token`` defaults to the
@@ -120,7 +141,7 @@ class RemoteReward:
 
     def __init__(
         self,
-        url: str = "http://127.0.0.1:18080",
+        url: str,
         token: str | None = None,
         timeout: float = 120.0,
         retries: int = 3,
@@ -131,8 +152,11 @@ class RemoteReward:
         fps: float = 8.0,
         sample_rate: int = 16000,
     ):
-        if batch_size < 1:
-            raise RewardError(f"remote reward: batch_size must be at least 1, got {batch_size}")
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise RewardError(f"remote reward: url must start with http:// or https://, got {url!r}")
+        check_waits("remote reward", timeout, retries, backoff)
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise RewardError(f"remote reward: batch_size must be at least 1, got {batch_size!r}")
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_ENV)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff

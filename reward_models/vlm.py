@@ -41,7 +41,7 @@ import torch
 from flowrl.reward_models.base import PairwiseReward, RewardError, RewardOutput, batch_size_of, images_to_uint8
 from flowrl.reward_models.loading import load_pretrained, pick_device
 from flowrl.reward_models.media import image_to_png, unwrap_video
-from flowrl.reward_models.remote import request_json
+from flowrl.reward_models.remote import check_waits, request_json
 from flowrl.reward_models.video import uniform_frame_indices
 
 YES_WORDS = ("Yes", "yes")
@@ -165,6 +165,7 @@ class OpenAIChat:
         concurrency: int = 8,
         top_logprobs: int = 20,
     ):
+        check_waits("vlm endpoint", timeout, retries, backoff)  # before any request: none may wait forever
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.api_key = model, api_key
         self.timeout, self.retries, self.backoff = timeout, retries, backoff

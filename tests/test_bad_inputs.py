@@ -1,7 +1,16 @@
-"""Table-driven bad input: every case gives one line on stderr, naming the culprit, and exit code 2."""
+"""Table-driven bad input: every case gives one line on stderr, naming the culprit, and exit code 2.
 
+The table is this file's ``CASES`` plus the model-path, checkpoint and sampling cases of
+``bad_inputs_models`` and the reward cases of ``bad_inputs_rewards``; one runner checks them all.
+"""
+
+import sys
+
+import bad_inputs_models
+import bad_inputs_rewards
 import pytest
 
+import flowrl.reward_models.server
 from flowrl.cli import main
 
 
@@ -14,6 +23,10 @@ def _files(tmp_path):
     (tmp_path / "unknown.yaml").write_text("trainn:\n  iterations: 3\n")
     (tmp_path / "typed.yaml").write_text("train:\n  iterations: many\n")
     (tmp_path / "notckpt").mkdir()
+    (tmp_path / "oldrun").mkdir()  # a folder that holds an earlier run
+    (tmp_path / "oldrun" / "config.yaml").write_text("seed: 1\n")
+    (tmp_path / "oldrun" / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    (tmp_path / "floats.yaml").write_text("train:\n  learning_rate: 1e-3\n  iterations: 1e3\n")
 
 
 V = ["validate", "tiny-cpu"]  # config-level checks: no model is built
@@ -94,22 +107,62 @@ CASES = [
     (["sample", "tiny-cpu", "--prompt", "a cat", "--num", "0"], "--num: must be at least 1"),
     (["train", "resume={tmp}/notckpt", "train.iterations=1"], "not a complete flowrl checkpoint"),
     (["train", "resume=latest", "output_dir={tmp}/fresh", "train.iterations=1"], "resume=latest: no complete checkpoint"),
-    (["train", "model.path={tmp}/no-model", "train.iterations=1"], "not a local folder and the hub is offline"),
+    (["train", "model.path={tmp}/no-model", "train.iterations=1"], "model.path: no such file or folder"),
     (["rewards", "test", "no_such_reward"], "unknown reward 'no_such_reward'"),
+    # the run folder: never mix two runs, never write where it cannot (all before a model is built)
+    (["train", "output_dir={tmp}/oldrun"], "already holds a run (0 checkpoint(s), 1 metrics row(s)): continue it with "
+                                           "resume=latest, train into a new folder with run_name=auto"),
+    (["train", "output_dir={tmp}/empty.txt"], "output_dir: '{tmp}/empty.txt' is a file, not a folder"),
+    (["train", "output_dir={tmp}/empty.txt/run"], "output_dir: '{tmp}/empty.txt' is a file, not a folder"),
+    (["train", "output_dir=/proc/flowrl-run"], "output_dir: cannot write to '/proc/flowrl-run'"),
+    (["train", "output_dir={tmp}/oldrun", "run_name=a/b"], "run_name: 'a/b' must be a plain folder name"),
+    (["train", "output_dir={tmp}/oldrun", "run_name=.."], "run_name: '..' must be a plain folder name"),
+    (["train", "output_dir={tmp}/oldrun", "overwrite=true", "resume=latest"], "overwrite=true removes the run"),
+    (["train", "output_dir={tmp}/oldrun", "overwrite=maybe"], "overwrite: expected true or false"),
+    (["train", "output_dir={tmp}/oldrun", "resume=latest"], "resume=latest: the run in"),
+    (V + ["resume_allow_changes=1"], "resume_allow_changes: expected true or false"),
+    # a section given a value, then a key inside it; non-finite numbers
+    (V + ["train=5", "train.iterations=3"], "train: was set to 5, not a group of settings; cannot also set"),
+    (V + ["train.lora=null", "train.lora.rank=4"], "train.lora: was set to None, not a group of settings"),
+    (V + ["train.learning_rate=nan"], "train.learning_rate: expected float, got 'nan'"),
+    (V + ["train.beta=inf"], "train.beta: expected float, got 'inf'"),
+    (V + ["train.clip_range=.nan"], "train.clip_range: expected a finite number"),
+    (["validate", "{tmp}/floats.yaml"], "train.iterations: expected an integer, got '1e3'"),
+    # rules naming a metric the run does not log
+    (V + ["log.stop_if=['reward/meen<0']"], "names 'reward/meen', which this run does not log; did you mean 'reward/mean'"),
+    (V + ["log.stop_if=['eval/reward/mean<0']"], "names 'eval/reward/mean', which this run does not log"),
+    (V + ["log.stop_if=['monitor/diversity/ingroup<0.1']"], "did you mean 'monitor/diversity/in_group'"),
+    (V + ["log.monitors=false", "log.stop_if=['monitor/diversity/in_group<0.1']"], "which this run does not log"),
+    # new settings' ranges
+    (V + ["train.max_flat_iterations=0"], "train.max_flat_iterations: must be > 0"),
+    (V + ["train.reward_report_s=0"], "train.reward_report_s: must be > 0"),
+    (V + ["train.reward_timeout_s=-1"], "train.reward_timeout_s: must be >= 0"),
 ]
 
 
-@pytest.mark.parametrize("argv, message", CASES, ids=[f"{i:02d}" for i in range(len(CASES))])
+ALL = CASES + bad_inputs_models.CASES + bad_inputs_rewards.CASES + bad_inputs_rewards.TRAIN_CASES
+
+
+def _never_bind(*args, **kwargs):
+    raise AssertionError("serve-reward got as far as binding a port: the bad input was not refused before")
+
+
+@pytest.mark.parametrize("argv, message", ALL, ids=[f"{i:03d}" for i in range(len(ALL))])
 def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(flowrl.reward_models.server, "make_server", _never_bind)  # a missed case must not serve
+    monkeypatch.setattr(sys, "path", list(sys.path))  # a reward import may append the working directory
     _files(tmp_path)
+    bad_inputs_models.prepare(tmp_path)
+    for name, text in bad_inputs_rewards.FILES.items():
+        (tmp_path / name).write_text(text)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert err.startswith("flowrl: error: ")
-    assert message in err, err
+    assert message.replace("{tmp}", str(tmp_path)) in err, err
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 50
+    assert len(ALL) >= 100

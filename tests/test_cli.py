@@ -63,4 +63,4 @@ def test_console_script_train_then_sample(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded LoRA" in done.stdout
-    assert len(list((tmp_path / "imgs").glob("*.png"))) == 2
+    assert len(list((tmp_path / "imgs" / "0001").glob("*.png"))) == 2  # each call writes a new numbered folder

@@ -290,7 +290,9 @@ def _trainer_with(cfg, pipe, device: torch.device):
         return SD3Adapter(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
                           prompt_cache=model_cfg.prompt_cache)
 
-    with mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))):
+    # the folder holds configs only (the weights are in memory): skip the model.path check too
+    with mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))), \
+            mock.patch.object(SD3Adapter, "check_model_path", staticmethod(lambda model_cfg: None)):
         return Trainer(cfg)
 
 

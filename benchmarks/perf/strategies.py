@@ -26,7 +26,7 @@ from pathlib import Path
 
 CONFIGS = {"ddp": "ddp.yaml", "fsdp": "fsdp.yaml", "zero2": "deepspeed_zero2.yaml"}
 OVERRIDES = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-             "train.iterations=2", "train.optimizer_steps_per_iteration=1", "train.beta=0.01", "train.ema=true",
+             "train.iterations=2", "train.optimizer_steps_per_iteration=2", "train.beta=0.01", "train.ema=true",
              "train.ema_every=1", "log.save_every=1", "log.sample_every=1000"]
 KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
         "policy/clip_frac", "policy/grad_norm"]

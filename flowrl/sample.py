@@ -1,0 +1,210 @@
+"""``flowrl sample``: images from a run folder (its exported weights), a checkpoint, or a recipe.
+
+Each call writes into a new numbered folder (``RUN/samples_cli/0001/``, ``0002/``, ... or under ``--out``)
+with a ``sample.json`` recording the prompts, seed, steps, guidance and the weights used; nothing already
+there is overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+SAMPLE_FILE = "sample.json"
+
+
+# ------------------------------------------------------------------------------------------ inputs
+def _sample_config(target: str):
+    """A run folder's resolved config, or a recipe's."""
+    from flowrl.config import config_from_dict, resolve_config
+
+    run = Path(target)
+    if (run / "config.yaml").is_file():
+        import yaml
+
+        data = yaml.safe_load((run / "config.yaml").read_text())
+        data["resume"] = None
+        return config_from_dict(data), run
+    return resolve_config(target, []), None
+
+
+def checkpoint_folder(spec: str) -> tuple[Path, dict[str, Any]]:
+    """``--checkpoint``: an intact checkpoint folder and its state, or a one-line error naming it."""
+    from flowrl import checkpoint as ckpt
+
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"--checkpoint: no such folder {spec!r}")
+    if not path.is_dir():
+        raise ValueError(f"--checkpoint: {spec!r} is a file; expected a checkpoint folder "
+                         "(RUN/checkpoints/iter-NNNNNN)")
+    if (path / "checkpoints").is_dir():
+        newest = ckpt.list_checkpoints(path / "checkpoints")
+        example = newest[-1] if newest else path / "checkpoints" / "iter-NNNNNN"
+        raise ValueError(f"--checkpoint: {spec!r} is a run folder; give one of its checkpoints, e.g. {example}")
+    if not (path / ckpt.STATE_FILE).is_file():
+        raise ValueError(f"--checkpoint: {spec!r} is not a complete flowrl checkpoint (no {ckpt.STATE_FILE})")
+    return path, ckpt.verify_checkpoint(path)
+
+
+def _checkpoint_run(path: Path) -> Path:
+    """The run folder of ``RUN/checkpoints/iter-N``: two levels up, where its config.yaml is."""
+    run = path.resolve().parent.parent
+    if not (run / "config.yaml").is_file():
+        raise FileNotFoundError(
+            f"--checkpoint: no config.yaml in {run} (two levels above the checkpoint, as in RUN/checkpoints/"
+            "iter-NNNNNN); give the run folder or recipe it was trained with as well"
+        )
+    return run
+
+
+def _output_run(checkpoint: Path | None) -> Path | None:
+    """The run folder a checkpoint sits in, if it is one (for the default output folder)."""
+    if checkpoint is None:
+        return None
+    run = checkpoint.resolve().parent.parent
+    return run if (run / "config.yaml").is_file() else None
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.num < 1:
+        raise ValueError(f"--num: must be at least 1, got {args.num}")
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps: must be at least 1, got {args.steps}")
+    if args.ema and not args.checkpoint:
+        raise ValueError("--ema: needs --checkpoint (a run folder's exported weights are already the EMA ones "
+                         "when it trained with train.ema)")
+    if args.target is None and not args.checkpoint:
+        raise ValueError("sample: give a run folder or recipe, or --checkpoint PATH")
+    if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ValueError(f"--out: {args.out!r} is a file; expected a folder")
+
+
+# ------------------------------------------------------------------------------------------ weights
+def load_checkpoint_weights(adapter: Any, cfg: Any, path: Path, ema: bool = False) -> str:
+    """Put a checkpoint's trainable tensors (``ema``: its EMA ones) into the adapter's transformer: the run's
+    LoRA adapter is added first when ``train.lora.enabled``; names and shapes must match exactly."""
+    import torch
+    from safetensors.torch import load_file
+
+    from flowrl import checkpoint as ckpt
+
+    name = "ema.safetensors" if ema else "trainable.safetensors"
+    if not (path / name).is_file():
+        raise ValueError(f"checkpoint {path}: no {name}")
+    from flowrl.trainer import lora_config
+
+    tensors = load_file(path / name)
+    transformer = adapter.transformer
+    lora = cfg.train.lora
+    if lora.enabled:
+        transformer.requires_grad_(False)
+        transformer.add_adapter(lora_config(lora, adapter.lora_target_modules))
+        params = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
+    else:
+        params = dict(transformer.named_parameters())
+    ckpt.check_trainable_against(tensors, params, path)
+    with torch.no_grad():
+        for n, p in params.items():
+            p.copy_(tensors[n])
+    transformer.requires_grad_(False).eval()
+    return f"{'LoRA' if lora.enabled else 'full weights'} ({name})"
+
+
+# ------------------------------------------------------------------------------------------ output
+def next_sample_folder(base: Path) -> Path:
+    """Create and return ``base/NNNN``, one above the highest numbered folder there (never an existing one)."""
+    base.mkdir(parents=True, exist_ok=True)
+    while True:
+        used = [int(p.name) for p in base.iterdir() if p.name.isdigit()]
+        folder = base / f"{max(used, default=0) + 1:04d}"
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:  # another process took it: try the next
+            continue
+
+
+def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, steps: int, images: list[str]) -> None:
+    record = {
+        "prompts": [args.prompt] * args.num,
+        "images": images,
+        "seed": args.seed,
+        "steps": steps,
+        "guidance_scale": cfg.sample.eval_guidance_scale,
+        "resolution": cfg.model.resolution,
+        "model": cfg.model.path,
+        "target": args.target,
+        "weights": weights,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    (folder / SAMPLE_FILE).write_text(json.dumps(record, indent=2) + "\n")
+
+
+# ------------------------------------------------------------------------------------------ command
+def cmd_sample(args: argparse.Namespace) -> int:
+    import torch
+
+    from flowrl.logs import save_grid
+    from flowrl.pipelines.base import adapter_class
+
+    _check_args(args)
+    checkpoint, state = checkpoint_folder(args.checkpoint) if args.checkpoint else (None, {})
+    if args.target is not None:
+        cfg, run = _sample_config(args.target)
+    else:
+        run = _checkpoint_run(checkpoint)
+        cfg, _ = _sample_config(str(run))
+    if checkpoint is not None and args.ema and not (checkpoint / "ema.safetensors").is_file():
+        raise ValueError(f"--ema: checkpoint {checkpoint} has no ema.safetensors (the run trained without train.ema)")
+    adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
+    if checkpoint is not None:
+        loaded = load_checkpoint_weights(adapter, cfg, checkpoint, args.ema)
+        weights = {"source": "checkpoint", "path": str(checkpoint), "iteration": state.get("iteration"),
+                   "ema": bool(args.ema), "loaded": loaded}
+    else:
+        loaded = adapter.load_trained(run) if run is not None else None
+        weights = {"source": "run" if loaded else "none", "path": str(run) if loaded else None, "loaded": loaded}
+        if run is not None and not loaded:
+            print(f"{run} has no exported weights (lora/ or transformer/): sampling the base model")
+    if loaded:
+        print(f"loaded {loaded} from {checkpoint or run}")
+    home = run if run is not None else _output_run(checkpoint)
+    base = Path(args.out) if args.out else (home / "samples_cli" if home is not None else Path("samples"))
+    steps = args.steps or cfg.sample.eval_num_steps
+    images = adapter.pipe(
+        prompt=[args.prompt] * args.num,
+        num_inference_steps=steps,
+        guidance_scale=cfg.sample.eval_guidance_scale,
+        height=cfg.model.resolution,
+        width=cfg.model.resolution,
+        max_sequence_length=cfg.model.max_sequence_length,
+        generator=torch.Generator("cpu").manual_seed(args.seed),
+        output_type="pt",
+    ).images
+    out = next_sample_folder(base)
+    names = [f"{i:04d}.png" for i in range(len(images))]
+    for name, img in zip(names, images):
+        save_grid(img[None], out / name)
+    _record(out, args, cfg, weights, steps, names)
+    print(f"wrote {len(images)} images and {SAMPLE_FILE} to {out}")
+    return 0
+
+
+def add_commands(sub: Any) -> None:
+    """Register ``flowrl sample`` on an argparse subparsers object."""
+    p = sub.add_parser("sample", help="generate images from a run folder (with its LoRA), a checkpoint or a recipe")
+    p.add_argument("target", nargs="?", default=None,
+                   help="run folder or recipe (default with --checkpoint: the run two levels above it)")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--num", type=int, default=4)
+    p.add_argument("--steps", type=int, default=None, help="default: sample.eval_num_steps")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="folder to write a new numbered subfolder in "
+                   "(default RUN/samples_cli, or ./samples for a recipe)")
+    p.add_argument("--checkpoint", default=None, help="a checkpoint folder RUN/checkpoints/iter-NNNNNN to sample")
+    p.add_argument("--ema", action="store_true", help="with --checkpoint: use its EMA weights")
+    p.set_defaults(fn=cmd_sample)

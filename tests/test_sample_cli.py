@@ -1,0 +1,110 @@
+"""``flowrl sample``: numbered output folders that never overwrite, sample.json, --checkpoint and --ema."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from flowrl.cli import main
+
+TRAIN = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
+         "train.iterations=2", "log.save_every=1", "log.sample_every=1000",
+         "train.lora.alpha=32"]  # alpha = 2 x rank (16), as the SD3.5 recipes: the exported LoRA must keep it
+PROMPT = ["--prompt", "a red cat", "--num", "2", "--steps", "2", "--seed", "3"]
+
+
+def _train(root, *extra):
+    assert main(["train", f"output_dir={root}", *TRAIN, *extra]) == 0
+    return root
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture(scope="module")
+def ema_run(tmp_path_factory):
+    return _train(tmp_path_factory.mktemp("ema_run"), "train.ema=true", "train.ema_every=1", "train.ema_decay=0.5")
+
+
+def _images(folder):
+    return [np.asarray(Image.open(folder / f"{i:04d}.png"), dtype=np.int16) for i in range(2)]
+
+
+def _record(folder):
+    return json.loads((folder / "sample.json").read_text())
+
+
+def _max_diff(a, b):
+    return max(int(np.abs(x - y).max()) for x, y in zip(a, b))
+
+
+def test_two_calls_write_two_folders_and_record_them(run, capsys):
+    (run / "samples_cli").mkdir(exist_ok=True)
+    (run / "samples_cli" / "0000.png").write_bytes(b"an image from an older flowrl")
+    assert main(["sample", str(run), *PROMPT]) == 0
+    assert main(["sample", str(run), *PROMPT, "--seed", "4"]) == 0
+    first, second = run / "samples_cli" / "0001", run / "samples_cli" / "0002"
+    assert sorted(p.name for p in first.iterdir()) == ["0000.png", "0001.png", "sample.json"]
+    assert (run / "samples_cli" / "0000.png").read_bytes() == b"an image from an older flowrl"
+    rec = _record(first)
+    assert rec["prompts"] == ["a red cat", "a red cat"] and rec["seed"] == 3 and rec["steps"] == 2
+    assert rec["guidance_scale"] == 4.5 and rec["images"] == ["0000.png", "0001.png"]
+    assert rec["weights"] == {"source": "run", "path": str(run), "loaded": "LoRA"}
+    assert rec["time"][:2] == "20" and _record(second)["seed"] == 4
+    assert _max_diff(_images(first), _images(second)) > 0  # another seed, other images, both kept
+
+
+def test_out_gets_the_next_free_numbered_subfolder(run, tmp_path):
+    (tmp_path / "0007").mkdir()
+    (tmp_path / "notes").mkdir()
+    assert main(["sample", str(run), *PROMPT, "--out", str(tmp_path)]) == 0
+    assert main(["sample", "tiny-cpu", *PROMPT, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "0008" / "sample.json").is_file() and not any((tmp_path / "0007").iterdir())
+    rec = _record(tmp_path / "0009")
+    assert rec["weights"] == {"source": "none", "path": None, "loaded": None} and rec["target"] == "tiny-cpu"
+
+
+def test_the_last_checkpoint_equals_the_exported_lora_and_differs_from_the_base(run, tmp_path):
+    last = run / "checkpoints" / "iter-000002"
+    assert main(["sample", str(run), *PROMPT, "--out", str(tmp_path / "lora")]) == 0
+    assert main(["sample", "--checkpoint", str(last), *PROMPT, "--out", str(tmp_path / "ckpt")]) == 0
+    assert main(["sample", "tiny-cpu", *PROMPT, "--out", str(tmp_path / "base")]) == 0
+    exported, sampled, base = (_images(tmp_path / k / "0001") for k in ("lora", "ckpt", "base"))
+    assert _max_diff(sampled, exported) <= 1  # the same weights (PNG rounding at most)
+    assert _max_diff(sampled, base) > 8
+    rec = _record(tmp_path / "ckpt" / "0001")
+    assert rec["weights"] == {"source": "checkpoint", "path": str(last), "iteration": 2, "ema": False,
+                              "loaded": "LoRA (trainable.safetensors)"}
+    assert rec["target"] is None  # the config came from the run two levels up
+
+
+def test_checkpoint_alone_writes_into_its_run(run):
+    before = sorted((run / "samples_cli").iterdir()) if (run / "samples_cli").exists() else []
+    assert main(["sample", "--checkpoint", str(run / "checkpoints" / "iter-000001"), *PROMPT]) == 0
+    new = sorted(set((run / "samples_cli").iterdir()) - set(before))
+    assert len(new) == 1 and _record(new[0])["weights"]["iteration"] == 1
+
+
+def test_ema_weights_are_those_exported(ema_run, tmp_path):
+    last = ema_run / "checkpoints" / "iter-000002"
+    assert main(["sample", str(ema_run), *PROMPT, "--out", str(tmp_path / "lora")]) == 0
+    assert main(["sample", "--checkpoint", str(last), "--ema", *PROMPT, "--out", str(tmp_path / "ema")]) == 0
+    assert main(["sample", "--checkpoint", str(last), *PROMPT, "--out", str(tmp_path / "raw")]) == 0
+    exported, ema, raw = (_images(tmp_path / k / "0001") for k in ("lora", "ema", "raw"))
+    assert _max_diff(ema, exported) <= 1
+    assert _max_diff(raw, ema) > 0
+    assert _record(tmp_path / "ema" / "0001")["weights"]["loaded"] == "LoRA (ema.safetensors)"
+
+
+def test_a_rank_mismatch_names_the_tensor_and_writes_nothing(run, tmp_path, capsys):
+    recipe = tmp_path / "rank4.yaml"
+    recipe.write_text("model: {path: tiny, resolution: 32, max_sequence_length: 16}\ntrain: {lora: {rank: 4}}\n")
+    last = run / "checkpoints" / "iter-000002"
+    assert main(["sample", str(recipe), "--checkpoint", str(last), *PROMPT, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"flowrl: error: checkpoint {last}: tensor 'transformer_blocks.0.attn.to_q.lora_A.default.weight' "
+                   "has shape (16, 32) in the checkpoint but (4, 32) in the model; check train.lora.rank")
+    assert not (tmp_path / "out").exists()
