@@ -5,6 +5,39 @@ from __future__ import annotations
 import torch
 
 
+def group_zscore(
+    values: torch.Tensor,
+    group_ids: torch.Tensor,
+    *,
+    eps: float = 1e-4,
+    unbiased: bool = False,
+    global_std: bool = False,
+) -> torch.Tensor:
+    """(v - mean_group) / (std + eps) within each group, separately for every trailing index.
+
+    values: (N, *S); group_ids: (N,) (members need not be contiguous). ``std`` is the population std
+    (``unbiased=False``, Flow-GRPO) or the sample std (``unbiased=True``: G²RPO, E-GRPO code), of the
+    group or, with ``global_std``, of all N values. A group whose values are all equal (a one-member
+    group too) gets exactly 0: ``v - mean`` would otherwise be float noise of random sign.
+    Returns (N, *S) fp32.
+    """
+    if group_ids.shape != values.shape[:1]:
+        raise ValueError(f"group_ids has shape {tuple(group_ids.shape)}, expected ({values.shape[0]},)")
+    x = values.float()
+    out = torch.zeros_like(x)
+    correction = 1 if unbiased else 0
+    all_std = x.std(dim=0, correction=correction) if global_std else None
+    for g in torch.unique(group_ids):
+        members = group_ids == g
+        v = x[members]  # (n_g, *S)
+        if v.shape[0] < 2:
+            continue
+        flat = v.amax(dim=0) == v.amin(dim=0)
+        std = all_std if global_std else v.std(dim=0, correction=correction)
+        out[members] = torch.where(flat, 0.0, (v - v.mean(dim=0)) / (std + eps))
+    return out
+
+
 def group_advantages(
     rewards: torch.Tensor, group_ids: torch.Tensor, global_std: bool = True, eps: float = 1e-4
 ) -> torch.Tensor:
@@ -12,17 +45,9 @@ def group_advantages(
 
     ``mean_g`` is the mean reward of the sample's group (same ``group_ids`` value). ``std`` is the
     population std of all ``rewards`` when ``global_std`` (the SD3.5 default), else of the group.
-    rewards, group_ids: (N,). Returns (N,) fp32.
+    A flat group gets exactly 0. rewards, group_ids: (N,). Returns (N,) fp32.
     """
-    rewards = rewards.float()
-    adv = torch.empty_like(rewards)
-    all_std = rewards.std(unbiased=False)
-    for g in torch.unique(group_ids):
-        members = group_ids == g
-        r = rewards[members]
-        std = all_std if global_std else r.std(unbiased=False)
-        adv[members] = (r - r.mean()) / (std + eps)
-    return adv
+    return group_zscore(rewards, group_ids, eps=eps, global_std=global_std)
 
 
 def clip_advantages(adv: torch.Tensor, max_abs: float) -> torch.Tensor:

@@ -346,6 +346,13 @@ def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         raise ConfigError(f"{prefix or 'config'}: {exc}") from None
 
 
+def build_section(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    """A dataclass of settings from a mapping, checked as the config is (a method's typed options)."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{prefix.rstrip('.') or 'section'}: expected a mapping of settings, got {data!r}")
+    return _build(cls, data, prefix)
+
+
 def config_from_dict(data: dict[str, Any]) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping of settings, got {type(data).__name__}")

@@ -18,7 +18,8 @@ from flowrl.config import Config, ConfigError
 logger = logging.getLogger(__name__)
 
 # what a run writes into its folder; overwrite=true removes exactly these
-RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.yaml", "samples", "lora", "transformer", "reward_curve.png")
+RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.yaml", "samples", "lora", "transformer", "reward_curve.png",
+               "method_state.json")
 _MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
 
 

@@ -13,7 +13,7 @@ import difflib
 import logging
 import random
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -26,9 +26,10 @@ from flowrl.data import GroupSampler, load_prompts
 from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
 from flowrl.methods import build_method
+from flowrl.methods.base import Context, PromptBatch
 from flowrl.pipelines.base import Conditioning, adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
-from flowrl.rollout import Trajectory, rollout, sample_images, transition
+from flowrl.rollout import Trajectory, sample_images
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,19 @@ class RolloutBatch:
     cond: Conditioning
     prompts: list[str]
     metadata: list[dict]
-    images: torch.Tensor  # (B, 3, H, W) in [0, 1], CPU
+    images: torch.Tensor  # (B, 3, H, W) in [0, 1], CPU: the final samples
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, K, 3, H, W): more to score
+    info: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) or (B, K): facts for credit
+
+
+@dataclass
+class Scores:
+    """The reward phase's output, all processes' samples in global order."""
+
+    final: torch.Tensor  # (N,) weighted reward of the final samples
+    components: dict[str, torch.Tensor]  # reward name -> (N,) its score of the final samples
+    columns: dict[str, torch.Tensor]  # what credit sees: "final" (N,), every other scored name (N, K)
+    calls: int  # this process's reward evaluations (samples x reward components)
 
 
 class UpdateStats:
@@ -114,6 +127,7 @@ def preflight(cfg: Config) -> None:
     from flowrl.reward_models import check_reward_args
 
     check_model_path(cfg.model)
+    build_method(cfg)  # unknown or mistyped method.options
     for section in (cfg.reward, cfg.eval_reward or {}):
         for name in section:
             check_reward_args(name, cfg.reward_args.get(name, {}))
@@ -135,6 +149,7 @@ def logged_metric_names(cfg: Config) -> set[str]:
     names |= {f"policy/{k}" for k in ("loss", "pg_loss", "kl", "approx_kl", "clip_frac", "ratio_mean", "grad_norm",
                                        "onpolicy_logp_diff")}
     names |= {f"timing_s/{k}" for k in ("iteration", "rollout", "reward", "advantage", "update", "eval")}
+    names |= {"cost/nfe", "cost/reward_calls", "cost/nfe_total", "cost/reward_calls_total", "throughput/nfe_per_s"}
     for name in cfg.reward:
         names |= {f"reward/{name}/mean", f"reward/{name}/std"}
     if cfg.log.monitors:
@@ -185,12 +200,12 @@ class Trainer:
             len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed,
             self.acc.num_processes, self.acc.process_index,
         )
+        self.method = build_method(cfg)  # its typed options are checked before any weights load
         self.out = self._prepare_run_dir()
         self._resume_path = self._resume_checkpoint(cfg.resume) if cfg.resume else None
         self._signals = StopSignals(defer_always=self.acc.num_processes > 1)
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
-        self.method = build_method(cfg)
         self.reward = build_rewards(cfg)
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = load_prompts(cfg.data.eval_prompts) if cfg.data.eval_prompts else self.prompts
@@ -286,6 +301,10 @@ class Trainer:
         if t.gradient_checkpointing:
             transformer.enable_gradient_checkpointing()
         transformer.eval()  # no dropout anywhere: rollout and update must compute the same function
+        # cost/nfe: every transformer forward, counted by its rows (CFG branches are rows)
+        self._nfe = 0
+        self.cost_totals = {"nfe": 0.0, "reward_calls": 0.0}
+        transformer.register_forward_pre_hook(self._count_forward, with_kwargs=True)
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError("train.lora.target_modules matched no module: nothing to train")
@@ -301,6 +320,20 @@ class Trainer:
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
         self.optimizer_steps = 0
+
+    def _count_forward(self, module, args, kwargs) -> None:
+        x = kwargs.get("hidden_states", args[0] if args else None)
+        self._nfe += int(x.shape[0]) if x is not None else 0
+
+    def _cost_metrics(self, reward_calls: int, seconds: float) -> dict[str, float]:
+        """This iteration's transformer forwards (sample rows) and reward evaluations over all processes,
+        their running totals (kept in checkpoints) and forwards per second."""
+        local = torch.tensor([float(self._nfe), float(reward_calls)], dtype=torch.float64, device=self.acc.device)
+        nfe, calls = (self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local).tolist()
+        self.cost_totals["nfe"] += nfe
+        self.cost_totals["reward_calls"] += calls
+        return {"cost/nfe": nfe, "cost/reward_calls": calls, "cost/nfe_total": self.cost_totals["nfe"],
+                "cost/reward_calls_total": self.cost_totals["reward_calls"], "throughput/nfe_per_s": nfe / seconds}
 
     def _prepare(self, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap for the launch's strategy (DDP, DeepSpeed, FSDP2) through accelerate."""
@@ -339,40 +372,51 @@ class Trainer:
             self.ema.updates = state.get("ema_updates", 0)
         ckpt.set_rng_state(state["rng_tensors"], state["rng"])
         self.optimizer_steps = state.get("optimizer_steps", 0)
+        self.method.load_state_dict(state.get("method", {}))
+        self.cost_totals = dict(state.get("cost_totals", self.cost_totals))
         self.start_iteration = int(state["iteration"])
         self._checked_onpolicy = True  # weights are no longer the rollout policy of iteration 0
         logger.info("resumed from %s at iteration %d", path, self.start_iteration)
 
     # ------------------------------------------------------------------------------------ phases
-    def collect(self, iteration: int) -> tuple[list[RolloutBatch], torch.Tensor]:
+    def collect(self, iteration: int, ctx: Context | None = None) -> tuple[list[RolloutBatch], torch.Tensor]:
         """Rollout phase: this process's share of the iteration's samples, in rollout batches.
 
         All randomness is seeded by (seed, iteration, global sample position), so a sample's noise, SDE
         draws and window do not depend on the number of processes, and a resumed run repeats them.
         """
-        cfg, s = self.cfg, self.cfg.sample
+        s = self.cfg.sample
         samples = self.sampler.iteration(iteration)
         prompt_index = samples.prompt_index[samples.local]
         group_ids = samples.group_ids[samples.local]
-        device = self.acc.device
         noise = self._initial_noise(iteration, samples)
-        sigmas = self.adapter.sigmas(s.num_steps)
+        ctx = ctx or self.context(iteration)
         batches = []
         for start in range(0, len(prompt_index), s.batch_size):
             rows = slice(start, start + s.batch_size)
-            position = samples.local.start + start  # global position of the batch's first sample
-            gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "sde", position))
-            plan = self.method.plan(sigmas, random.Random(_seed_of(cfg.seed, iteration, "plan", position)))
             items = [self.prompts[i] for i in prompt_index[rows].tolist()]
             prompts = [it.prompt for it in items]
-            cond = self.adapter.encode_prompts(prompts)
-            traj = rollout(self.adapter, cond, plan, noise[rows], group_ids[rows], s.guidance_scale, gen,
-                           model=self.model)
-            images = self.adapter.decode(traj.final).cpu()
             # "group" tells pairwise rewards which samples to compare (the prompt alone may repeat)
             metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
-            batches.append(RolloutBatch(traj, cond, prompts, metadata, images))
+            batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows], noise[rows],
+                                self.adapter.encode_prompts(prompts))
+            exp = self.method.explore(ctx, batch)
+            images = self.adapter.decode(exp.score["final"]).cpu()
+            extra = {name: self._decode_many(lat) for name, lat in exp.score.items() if name != "final"}
+            clash = set(exp.info) & set(exp.score)
+            if clash:
+                raise ValueError(f"method {self.method.name}: {sorted(clash)[0]!r} is both scored and an info column")
+            batches.append(RolloutBatch(exp.traj, batch.cond, prompts, metadata, images, extra, exp.info))
         return batches, samples.group_ids
+
+    def _decode_many(self, latents: torch.Tensor) -> torch.Tensor:
+        """(B, K, C, h, w) latents -> (B, K, 3, H, W) media on the CPU."""
+        b, k = latents.shape[:2]
+        media = self.adapter.decode(latents.flatten(0, 1)).cpu()
+        return media.view(b, k, *media.shape[1:])
+
+    def context(self, iteration: int) -> Context:
+        return Context(self, iteration)
 
     def _initial_noise(self, iteration: int, samples) -> torch.Tensor:
         """x at sigma = 1 for the local samples; shared within a group if ``same_noise_in_group``.
@@ -388,19 +432,25 @@ class Trainer:
             noise = noise[samples.group_ids.to(noise.device)]
         return noise[samples.local]
 
-    def score(self, batches: list[RolloutBatch]) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None:
-        """Reward phase: local scores (n,), all processes' scores (N,) and each component's (N,).
+    def score(self, batches: list[RolloutBatch]) -> Scores | None:
+        """Reward phase: the final samples and every other latent the method asked to score, gathered
+        over processes in global order.
 
         A reward that raises, hangs past ``train.reward_timeout_s`` or returns non-finite scores stops
         the run (``train.on_reward_error=stop``, the error names the reward) or skips the iteration
         (``skip``: returns None). Processes agree on the outcome before any gather.
         """
-        images = torch.cat([b.images for b in batches])
         prompts = [p for b in batches for p in b.prompts]
         metadata = [m for b in batches for m in b.metadata]
-        error: RewardError | None = None
+        jobs = {"final": (torch.cat([b.images for b in batches]), 1)}
+        for name in batches[0].extra:
+            media = torch.cat([b.extra[name] for b in batches])  # (n, K, 3, H, W)
+            jobs[name] = (media.flatten(0, 1), media.shape[1])
+        outputs, error = {}, None
         try:
-            out = self.reward(images, prompts, metadata)
+            for name, (media, k) in jobs.items():
+                outputs[name] = self.reward(media, [p for p in prompts for _ in range(k)],
+                                            [m for m in metadata for _ in range(k)])
         except RewardError as exc:
             error = exc
         device = self.acc.device
@@ -410,11 +460,21 @@ class Trainer:
                 logger.warning("skipping the iteration: %s", error or "a reward failed on another process")
                 return None
             raise error or RewardError("a reward failed on another process")
-        gathered = self.acc.gather(out.scores.to(device)).cpu()
-        comps = {k: self.acc.gather(v.to(device)).cpu() for k, v in out.details["components"].items()}
-        return out.scores, gathered, comps
 
-    def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool) -> dict[str, float]:
+        def gather(t: torch.Tensor) -> torch.Tensor:
+            return self.acc.gather(t.to(device)).cpu()
+
+        final = outputs["final"]
+        columns = {name: gather(out.scores.view(len(prompts), jobs[name][1]).squeeze(1) if name == "final"
+                                else out.scores.view(len(prompts), jobs[name][1])) for name, out in outputs.items()}
+        for name in batches[0].info:
+            columns[name] = gather(torch.cat([b.info[name] for b in batches]))
+        components = {k: gather(v) for k, v in final.details["components"].items()}
+        calls = sum(len(media) for media, _ in jobs.values()) * len(self.reward.rewards)
+        return Scores(columns["final"], components, columns, calls)
+
+    def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool,
+               ctx: Context | None = None) -> dict[str, float]:
         """Update phase: PPO-clip (+ KL) over every trained transition of every kept sample.
 
         ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
@@ -427,6 +487,7 @@ class Trainer:
         fewer units) so that DDP and FSDP collectives stay in step.
         """
         t, world = self.cfg.train, self.acc.num_processes
+        ctx = ctx or self.context(0)
         keep = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)  # (N,)
         layout = self._unit_layout(len(adv_all))  # (rank, global start, rows) per unit, in rank order
         n_steps = min(t.optimizer_steps_per_iteration, len(layout))
@@ -448,7 +509,7 @@ class Trainer:
             for u, (b, adv, weight_rows) in enumerate(units):
                 scale = weight_rows / step_kept * world  # DDP/FSDP average gradients over processes
                 measure = not measured and weight_rows > 0
-                self._update_unit(b, adv, scale, u == passes - 1, stats, measure)
+                self._update_unit(ctx, b, adv, scale, u == passes - 1, stats, measure)
                 if not measured:
                     measured = True
                     if first:
@@ -486,33 +547,30 @@ class Trainer:
             adv = adv[idx]
         return b, adv, float(len(idx))
 
-    def _update_unit(self, b: RolloutBatch, adv: torch.Tensor, scale: float, sync: bool,
+    def _update_unit(self, ctx: Context, b: RolloutBatch, adv: torch.Tensor, scale: float, sync: bool,
                      stats: UpdateStats, measure: bool) -> None:
         """Loss and backward for every trained transition of one unit, its mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
         the iteration's first unit, still on-policy, so log the log-prob gap."""
-        traj, plan = b.traj, b.traj.plan
-        trained = plan.trained_indices
-        w = self.cfg.sample.guidance_scale
-        max_diff = 0.0
-        inputs = self.adapter.model_inputs(b.cond, w)
+        traj = b.traj
+        trained = traj.plan.trained_indices
+        max_diff = None
+        inputs = self.adapter.model_inputs(b.cond, self.cfg.sample.guidance_scale)
         rows = float(len(traj)) if scale > 0 else 0.0  # a padding pass adds nothing to the statistics
         for k, j in enumerate(trained):
             last = sync and k == len(trained) - 1
-            ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
+            sync_ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
             adv_j = (adv if adv.ndim == 1 else adv[:, j]).to(self.acc.device)
-            with ctx:
-                x, x_next = traj.states[:, j], traj.states[:, j + 1]
-                new = transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.model)
-                ref_mean = self._reference_mean(plan, j, x, x_next, inputs) if self.cfg.train.beta > 0 else None
-                tl = self.method.transition_loss(new, traj.log_probs[:, j], adv_j, ref_mean)
+            with sync_ctx:
+                tl = self.method.transition_loss(ctx, traj, j, inputs, adv_j)
                 if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
                 self.acc.backward(tl.loss * (scale / len(trained)))
-            max_diff = max(max_diff, float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max()))
+            if tl.logp_gap is not None:
+                max_diff = max(max_diff or 0.0, tl.logp_gap)
             stats.add(rows, loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
                       clip_frac=tl.clip_frac, ratio_mean=tl.ratio_mean)
-        if measure:
+        if measure and max_diff is not None:  # None: the method's loss has no rollout log-prob to match
             stats.add_max(onpolicy_logp_diff=max_diff)
 
     def _check_onpolicy(self, stats: UpdateStats) -> None:
@@ -530,24 +588,6 @@ class Trainer:
                 "forward is not the rollout's (precision/autocast mismatch, a different schedule or "
                 "batch, or dropout left on)"
             )
-
-    @torch.no_grad()
-    def _reference_mean(self, plan, j, x, x_next, inputs) -> torch.Tensor:
-        """Mean of transition j under the reference policy: the base weights (LoRA disabled)."""
-        w = self.cfg.sample.guidance_scale
-        if self.ref_model is not None:
-            return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.ref_model).mean
-        with self._adapters_disabled():
-            return transition(self.adapter, plan, j, x, inputs, w, x_next=x_next, model=self.model).mean
-
-    @contextmanager
-    def _adapters_disabled(self):
-        transformer = self.adapter.transformer
-        transformer.disable_adapters()
-        try:
-            yield
-        finally:
-            transformer.enable_adapters()
 
     # ------------------------------------------------------------------------------------ evaluation
     @torch.no_grad()
@@ -597,21 +637,23 @@ class Trainer:
     # ------------------------------------------------------------------------------------ one iteration
     def step(self, iteration: int) -> dict[str, float]:
         metrics: dict[str, float] = {"iteration": iteration}
+        ctx = self.context(iteration)
+        self._nfe = 0
         with timed(metrics, "iteration"):
             with timed(metrics, "rollout"):
-                batches, group_ids = self.collect(iteration)
+                batches, group_ids = self.collect(iteration, ctx)
             with timed(metrics, "reward"):
                 scored = self.score(batches)
             if scored is None:
                 metrics["skipped"] = 1.0
                 return metrics
-            _, scores, comps = scored
+            scores, comps = scored.final, scored.components
             with timed(metrics, "advantage"):
-                adv_all = self.method.advantages(scores, group_ids)
+                adv_all = self.method.credit(scored.columns, group_ids)
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()
             with timed(metrics, "update"):
-                upd = self.update(batches, adv_all, first=iteration == self.start_iteration)
+                upd = self.update(batches, adv_all, first=iteration == self.start_iteration, ctx=ctx)
         metrics.update(self._reward_metrics(scores, comps, group_ids))
         if self.cfg.log.monitors:
             from flowrl.reward_models.monitors import image_monitors
@@ -619,6 +661,7 @@ class Trainer:
             local_groups = torch.cat([b.traj.prompt_ids for b in batches])
             metrics.update(self._mean_over_processes(image_monitors(self._last_images_of(batches), local_groups)))
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
+        metrics.update(self._cost_metrics(scored.calls, metrics["timing_s/iteration"]))
         metrics["memory/peak_gib"] = _peak_memory_gib(self.acc.device)
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
         metrics["adv/kept_frac"] = upd["kept_frac"]
@@ -672,6 +715,8 @@ class Trainer:
         agree = self._any_process if self.acc.num_processes > 1 else None
         with self._signals:
             try:
+                if self.start_iteration == 0:
+                    self._prepare_method()
                 for iteration in bar:
                     evaluation = self._timed_eval(iteration) if self._due_for_eval(iteration) else {}
                     metrics = {**self.step(iteration), **evaluation}
@@ -711,6 +756,32 @@ class Trainer:
         if main and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
         return history
+
+    def _prepare_method(self) -> None:
+        """The method's set-up before the first iteration (``Method.prepare``), its state written to
+        ``method_state.json``; its forwards and reward calls count in the cost totals."""
+        self._nfe, self._prepare_calls = 0, 0
+        figures = self.method.prepare(self.context(-1), self._sample_round)
+        if not figures:
+            return
+        cost = self._cost_metrics(self._prepare_calls, 1.0)
+        logger.warning("%s prepared: %s (%d forwards, %d reward calls)", self.method.name,
+                       ", ".join(f"{k} {v:.4g}" for k, v in figures.items()), cost["cost/nfe"], cost["cost/reward_calls"])
+        if self.acc.is_main_process:
+            import json
+
+            (self.out / "method_state.json").write_text(json.dumps(self.method.state_dict(), indent=1))
+
+    def _sample_round(self, k: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """Round k of a method's preparation: fresh prompts and draws (iteration index -1 - k, which no
+        training iteration uses), explored and scored, no update."""
+        iteration = -1 - k
+        batches, group_ids = self.collect(iteration, self.context(iteration))
+        scored = self.score(batches)
+        if scored is None:
+            raise RewardError("a reward failed while the method prepared; nothing to skip to")
+        self._prepare_calls += scored.calls
+        return scored.columns, group_ids
 
     def _stop_after(self, exc: BaseException, iteration: int) -> None:
         """A signal or a reward failure in iteration ``iteration``: save the completed iterations unless
@@ -827,7 +898,8 @@ class Trainer:
             ckpt.finish_checkpoint(
                 tmp, iterations_done, trainable, optimizer_state, ema=ema,
                 extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0,
-                       "processes": self.acc.num_processes, "config": redact_secrets(self.cfg.to_dict())},
+                       "processes": self.acc.num_processes, "config": redact_secrets(self.cfg.to_dict()),
+                       "method": self.method.state_dict(), "cost_totals": self.cost_totals},
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
         del trainable, optimizer_state, ema

@@ -62,7 +62,7 @@ KILLER = textwrap.dedent(
     die = lambda: os.kill(os.getpid(), signal.SIGKILL)
     if mode == "rollout":
         collect = T.Trainer.collect
-        T.Trainer.collect = lambda self, it: die() if it == at else collect(self, it)
+        T.Trainer.collect = lambda self, it, *a: die() if it == at else collect(self, it, *a)
     elif mode == "update":
         update = T.Trainer._update_unit
         def killing_update(self, *args, **kwargs):

@@ -23,6 +23,8 @@ RUN = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteratio
 
 
 def _rows(run):
+    if not (run / "metrics.jsonl").exists():  # interrupted before its first iteration ended
+        return []
     return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "throughput/", "memory/"))}
             for r in read_metrics(run / "metrics.jsonl")]
 

@@ -114,8 +114,7 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
 
 def bench_update(tr: Trainer, repeats: int) -> tuple[float, float]:
     batches, group_ids = tr.collect(0)
-    _, scores, _ = tr.score(batches)
-    adv = tr.method.advantages(scores, group_ids)
+    adv = tr.method.credit(tr.score(batches).columns, group_ids)
     return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
 
 

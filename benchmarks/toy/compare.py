@@ -91,6 +91,7 @@ def run_one(
             print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
             return previous
     print(f"[{name}] training {cfg.train.iterations} iterations into {run_dir}", flush=True)
+    cfg.overwrite = True  # the folder is this comparison's own: an unfinished or other-settings run is replaced
     start = time.perf_counter()
     Trainer(cfg).train()
     train_s = time.perf_counter() - start

@@ -1,28 +1,35 @@
-"""Methods: small plug-ins that choose the step plan, the credit assignment and the loss."""
+"""Methods: plug-ins that own their exploration, credit and loss (``flowrl.methods.base``).
+
+Built-in names are registered lazily; ``register_method(name, "module:attr")`` and the entry-point
+group ``flowrl.methods`` add more, as ``flowrl.reward_models`` does for rewards.
+"""
 
 from __future__ import annotations
 
-import difflib
-import importlib
 from typing import Any
 
-_METHODS: dict[str, str] = {
+from flowrl.registry import Registry
+
+_METHODS = Registry("method", "flowrl.methods", {
     "flow_grpo": "flowrl.methods.flow_grpo:FlowGRPO",
-}
+    "dense_grpo": "flowrl.methods.dense_grpo:DenseGRPO",
+    "tp_grpo": "flowrl.methods.tp_grpo:TPGRPO",
+})
+
+
+def register_method(name: str, target: Any | None = None):
+    """Register a method class (or ``"module:attr"``) under ``name``; usable as a decorator."""
+    return _METHODS.register(name, target)
 
 
 def list_methods() -> list[str]:
-    return sorted(_METHODS)
+    return _METHODS.names()
 
 
 def check_method_name(name: str) -> None:
-    if name not in _METHODS:
-        close = difflib.get_close_matches(name, list(_METHODS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(list_methods())}"
-        raise ValueError(f"unknown method {name!r}{hint}")
+    _METHODS.check(name)
 
 
 def build_method(cfg: Any):
-    check_method_name(cfg.method.name)
-    module, _, attr = _METHODS[cfg.method.name].partition(":")
-    return getattr(importlib.import_module(module), attr)(cfg)
+    """The configured method, its typed options checked (one-line errors)."""
+    return _METHODS.get(cfg.method.name)(cfg)

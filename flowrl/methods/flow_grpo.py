@@ -1,69 +1,54 @@
 """Flow-GRPO (arXiv 2505.05470): SDE rollouts, group-normalised trajectory advantages, PPO-clip + KL.
 
-Other methods subclass this and override one of its three choices:
-
-* ``plan``: the step plan of one rollout call (kinds, noise levels, windows, merged steps);
-* ``advantages``: rewards of the iteration -> (N,) trajectory or (N, T) per-transition advantages;
-* ``transition_loss``: the loss of one trained transition.
+On the method seam (``flowrl.methods.base``): ``explore`` walks the step plan (``sample.*``: SDE kind,
+noise level, window) from the batch's noise; ``credit`` normalises the final reward within groups;
+``transition_loss`` is the clipped ratio of the recomputed log-prob plus beta times the exact Gaussian KL
+to the reference. Other methods subclass it and replace one of these.
 """
 
 from __future__ import annotations
-
-import random
-from dataclasses import dataclass
 
 import torch
 
 from flowrl.advantages import clip_advantages, group_advantages
 from flowrl.losses import gaussian_kl, ppo_clip_loss
+from flowrl.methods.base import Context, Experience, Method, PromptBatch, TransitionLoss
+from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan
-from flowrl.sde import StepOutput
+from flowrl.rollout import Trajectory
 
 
-@dataclass
-class TransitionLoss:
-    loss: torch.Tensor  # scalar, with grad
-    policy_loss: torch.Tensor  # detached scalars from here on
-    kl: torch.Tensor
-    clip_frac: torch.Tensor
-    approx_kl: torch.Tensor
-    ratio_mean: torch.Tensor
-
-
-class FlowGRPO:
+class FlowGRPO(Method):
     name = "flow_grpo"
-    needs_reference = True  # the trainer computes the reference mean when beta > 0
 
-    def __init__(self, cfg):
-        self.cfg = cfg
-        if cfg.method.options:
-            unknown = ", ".join(sorted(cfg.method.options))
-            raise ValueError(f"method.options: flow_grpo takes no options, got {unknown}")
-
-    def plan(self, sigmas: torch.Tensor, rng: random.Random) -> StepPlan:
+    def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
+        """The batch's step plan; a window start is drawn from the stream ("plan", batch position)."""
         s = self.cfg.sample
         window_range = tuple(s.window_range) if s.window_range is not None else None
-        return make_plan(sigmas, s.sde_type, s.noise_level, s.window_size, window_range, s.timestep_fraction, rng)
+        return make_plan(ctx.sigmas(), s.sde_type, s.noise_level, s.window_size, window_range, s.timestep_fraction,
+                         ctx.rng("plan", batch.position))
 
-    def advantages(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
+        traj = ctx.rollout(self.plan(ctx, batch), batch.noise, batch.cond, batch.group_ids,
+                           ctx.generator("sde", batch.position))
+        return Experience(traj, {"final": traj.final})
+
+    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
         t = self.cfg.train
-        adv = group_advantages(rewards, group_ids, global_std=t.global_std, eps=t.std_eps)
+        adv = group_advantages(rewards["final"], group_ids, global_std=t.global_std, eps=t.std_eps)
         return clip_advantages(adv, t.adv_clip_max)
 
-    def transition_loss(
-        self,
-        new: StepOutput,
-        old_log_prob: torch.Tensor,
-        advantages: torch.Tensor,
-        ref_mean: torch.Tensor | None,
-    ) -> TransitionLoss:
+    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, inputs: Conditioning,
+                        advantages: torch.Tensor) -> TransitionLoss:
         t = self.cfg.train
-        pg = ppo_clip_loss(new.log_prob, old_log_prob, advantages, t.clip_range)
-        loss = pg.loss
-        kl = torch.zeros(())
-        if ref_mean is not None and t.beta > 0:
+        x, x_next = traj.states[:, j], traj.states[:, j + 1]
+        new = ctx.transition(traj.plan, j, x, inputs, x_next)
+        old = traj.log_probs[:, j]
+        pg = ppo_clip_loss(new.log_prob, old, advantages, t.clip_range)
+        loss, kl = pg.loss, torch.zeros(())
+        if t.beta > 0:
+            ref_mean = ctx.reference_transition(traj.plan, j, x, inputs, x_next).mean
             kl = gaussian_kl(new.mean, ref_mean, new.std).mean()
             loss = loss + t.beta * kl
-        return TransitionLoss(
-            loss, pg.loss.detach(), kl.detach(), pg.clip_frac, pg.approx_kl, pg.ratio.mean()
-        )
+        gap = float((new.log_prob.detach() - old).abs().max())
+        return TransitionLoss(loss, pg.loss.detach(), kl.detach(), pg.clip_frac, pg.approx_kl, pg.ratio.mean(), gap)

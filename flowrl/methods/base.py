@@ -1,0 +1,188 @@
+"""The method seam: what a method chooses, and the context the trainer hands it.
+
+A method owns three things:
+
+* **exploration** (``explore``): what is sampled for one batch of prompts: the rollout, and any ODE
+  completions or branches whose rewards its credit needs. It returns an ``Experience``: the training
+  unit (trajectory and conditioning of the batch's rows) and the latents to score, by name;
+* **credit** (``credit``): a pure function from the named reward columns of the whole iteration, and
+  the per-row facts its exploration recorded (``Experience.info``), gathered over processes in global
+  sample order, to advantages (N,) or (N, T) (column j: transition j);
+* **the loss of one trained transition** (``transition_loss``).
+
+It works only through ``Context``: the adapter's forwards (counted in ``cost/nfe``), rollouts and ODE
+completions, named random streams seeded by (seed, iteration, purpose, global position) so that a new
+draw never shifts another's, and the reference weights. The trainer keeps what is common: prompts and
+seeding, reward calls with their error policy and gathering, accumulation, clipping, optimizer steps,
+the on-policy check, logs and checkpoints (which hold ``state_dict()``).
+"""
+
+from __future__ import annotations
+
+import random
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from flowrl.pipelines.base import Conditioning
+from flowrl.plan import StepPlan, ode_plan
+from flowrl.rollout import Trajectory, rollout, transition
+from flowrl.sde import StepOutput
+
+
+@dataclass
+class PromptBatch:
+    """One rollout batch of this process: B consecutive samples of the iteration (global order)."""
+
+    position: int  # global index of the first sample
+    prompts: list[str]
+    metadata: list[dict]  # each with "group", the sample's prompt group
+    group_ids: torch.Tensor  # (B,)
+    noise: torch.Tensor  # (B, C, H, W) the initial latents (sigma = 1)
+    cond: Conditioning
+
+
+@dataclass
+class Experience:
+    """What a method's exploration of one ``PromptBatch`` produced.
+
+    traj:   the trajectory that trains (rows: the batch's samples)
+    score:  latents to decode and score by name. ``"final"`` (B, C, H, W) is required and is the
+            sample's reward; any other entry (B, K, C, H, W) becomes a (N, K) reward column.
+    info:   per-row facts of the exploration that credit needs, (B,) or (B, K) numbers (a row's window
+            start, its rollout batch), gathered over processes like the rewards into credit's columns
+            under the same names.
+    """
+
+    traj: Trajectory
+    score: dict[str, torch.Tensor] = field(default_factory=dict)
+    info: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class TransitionLoss:
+    loss: torch.Tensor  # scalar, with grad
+    policy_loss: torch.Tensor  # detached scalars from here on
+    kl: torch.Tensor
+    clip_frac: torch.Tensor
+    approx_kl: torch.Tensor
+    ratio_mean: torch.Tensor
+    # max |recomputed - rollout log-prob| for the on-policy check; None: the check does not apply
+    logp_gap: float | None = None
+
+
+@dataclass
+class NoOptions:
+    """A method without options."""
+
+
+class Context:
+    """The trainer's services for one iteration (built by the trainer; methods only call these)."""
+
+    def __init__(self, trainer: Any, iteration: int):
+        self._trainer = trainer
+        self.adapter = trainer.adapter
+        self.cfg = trainer.cfg
+        self.iteration = iteration
+        self.device = trainer.acc.device
+
+    @property
+    def guidance_scale(self) -> float:
+        return self.cfg.sample.guidance_scale
+
+    def seed(self, purpose: str, position: int) -> int:
+        """The seed of the named random stream ``purpose`` at global sample ``position``."""
+        from flowrl.trainer import _seed_of
+
+        return _seed_of(self.cfg.seed, self.iteration, purpose, position)
+
+    def generator(self, purpose: str, position: int) -> torch.Generator:
+        return torch.Generator(self.device).manual_seed(self.seed(purpose, position))
+
+    def rng(self, purpose: str, position: int) -> random.Random:
+        return random.Random(self.seed(purpose, position))
+
+    def sigmas(self, num_steps: int | None = None) -> torch.Tensor:
+        return self.adapter.sigmas(num_steps or self.cfg.sample.num_steps)
+
+    @torch.no_grad()
+    def rollout(self, plan: StepPlan, noise: torch.Tensor, cond: Conditioning, group_ids: torch.Tensor,
+                generator: torch.Generator | None) -> Trajectory:
+        """Walk ``plan`` from ``noise`` with the current policy, recording states and log-probs."""
+        return rollout(self.adapter, cond, plan, noise, group_ids, self.guidance_scale, generator,
+                       model=self._trainer.model)
+
+    @torch.no_grad()
+    def complete(self, x: torch.Tensor, sigmas: torch.Tensor, cond: Conditioning) -> torch.Tensor:
+        """ODE completion of ``x`` (B, C, H, W) along ``sigmas`` (from x's sigma down to 0), no grad:
+        the final latents (B, C, H, W). A coarser schedule is a shorter ``sigmas``."""
+        plan = ode_plan(sigmas)
+        return self.rollout(plan, x, cond, torch.zeros(len(x), dtype=torch.long), None).final
+
+    def transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
+                   x_next: torch.Tensor) -> StepOutput:
+        """Score transition ``j`` of ``plan`` (x -> x_next) under the current policy, with grad."""
+        return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next,
+                          model=self._trainer.model)
+
+    @torch.no_grad()
+    def reference_transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
+                             x_next: torch.Tensor) -> StepOutput:
+        """The same transition under the reference policy (the base weights: LoRA off, or a frozen copy)."""
+        with self.reference_weights() as model:
+            return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next, model=model)
+
+    @contextmanager
+    def reference_weights(self) -> Iterator[torch.nn.Module]:
+        trainer = self._trainer
+        if trainer.ref_model is not None:
+            yield trainer.ref_model
+            return
+        transformer = self.adapter.transformer
+        transformer.disable_adapters()
+        try:
+            yield trainer.model
+        finally:
+            transformer.enable_adapters()
+
+
+class Method:
+    """Base of every method: typed options from ``method.options``, no state, trajectory-level credit
+    left to subclasses. ``needs_reference``: the loss uses the reference weights when beta > 0."""
+
+    name = "method"
+    Options: type = NoOptions
+
+    def __init__(self, cfg: Any):
+        from flowrl.config import ConfigError, build_section
+
+        self.cfg = cfg
+        try:
+            self.options = build_section(self.Options, dict(cfg.method.options), "method.options.")
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (method {self.name})") from None
+
+    def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
+        raise NotImplementedError
+
+    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, inputs: Conditioning,
+                        advantages: torch.Tensor) -> TransitionLoss:
+        raise NotImplementedError
+
+    def prepare(self, ctx: Context, sample_round: Any) -> dict[str, float]:
+        """Before the first iteration of a run (not on resume): e.g. DenseGRPO's noise calibration.
+        ``sample_round(k)`` explores and scores round k of fresh prompts without updating and returns
+        (reward columns, group ids) as ``credit`` gets them. Returns figures to log."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state saved in every checkpoint (``state.json``) and restored on resume."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

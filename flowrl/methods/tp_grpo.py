@@ -1,0 +1,148 @@
+"""TP-GRPO (arXiv 2602.06422, ``specs/addon_methods.md`` §2): incremental step rewards, with turning
+points credited the aggregated long-term reward.
+
+Exploration (§2 steps 1-2). The plan has an SDE window of W transitions (CPS, a = 0.7 by default; ODE
+everywhere else; the window trains), drawn by ``flowrl.plan.make_plan`` from the stream ("plan", batch
+position) like Flow-GRPO's. After the rollout, the state right after each window step m = 1..W-1
+(state ``s + m`` for a window starting at transition s) is ODE-completed along the rest of the schedule,
+and a pure-ODE sample gives the baseline R_0: from the rollout's own initial latent, the very tensor
+(the paper's intent, ``baseline_noise=shared``), or from independent noise drawn from the stream
+("tp_baseline", batch position) (the released code's behaviour, ``baseline_noise=independent``). They
+are scored as ``"pure_ode"`` (N, 1) and ``"completion"`` (N, W-1); with ``"final"`` they make the (N, W+1)
+table R_0..R_W of ``flowrl.credit.turning_point``. A window that starts at s > 0 is reached by ODE steps
+from the initial latent, so the pure-ODE sample is also the completion of state s and the table means the
+same thing for every start. Cost per sample: W + 1 reward calls and T (rollout) + T (pure ODE) +
+Σ_{m=1..W-1} (T - s - m) forwards, times 2 rows with CFG; the update is Flow-GRPO's over the W window
+transitions.
+
+Credit (§2 steps 3-7): ``turning_point_credit`` on the table (``train.std_eps``, ``train.global_std``),
+clipped to ``train.adv_clip_max``, then each rollout batch's (n, W) advantages are placed at its own
+window's transitions (its row's ``window_start``), so column j of the (N, T) result is transition j.
+
+Where each batch's window sits: ``explore`` records every row's window start and rollout batch as
+``Experience.info`` columns (``window_start``, ``batch_start``), which the trainer gathers over processes
+like the rewards; ``credit`` reads them, so it is a pure function of its columns on every process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from flowrl.advantages import clip_advantages
+from flowrl.config import ConfigError
+from flowrl.credit.dense import completion_table
+from flowrl.credit.turning_point import TurningPointCredit, turning_point_credit
+from flowrl.methods.base import Context, Experience, PromptBatch
+from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.plan import StepPlan, make_plan
+
+SDE_KINDS = ("cps", "flow_sde", "dance_sde")
+
+
+@dataclass
+class TPGRPOOptions:
+    sde_type: str = "cps"  # the window's step (SD3 runs: CPS; the FLUX runs used flow_sde with a = 0.8)
+    noise_level: float = 0.7  # a of the window's SDE
+    window_size: int | None = None  # W; None: T - 1 (the released (0, 9) at T = 10: the last step is ODE)
+    window_range: list[int] | None = None  # [lo, hi] the window lies in; None: [0, W] (it starts at step 0)
+    eta: float = 1.0  # η: a turning point's reward is η (R_W - R_k)
+    first_step: bool = True  # the first-step rule at k = 0
+    consistency: bool = True  # the rest of the trajectory must keep the step's direction
+    balance: bool = True  # keep min(n+, n-) turning points of each sign of Δ per pool
+    drop_incremental: bool = True  # at a turning point drop d_k (False: r_k = d_k + η (R_W - R_k))
+    baseline_noise: str = "shared"  # R_0's pure ODE: "shared" initial latent (paper) | "independent" (code)
+    balance_pool: str = "iteration"  # balancing pool: the whole "iteration" | each rollout "batch" (code)
+
+    def __post_init__(self):
+        if self.sde_type not in SDE_KINDS:
+            raise ConfigError(f"method.options.sde_type: {self.sde_type!r} is not one of {', '.join(SDE_KINDS)}")
+        if self.noise_level <= 0:
+            raise ConfigError(f"method.options.noise_level: must be > 0, got {self.noise_level}")
+        if self.window_size is not None and self.window_size < 1:
+            raise ConfigError(f"method.options.window_size: must be >= 1 (or null for T - 1), got {self.window_size}")
+        if self.window_range is not None:
+            r = self.window_range
+            if len(r) != 2 or not 0 <= r[0] < r[1] or (self.window_size is not None and r[1] - r[0] < self.window_size):
+                raise ConfigError(f"method.options.window_range: {r} must be [lo, hi] with 0 <= lo and "
+                                  f"hi - lo >= window_size")
+        if self.eta <= 0:
+            raise ConfigError(f"method.options.eta: must be > 0, got {self.eta}")
+        if self.baseline_noise not in ("shared", "independent"):
+            raise ConfigError(f"method.options.baseline_noise: {self.baseline_noise!r} is not one of shared, "
+                              f"independent")
+        if self.balance_pool not in ("iteration", "batch"):
+            raise ConfigError(f"method.options.balance_pool: {self.balance_pool!r} is not one of iteration, batch")
+
+
+class TPGRPO(FlowGRPO):
+    name = "tp_grpo"
+    Options = TPGRPOOptions
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        o, n = self.options, cfg.sample.num_steps
+        self.window_size = o.window_size if o.window_size is not None else max(1, n - 1)
+        lo, hi = o.window_range if o.window_range is not None else (0, self.window_size)
+        if self.window_size > n:
+            raise ConfigError(f"method.options.window_size: {self.window_size} exceeds sample.num_steps={n}")
+        if hi - lo < self.window_size:
+            raise ConfigError(f"method.options.window_range: [{lo}, {hi}] is shorter than "
+                              f"window_size={self.window_size}")
+        if hi > n:
+            raise ConfigError(f"method.options.window_range: [{lo}, {hi}] ends past sample.num_steps={n}")
+        self.window_range = (lo, hi)
+        self.last_credit: TurningPointCredit | None = None  # the latest credit pass (its ``metrics()``)
+
+    # ------------------------------------------------------------------------------------ exploration
+    def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
+        return self.plan_at(ctx, batch.position)
+
+    def plan_at(self, ctx: Context, position: int) -> StepPlan:
+        """The plan of the rollout batch at global ``position``: its SDE window drawn from ("plan", position)."""
+        o = self.options
+        return make_plan(ctx.sigmas(), o.sde_type, o.noise_level, self.window_size, self.window_range, 1.0,
+                         ctx.rng("plan", position))
+
+    @staticmethod
+    def window_start(plan: StepPlan) -> int:
+        return plan.trained_indices[0]
+
+    def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
+        exp = super().explore(ctx, batch)  # the rollout along self.plan, SDE draws from ("sde", position)
+        traj, w = exp.traj, self.window_size
+        start = self.window_start(traj.plan)
+        sigmas = ctx.sigmas()
+        score = {"final": traj.final}
+        if w > 1:  # the state right after window step m = 1..W-1, completed along the rest of the schedule
+            score["completion"] = torch.stack([ctx.complete(traj.states[:, start + m], sigmas[start + m:], batch.cond)
+                                               for m in range(1, w)], dim=1)  # (B, W-1, C, H, W)
+        if self.options.baseline_noise == "shared":
+            x0 = batch.noise  # the rollout's own initial latent, the same tensor
+        else:
+            x0 = ctx.adapter.initial_noise(len(batch.noise), ctx.generator("tp_baseline", batch.position))
+            x0 = x0.to(batch.noise.device, batch.noise.dtype)
+        score["pure_ode"] = ctx.complete(x0, sigmas, batch.cond)[:, None]  # R_0
+        rows = len(batch.prompts)
+        info = {"window_start": torch.full((rows,), float(start)), "batch_start": torch.full((rows,), float(batch.position))}
+        return Experience(traj, score, info)
+
+    # ------------------------------------------------------------------------------------ credit
+    def table(self, rewards: dict[str, torch.Tensor]) -> torch.Tensor:
+        """(N, W+1): R_0 (pure ODE), R_1..R_{W-1} (completions), R_W (the rollout's own reward)."""
+        n = len(rewards["final"])
+        middle = rewards["completion"] if self.window_size > 1 else rewards["final"].new_zeros(n, 0)
+        return completion_table(rewards["pure_ode"][:, 0], middle, rewards["final"])
+
+    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+        t, o = self.cfg.train, self.options
+        n, num_steps = len(group_ids), self.cfg.sample.num_steps
+        pools = rewards["batch_start"].long() if o.balance_pool == "batch" else None  # (N,) one id per batch
+        tp = turning_point_credit(self.table(rewards), group_ids, eta=o.eta, first_step=o.first_step,
+                                  consistency=o.consistency, balance=o.balance, pools=pools,
+                                  drop_incremental=o.drop_incremental, eps=t.std_eps, global_std=t.global_std)
+        self.last_credit = tp
+        adv = clip_advantages(tp.advantages, t.adv_clip_max)  # (N, W)
+        columns = rewards["window_start"].long()[:, None] + torch.arange(self.window_size)[None]  # (N, W)
+        return adv.new_zeros(n, num_steps).scatter_(1, columns, adv)  # column j: transition j of the row's plan
