@@ -465,8 +465,9 @@ class Trainer:
             return self.acc.gather(t.to(device)).cpu()
 
         final = outputs["final"]
-        columns = {name: gather(out.scores.view(len(prompts), jobs[name][1]).squeeze(1) if name == "final"
-                                else out.scores.view(len(prompts), jobs[name][1])) for name, out in outputs.items()}
+        columns = {"final": gather(final.scores)}  # (N,)
+        for name in jobs.keys() - {"final"}:
+            columns[name] = gather(outputs[name].scores.view(len(prompts), jobs[name][1]))  # (N, K)
         for name in batches[0].info:
             columns[name] = gather(torch.cat([b.info[name] for b in batches]))
         components = {k: gather(v) for k, v in final.details["components"].items()}
