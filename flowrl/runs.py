@@ -55,7 +55,7 @@ def check_run_dir(path: Path, cfg: Config) -> None:
             break
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".flowrl-write-test"
+        probe = path / f".flowrl-write-test-{os.getpid()}"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:

@@ -150,6 +150,9 @@ def logged_metric_names(cfg: Config) -> set[str]:
                                        "onpolicy_logp_diff")}
     names |= {f"timing_s/{k}" for k in ("iteration", "rollout", "reward", "advantage", "update", "eval")}
     names |= {"cost/nfe", "cost/reward_calls", "cost/nfe_total", "cost/reward_calls_total", "throughput/nfe_per_s"}
+    from flowrl.methods import method_class
+
+    names |= {f"method/{k}" for k in method_class(cfg.method.name).metric_names}
     for name in cfg.reward:
         names |= {f"reward/{name}/mean", f"reward/{name}/std"}
     if cfg.log.monitors:
@@ -228,12 +231,18 @@ class Trainer:
         cfg = self.cfg
         preflight(cfg)
         out = runs.run_dir(cfg, broadcast=self._broadcast)
-        runs.check_run_dir(out, cfg)
-        if cfg.overwrite and runs.holds_run(out):
-            self.acc.wait_for_everyone()
-            if self.acc.is_main_process:
-                runs.clear_run(out)
-            self.acc.wait_for_everyone()
+        # the main process decides (another process checking later could see the main one's new run)
+        error = None
+        if self.acc.is_main_process:
+            try:
+                runs.check_run_dir(out, cfg)
+                if cfg.overwrite and runs.holds_run(out):
+                    runs.clear_run(out)
+            except ConfigError as exc:
+                error = str(exc)
+        error = self._broadcast(error)
+        if error is not None:
+            raise ConfigError(error)
         cfg.output_dir = str(out)  # the resolved folder, as config.yaml records it
         cfg.run_name = None
         return out
@@ -651,6 +660,7 @@ class Trainer:
             scores, comps = scored.final, scored.components
             with timed(metrics, "advantage"):
                 adv_all = self.method.credit(scored.columns, group_ids)
+            metrics.update({f"method/{k}": v for k, v in self.method.metrics().items()})
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()
             with timed(metrics, "update"):

@@ -183,3 +183,14 @@ def test_bad_options_are_one_line_errors(option, message, capsys):
     assert main(["validate", "method.name=tp_grpo", option]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+def test_turning_point_figures_are_logged_and_known_before_the_run(tmp_path, one_thread):
+    from flowrl.trainer import logged_metric_names
+
+    rows = _train(tmp_path, "train.iterations=1")
+    cfg = resolve_config("tiny-cpu", ["method.name=tp_grpo"])
+    names = {k for k in rows[0] if k.startswith("method/")}
+    assert names == {f"method/{k}" for k in TPGRPO.metric_names}
+    assert names <= logged_metric_names(cfg)
+    assert 0 <= rows[0]["method/tp/active_frac"] <= 1

@@ -30,6 +30,10 @@ def check_method_name(name: str) -> None:
     _METHODS.check(name)
 
 
+def method_class(name: str) -> type:
+    return _METHODS.get(name)
+
+
 def build_method(cfg: Any):
     """The configured method, its typed options checked (one-line errors)."""
     return _METHODS.get(cfg.method.name)(cfg)

@@ -174,6 +174,13 @@ class Method:
                         advantages: torch.Tensor) -> TransitionLoss:
         raise NotImplementedError
 
+    # names of the figures ``metrics`` returns (``log.stop_if`` may name them before the run starts)
+    metric_names: tuple[str, ...] = ()
+
+    def metrics(self) -> dict[str, float]:
+        """Figures of the latest ``credit``, logged as ``method/<name>`` (the same on every process)."""
+        return {}
+
     def prepare(self, ctx: Context, sample_round: Any) -> dict[str, float]:
         """Before the first iteration of a run (not on resume): e.g. DenseGRPO's noise calibration.
         ``sample_round(k)`` explores and scores round k of fresh prompts without updating and returns

@@ -79,6 +79,7 @@ class TPGRPOOptions:
 class TPGRPO(FlowGRPO):
     name = "tp_grpo"
     Options = TPGRPOOptions
+    metric_names = ("tp/detected_frac", "tp/kept_frac", "tp/kept_positive", "tp/kept_negative", "tp/active_frac")
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -146,3 +147,6 @@ class TPGRPO(FlowGRPO):
         adv = clip_advantages(tp.advantages, t.adv_clip_max)  # (N, W)
         columns = rewards["window_start"].long()[:, None] + torch.arange(self.window_size)[None]  # (N, W)
         return adv.new_zeros(n, num_steps).scatter_(1, columns, adv)  # column j: transition j of the row's plan
+
+    def metrics(self) -> dict[str, float]:
+        return self.last_credit.metrics() if self.last_credit is not None else {}
