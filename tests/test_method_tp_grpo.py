@@ -194,3 +194,14 @@ def test_turning_point_figures_are_logged_and_known_before_the_run(tmp_path, one
     assert names == {f"method/{k}" for k in TPGRPO.metric_names}
     assert names <= logged_metric_names(cfg)
     assert 0 <= rows[0]["method/tp/active_frac"] <= 1
+
+
+def test_the_toy_comparison_gives_tp_grpo_the_recipes_window():
+    """`benchmarks.toy.compare` runs tp_grpo with the toy recipe's own SDE and window (same budget of
+    stochastic, trained transitions as Flow-GRPO there)."""
+    from flowrl.benchmarks.toy.compare import runs_to_make
+
+    cfg = resolve_config("toy-flow-grpo", [*runs_to_make(["tp_grpo"])["tp_grpo"], "model.path=tiny"])
+    method = build_method(cfg)
+    assert (method.window_size, method.window_range, method.options.noise_level) == (2, (0, 4), 0.8)
+    assert method.options.sde_type == cfg.sample.sde_type == "cps"

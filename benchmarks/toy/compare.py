@@ -37,10 +37,19 @@ ACCURACY = "eval/reward/toy_geneval_accuracy/mean"
 RESULT_FILE = "compare_result.json"  # written into each run folder when its run and evaluation finish
 
 
+# Methods whose exploration has options of its own explore what the recipe's Flow-GRPO does: the same
+# SDE kind, noise level and 2-step window among the first four steps (the same budget of stochastic,
+# trained transitions; not a tuning of the newcomer).
+METHOD_SETTINGS: dict[str, list[str]] = {
+    "tp_grpo": ["method.options.sde_type=cps", "method.options.noise_level=0.8", "method.options.window_size=2",
+                "method.options.window_range=[0,4]"],
+}
+
+
 def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
     from flowrl.methods import list_methods
 
-    runs = {name: [f"method.name={name}"] for name in list_methods()}
+    runs = {name: [f"method.name={name}", *METHOD_SETTINGS.get(name, [])] for name in list_methods()}
     runs.update({name: ["method.name=flow_grpo", *extra] for name, extra in VARIANTS.items()})
     if only:
         unknown = sorted(set(only) - set(runs))
