@@ -20,7 +20,6 @@ logger = logging.getLogger(__name__)
 # what a run writes into its folder; overwrite=true removes exactly these
 RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.yaml", "samples", "lora", "transformer", "reward_curve.png",
                "method_state.json")
-_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints")
 
 
 def run_dir(cfg: Config, broadcast=None) -> Path:
@@ -41,9 +40,10 @@ def run_dir(cfg: Config, broadcast=None) -> Path:
 
 
 def holds_run(path: Path) -> bool:
-    if (path / "checkpoints").is_dir():
-        return any((path / "checkpoints").iterdir()) or any((path / m).exists() for m in _MARKERS[:2])
-    return any((path / m).exists() for m in _MARKERS[:2])
+    """A config.yaml, a metrics.jsonl, or a non-empty checkpoints/ folder."""
+    checkpoints = path / "checkpoints"
+    return (path / "config.yaml").exists() or (path / "metrics.jsonl").exists() or (
+        checkpoints.is_dir() and any(checkpoints.iterdir()))
 
 
 def check_run_dir(path: Path, cfg: Config) -> None:

@@ -797,7 +797,7 @@ class Trainer:
     def _stop_after(self, exc: BaseException, iteration: int) -> None:
         """A signal or a reward failure in iteration ``iteration``: save the completed iterations unless
         the iteration's update had begun (then only a second signal gets here: it is abandoned)."""
-        signal_name = str(exc) or "SIGINT" if isinstance(exc, KeyboardInterrupt) else None
+        signal_name = (str(exc) or "SIGINT") if isinstance(exc, KeyboardInterrupt) else None
         if self._signals.held:
             raise Interrupted(
                 f"stopped at once by a {signal_name}: abandoned iteration {iteration} after its update began; "

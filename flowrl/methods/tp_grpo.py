@@ -98,13 +98,10 @@ class TPGRPO(FlowGRPO):
 
     # ------------------------------------------------------------------------------------ exploration
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
-        return self.plan_at(ctx, batch.position)
-
-    def plan_at(self, ctx: Context, position: int) -> StepPlan:
-        """The plan of the rollout batch at global ``position``: its SDE window drawn from ("plan", position)."""
+        """The batch's plan: its SDE window drawn from the stream ("plan", batch position)."""
         o = self.options
         return make_plan(ctx.sigmas(), o.sde_type, o.noise_level, self.window_size, self.window_range, 1.0,
-                         ctx.rng("plan", position))
+                         ctx.rng("plan", batch.position))
 
     @staticmethod
     def window_start(plan: StepPlan) -> int:
