@@ -447,9 +447,36 @@ def recipe_names() -> list[str]:
     return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
 
 
-def load_recipe(name_or_path: str | None) -> dict[str, Any]:
-    """A shipped recipe by name, or a YAML file by path; returns the override tree it holds."""
+# sections a ``base:`` recipe's child replaces whole (their keys are names of the user's choosing)
+REPLACED_SECTIONS = ("reward", "eval_reward", "reward_args")
+
+
+def load_recipe(name_or_path: str | None, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A shipped recipe by name, or a YAML file by path; returns the override tree it holds.
+
+    ``base: <recipe>`` starts from another recipe: each section of this one updates that recipe's section
+    key by key (a key's value replaces the base's, lists and mappings such as ``method.options`` whole);
+    ``reward``, ``eval_reward`` and ``reward_args`` replace the base's sections whole.
+    """
     name_or_path = name_or_path or DEFAULT_RECIPE
+    data = _read_recipe(name_or_path)
+    base = data.pop("base", None)
+    if base is None:
+        return data
+    if not isinstance(base, str):
+        raise ConfigError(f"recipe {name_or_path!r}: base must be a recipe name or path, got {base!r}")
+    if base in _seen or base == name_or_path:
+        raise ConfigError(f"recipe {name_or_path!r}: base recipes form a cycle through {base!r}")
+    merged = load_recipe(base, (*_seen, name_or_path))
+    for key, value in data.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in REPLACED_SECTIONS:
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _read_recipe(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():

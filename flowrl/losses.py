@@ -23,7 +23,11 @@ def ppo_clip_loss(
     rho = exp(logp - logp_old);  L = mean_B max(-A rho, -A clip(rho, 1 - eps, 1 + eps)).
     Also returns the clip fraction and approx_kl = mean(0.5 (logp - logp_old)^2).
     """
-    log_ratio = log_prob - old_log_prob
+    return ppo_clip_from_log_ratio(log_prob - old_log_prob, advantages, clip_range)
+
+
+def ppo_clip_from_log_ratio(log_ratio: torch.Tensor, advantages: torch.Tensor, clip_range: float) -> PolicyLossOutput:
+    """``ppo_clip_loss`` given the log-ratio itself (a corrected one, e.g. GRPO-Guard's)."""
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -15,35 +15,78 @@ from flowrl.sde import StepOutput, step
 class Trajectory:
     """One rollout batch. B samples, T transitions of one ``plan``.
 
-    states:     (B, T+1, C, H, W) fp32; states[:, 0] is the initial noise, states[:, T] the final latent
-    log_probs:  (B, T) fp32 log-prob of each transition under the rollout policy (0 for ODE steps)
-    prompt_ids: (B,) index of each sample's prompt in the iteration's prompt list (its group id)
-    plan:       the transitions (sigma pairs, kinds, noise levels, which ones train)
+    states:      (B, S, C, H, W) fp32, the stored states. A chain (``next_states`` None) stores its
+                 T+1 states in order (states[:, 0] the initial noise, states[:, T] the final latent), or,
+                 after ``trained_only``, only those at ``state_index``. Branches (``next_states`` given)
+                 store transition j's own input at states[:, j].
+    next_states: (B, T, C, H, W) or None: transition j lands on next_states[:, j] (branches off an
+                 anchor, which do not chain), instead of on the next state of the chain.
+    log_probs:   (B, T) fp32 log-prob of each transition under the rollout policy (0 for ODE steps)
+    prompt_ids:  (B,) index of each sample's prompt in the iteration's prompt list (its group id)
+    plan:        the transitions (sigma pairs, kinds, noise levels, which ones train)
+    means:       (B, T, C, H, W) or None: each transition's mean under the rollout policy, kept when a
+                 loss needs it (``rollout(keep_means=True)``; GRPO-Guard)
+    state_index: the schedule index of each stored state of a chain; None: all T+1 in order
     """
 
     states: torch.Tensor
     log_probs: torch.Tensor
     prompt_ids: torch.Tensor
     plan: StepPlan
+    next_states: torch.Tensor | None = None
+    means: torch.Tensor | None = None
+    state_index: tuple[int, ...] | None = None
 
     @property
     def final(self) -> torch.Tensor:
+        if self.next_states is not None or (self.state_index is not None and self.state_index[-1] != len(self.plan)):
+            raise ValueError("this trajectory does not hold a final state (branches, or a trained_only chain)")
         return self.states[:, -1]
 
     def __len__(self) -> int:
         return self.states.shape[0]
 
+    def _slot(self, i: int) -> int:
+        if self.state_index is None:
+            return i
+        try:
+            return self.state_index.index(i)
+        except ValueError:
+            raise ValueError(f"state {i} was not kept (trained_only keeps {list(self.state_index)})") from None
+
+    def state(self, i: int) -> torch.Tensor:
+        """State ``i`` of a chain (B, C, H, W); an error if it was not kept."""
+        if self.next_states is not None:
+            raise ValueError("a trajectory of branches has no chain of states")
+        return self.states[:, self._slot(i)]
+
+    def pair(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """(x, x_next) of transition ``j``: (B, C, H, W) each."""
+        if self.next_states is not None:
+            return self.states[:, j], self.next_states[:, j]
+        return self.states[:, self._slot(j)], self.states[:, self._slot(j + 1)]
+
+    def trained_only(self) -> "Trajectory":
+        """The same trajectory holding only the states its trained transitions read or write: ODE-only
+        stretches of a chain keep nothing (a 2-step window of 10 keeps 3 states of 11)."""
+        if self.next_states is not None or self.state_index is not None:
+            return self
+        keep = sorted({i for j in self.plan.trained_indices for i in (j, j + 1)})
+        if len(keep) == self.states.shape[1]:
+            return self
+        index = torch.tensor(keep, device=self.states.device)
+        return replace(self, states=self.states.index_select(1, index).contiguous(), state_index=tuple(keep))
+
     def select(self, rows: torch.Tensor) -> "Trajectory":
         """The samples at ``rows`` (a (B,) bool mask or an index tensor)."""
         if rows.dtype == torch.bool:
             rows = rows.nonzero().flatten()
-        rows = rows.to(self.states.device)
-        return Trajectory(
-            self.states.index_select(0, rows),
-            self.log_probs.index_select(0, rows.to(self.log_probs.device)),
-            self.prompt_ids.index_select(0, rows.to(self.prompt_ids.device)),
-            self.plan,
-        )
+
+        def pick(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.index_select(0, rows.to(t.device))
+
+        return replace(self, states=pick(self.states), log_probs=pick(self.log_probs),
+                       prompt_ids=pick(self.prompt_ids), next_states=pick(self.next_states), means=pick(self.means))
 
 
 def transition(
@@ -90,21 +133,25 @@ def rollout(
     guidance_scale: float,
     generator: torch.Generator | None = None,
     model: torch.nn.Module | None = None,
+    keep_means: bool = False,
 ) -> Trajectory:
     """Sample ``noise.shape[0]`` trajectories along ``plan``. ``cond`` rows align with ``noise`` rows.
 
     ``model`` replaces the adapter's transformer (the trainer passes its accelerate-wrapped module, so
-    that sharded models such as FSDP run their forward as they must)."""
+    that sharded models such as FSDP run their forward as they must). ``keep_means``: also keep each
+    transition's mean (``Trajectory.means``)."""
     x = noise.float()
     inputs = adapter.model_inputs(cond, guidance_scale)
-    states = [x]
-    log_probs = []
+    states, log_probs, means = [x], [], []
     for i in range(len(plan)):
         out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model)
         x = out.x_next
         states.append(x)
         log_probs.append(out.log_prob)
-    return Trajectory(torch.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan)
+        if keep_means:
+            means.append(out.mean)
+    return Trajectory(torch.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan,
+                      means=torch.stack(means, dim=1) if keep_means else None)
 
 
 @torch.no_grad()

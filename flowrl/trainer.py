@@ -59,7 +59,9 @@ class Scores:
 
     final: torch.Tensor  # (N,) weighted reward of the final samples
     components: dict[str, torch.Tensor]  # reward name -> (N,) its score of the final samples
-    columns: dict[str, torch.Tensor]  # what credit sees: "final" (N,), every other scored name (N, K)
+    # what credit sees: "final" (N,), every other scored name (N, K), each reward's own unweighted score of
+    # them as "final/<reward>" and "<name>/<reward>", and the method's info columns
+    columns: dict[str, torch.Tensor]
     calls: int  # this process's reward evaluations (samples x reward components)
 
 
@@ -127,7 +129,7 @@ def preflight(cfg: Config) -> None:
     from flowrl.reward_models import check_reward_args
 
     check_model_path(cfg.model)
-    build_method(cfg)  # unknown or mistyped method.options
+    check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
     for section in (cfg.reward, cfg.eval_reward or {}):
         for name in section:
             check_reward_args(name, cfg.reward_args.get(name, {}))
@@ -140,6 +142,21 @@ def preflight(cfg: Config) -> None:
             close = difflib.get_close_matches(metric, sorted(logged), n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"log.stop_if: {rule!r} names {metric!r}, which this run does not log{hint}")
+
+
+def check_whole_groups(cfg: Config, method, world: int) -> None:
+    """A method that explores per prompt group (``Method.whole_groups``) needs every rollout batch to hold
+    whole groups: each process's share of samples and ``sample.batch_size`` multiples of the group size."""
+    if not method.whole_groups:
+        return
+    s = cfg.sample
+    share = s.prompts_per_iteration * s.group_size // world
+    if s.batch_size % s.group_size or share % s.group_size:
+        raise ConfigError(
+            f"method {method.name} explores per prompt group, so every rollout batch must hold whole groups: "
+            f"sample.batch_size={s.batch_size} and the {share} samples per process must be multiples of "
+            f"sample.group_size={s.group_size}"
+        )
 
 
 def logged_metric_names(cfg: Config) -> set[str]:
@@ -204,6 +221,7 @@ class Trainer:
             self.acc.num_processes, self.acc.process_index,
         )
         self.method = build_method(cfg)  # its typed options are checked before any weights load
+        check_whole_groups(cfg, self.method, self.acc.num_processes)
         self.out = self._prepare_run_dir()
         self._resume_path = self._resume_checkpoint(cfg.resume) if cfg.resume else None
         self._signals = StopSignals(defer_always=self.acc.num_processes > 1)
@@ -415,7 +433,8 @@ class Trainer:
             clash = set(exp.info) & set(exp.score)
             if clash:
                 raise ValueError(f"method {self.method.name}: {sorted(clash)[0]!r} is both scored and an info column")
-            batches.append(RolloutBatch(exp.traj, batch.cond, prompts, metadata, images, extra, exp.info))
+            # only the states that train are kept until the update
+            batches.append(RolloutBatch(exp.traj.trained_only(), batch.cond, prompts, metadata, images, extra, exp.info))
         return batches, samples.group_ids
 
     def _decode_many(self, latents: torch.Tensor) -> torch.Tensor:
@@ -476,50 +495,60 @@ class Trainer:
         final = outputs["final"]
         columns = {"final": gather(final.scores)}  # (N,)
         for name in jobs.keys() - {"final"}:
-            columns[name] = gather(outputs[name].scores.view(len(prompts), jobs[name][1]))  # (N, K)
+            k = jobs[name][1]
+            columns[name] = gather(outputs[name].scores.view(len(prompts), k))  # (N, K)
+            for comp, values in outputs[name].details["components"].items():  # each reward's own, unweighted
+                columns[f"{name}/{comp}"] = gather(torch.as_tensor(values).view(len(prompts), k))
         for name in batches[0].info:
             columns[name] = gather(torch.cat([b.info[name] for b in batches]))
         components = {k: gather(v) for k, v in final.details["components"].items()}
+        columns.update({f"final/{k}": v for k, v in components.items()})
         calls = sum(len(media) for media, _ in jobs.values()) * len(self.reward.rewards)
         return Scores(columns["final"], components, columns, calls)
 
     def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool,
                ctx: Context | None = None) -> dict[str, float]:
-        """Update phase: PPO-clip (+ KL) over every trained transition of every kept sample.
+        """Update phase: the method's loss over every trained transition of every kept sample.
 
         ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
-        batch of the iteration (over all processes, in rank order) is one training unit, and optimizer
-        step k trains the units q with q % S == k: each step sees the same global samples whatever the
-        number of processes (given equal batch boundaries, which equal results need anyway). Rows whose
-        advantage is 0 at every trained step carry no signal and are dropped; every kept sample weighs
+        batch of the iteration (over all processes, in rank order) is one training unit; the method's
+        ``schedule`` says which (unit, transition) pairs each optimizer step trains (default: step s trains
+        the units q with q % S == s), so each step sees the same global samples whatever the number of
+        processes (given equal batch boundaries, which equal results need anyway). Rows whose advantage
+        is 0 at every transition a step trains carry no signal and are dropped; every kept sample weighs
         the same in its step's gradient (1 / the step's kept samples), ragged batches included.
         Processes run the same number of forward/backward passes (zero-weight passes where one holds
         fewer units) so that DDP and FSDP collectives stay in step.
         """
         t, world = self.cfg.train, self.acc.num_processes
         ctx = ctx or self.context(0)
-        keep = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)  # (N,)
         layout = self._unit_layout(len(adv_all))  # (rank, global start, rows) per unit, in rank order
-        n_steps = min(t.optimizer_steps_per_iteration, len(layout))
-        kept = [int(keep[start : start + rows].sum()) for _, start, rows in layout]
-        stats = UpdateStats()
         local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.acc.process_index]
+        trained = self._trained_per_unit(batches, local)  # unit -> its trained transitions
+        stats = UpdateStats()
         measured = False
-        for k in range(n_steps):
-            step_units = [q for q in range(k, len(layout), n_steps)]
-            step_kept = sum(kept[q] for q in step_units)
+        for entries in self.method.schedule(len(layout)):
+            work = []  # (unit, its transitions this step, which of its rows train)
+            for q, k in entries:
+                js = trained[q] if k is None else [trained[q][k]]
+                _, start, rows = layout[q]
+                adv = adv_all[start : start + rows]
+                keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)
+                work.append((q, js, keep))
+            step_kept = sum(int(keep.sum()) for _, _, keep in work)
             if step_kept == 0:
                 continue  # no sample of this step carries signal, on any process
-            passes = max(sum(1 for q in step_units if layout[q][0] == r and kept[q]) for r in range(world))
-            units = [self._kept_unit(batches[local.index(q)], adv_all, layout[q], keep) for q in step_units
-                     if q in local and kept[q]]
-            if len(units) < passes:  # padding: one real row, weight 0
+            busy = [(q, js, keep) for q, js, keep in work if keep.any()]
+            passes = max(sum(1 for q, _, _ in busy if layout[q][0] == r) for r in range(world))
+            units = [(self._kept_unit(batches[local.index(q)], adv_all, layout[q], keep), js)
+                     for q, js, keep in busy if q in local]
+            if len(units) < passes:  # padding: one real row, weight 0, as many transitions as a busy unit
                 pad, adv_pad, _ = self._kept_unit(batches[0], adv_all, layout[local[0]], None, rows=1)
-                units += [(pad, adv_pad, 0.0)] * (passes - len(units))
-            for u, (b, adv, weight_rows) in enumerate(units):
+                units += [((pad, adv_pad, 0.0), trained[local[0]][: len(busy[0][1])])] * (passes - len(units))
+            for u, ((b, adv, weight_rows), js) in enumerate(units):
                 scale = weight_rows / step_kept * world  # DDP/FSDP average gradients over processes
                 measure = not measured and weight_rows > 0
-                self._update_unit(ctx, b, adv, scale, u == passes - 1, stats, measure)
+                self._update_unit(ctx, b, adv, js, scale, u == passes - 1, stats, measure)
                 if not measured:
                     measured = True
                     if first:
@@ -533,8 +562,19 @@ class Trainer:
             if self.ema is not None and self.optimizer_steps % t.ema_every == 0:
                 self.ema.update(self.trainable)
         out = stats.reduce(self.acc)
-        out["kept_frac"] = float(keep.float().mean())
+        keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)
+        out["kept_frac"] = float(keep_all.float().mean())
         return out
+
+    def _trained_per_unit(self, batches: list[RolloutBatch], local: list[int]) -> list[list[int]]:
+        """Every unit's trained transitions (plan indices), the same lists on every process: a process
+        knows only its own units' plans, so they are gathered (one small list per process)."""
+        mine = [batches[local.index(q)].traj.plan.trained_indices for q in local]
+        if self.acc.num_processes == 1:
+            return mine
+        from accelerate.utils import gather_object
+
+        return [js for part in gather_object([mine]) for js in part]
 
     def _unit_layout(self, n: int) -> list[tuple[int, int, int]]:
         """(rank, global start, rows) of every rollout batch of an iteration of ``n`` samples, the batches
@@ -546,10 +586,11 @@ class Trainer:
     @staticmethod
     def _kept_unit(b: RolloutBatch, adv_all: torch.Tensor, where: tuple[int, int, int], keep: torch.Tensor | None,
                    rows: int | None = None) -> tuple[RolloutBatch, torch.Tensor, float]:
-        """The unit's rows that train (``keep``), or its first ``rows`` rows; with their advantages and count."""
+        """The unit's rows that train (``keep``, (rows,) over the unit's rows), or its first ``rows`` rows;
+        with their advantages and count."""
         _, start, n = where
         adv = adv_all[start : start + n]
-        idx = keep[start : start + n].nonzero().flatten() if keep is not None else torch.arange(rows)
+        idx = keep.nonzero().flatten() if keep is not None else torch.arange(rows)
         if len(idx) < n:
             b = RolloutBatch(b.traj.select(idx), {k: v[idx.to(v.device)] for k, v in b.cond.items()},
                              [b.prompts[i] for i in idx.tolist()], [b.metadata[i] for i in idx.tolist()],
@@ -557,25 +598,23 @@ class Trainer:
             adv = adv[idx]
         return b, adv, float(len(idx))
 
-    def _update_unit(self, ctx: Context, b: RolloutBatch, adv: torch.Tensor, scale: float, sync: bool,
-                     stats: UpdateStats, measure: bool) -> None:
-        """Loss and backward for every trained transition of one unit, its mean loss weighted by ``scale``
+    def _update_unit(self, ctx: Context, b: RolloutBatch, adv: torch.Tensor, transitions: list[int], scale: float,
+                     sync: bool, stats: UpdateStats, measure: bool) -> None:
+        """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
         the iteration's first unit, still on-policy, so log the log-prob gap."""
         traj = b.traj
-        trained = traj.plan.trained_indices
         max_diff = None
-        inputs = self.adapter.model_inputs(b.cond, self.cfg.sample.guidance_scale)
         rows = float(len(traj)) if scale > 0 else 0.0  # a padding pass adds nothing to the statistics
-        for k, j in enumerate(trained):
-            last = sync and k == len(trained) - 1
+        for k, j in enumerate(transitions):
+            last = sync and k == len(transitions) - 1
             sync_ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
             adv_j = (adv if adv.ndim == 1 else adv[:, j]).to(self.acc.device)
             with sync_ctx:
-                tl = self.method.transition_loss(ctx, traj, j, inputs, adv_j)
+                tl = self.method.transition_loss(ctx, traj, j, b.cond, adv_j)
                 if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
-                self.acc.backward(tl.loss * (scale / len(trained)))
+                self.acc.backward(tl.loss * (scale / len(transitions)))
             if tl.logp_gap is not None:
                 max_diff = max(max_diff or 0.0, tl.logp_gap)
             stats.add(rows, loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,

@@ -107,3 +107,23 @@ def test_group_sampler_deals_complete_groups():
     assert len(set(one.prompt_index.tolist())) == 3
     with pytest.raises(ConfigError, match="must divide by the 5 processes"):
         GroupSampler(10, 3, 4, seed=1, world_size=5)
+
+
+def test_a_recipe_can_start_from_a_base_recipe(tmp_path):
+    """``base:``: sections update the base's key by key; rewards replace the base's whole; cycles are refused."""
+    child = tmp_path / "child.yaml"
+    child.write_text("base: tiny-cpu\nsample:\n  num_steps: 3\nreward:\n  jpeg_incompressibility: 1.0\n"
+                     "method:\n  name: g2rpo\n  options:\n    granularities: [1]\n")
+    cfg = resolve_config(str(child))
+    base = resolve_config("tiny-cpu")
+    assert cfg.sample.num_steps == 3 and cfg.sample.group_size == base.sample.group_size
+    assert dict(cfg.reward) == {"jpeg_incompressibility": 1.0}
+    assert cfg.method.name == "g2rpo" and dict(cfg.method.options) == {"granularities": [1]}
+    assert cfg.train.lora.rank == base.train.lora.rank
+    grandchild = tmp_path / "grandchild.yaml"
+    grandchild.write_text(f"base: {child}\nsample:\n  group_size: 4\n")
+    assert resolve_config(str(grandchild)).sample.num_steps == 3
+    loop = tmp_path / "loop.yaml"
+    loop.write_text(f"base: {loop}\n")
+    with pytest.raises(ConfigError, match="base recipes form a cycle"):
+        resolve_config(str(loop))

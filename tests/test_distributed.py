@@ -74,3 +74,12 @@ def test_fsdp_shards_match_one_process_and_resume_exactly(tmp_path, one_process)
                    f"resume={tmp_path / 'fsdp' / 'checkpoints' / 'iter-000001'}")
     assert [r["iteration"] for r in resumed] == [1]
     assert {k: resumed[0][k] for k in KEYS} == {k: fsdp[1][k] for k in KEYS}
+
+
+def test_a_branch_method_on_two_processes_matches_one(tmp_path):
+    """G²RPO over 2 processes (one prompt group each): its per-branch optimizer steps, shared-input
+    forwards and the KL reference give one process's metrics."""
+    one = _run([sys.executable, "-m", "flowrl", "train"], tmp_path / "one", "method.name=g2rpo")
+    two = _run([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two", "method.name=g2rpo")
+    assert len(one) == 2 and one[0]["policy/kl"] == 0.0 and one[1]["policy/kl"] > 0
+    _assert_same_metrics(one, two)

@@ -76,9 +76,9 @@ def test_pure_ode_baseline_starts_from_the_rollouts_initial_latent(tmp_path, one
     calls = []
     rollout = Context.rollout
 
-    def spy(self, plan, noise, cond, group_ids, generator):
+    def spy(self, plan, noise, cond, group_ids, generator, **kwargs):
         calls.append((self, plan, noise.clone()))
-        return rollout(self, plan, noise, cond, group_ids, generator)
+        return rollout(self, plan, noise, cond, group_ids, generator, **kwargs)
 
     monkeypatch.setattr(Context, "rollout", spy)
     _train(tmp_path, "train.iterations=1", f"method.options.baseline_noise={mode}")
@@ -112,7 +112,10 @@ def test_credit_puts_each_batch_window_at_its_own_transitions(tmp_path, one_thre
     assert [(p, n) for i, p, n, _ in seen if i == 0] == [(0, 3), (3, 3), (6, 2)]
     assert len({s for *_, s in seen}) > 1
     for it, (rewards, group_ids, out) in enumerate(credits):
-        assert set(rewards) == {"final", "completion", "pure_ode", "window_start", "batch_start"}
+        assert {k for k in rewards if "/" not in k} == {"final", "completion", "pure_ode", "window_start",
+                                                        "batch_start"}
+        # each reward's own score of every scored name, beside the weighted one
+        assert {k.split("/")[0] for k in rewards if "/" in k} == {"final", "completion", "pure_ode"}
         assert rewards["completion"].shape == (8, 1)
         assert rewards["batch_start"].tolist() == [0, 0, 0, 3, 3, 3, 6, 6]
         table = torch.cat([rewards["pure_ode"], rewards["completion"], rewards["final"][:, None]], dim=1)

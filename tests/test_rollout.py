@@ -122,3 +122,31 @@ def test_ode_plan_matches_the_diffusers_pipeline(adapter):
         output_type="latent",
     ).images
     assert torch.allclose(traj.final, ref, atol=1e-5)
+
+
+def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter, tmp_path):
+    """An SDE window of 2 in 6 steps keeps 3 of 7 states; each trained pair is the full chain's; the
+    trainer's rollout batches hold only those (step-level methods do not multiply rollout memory)."""
+    cond = adapter.encode_prompts(["a red cube", "a blue ball"])
+    plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
+    full = rollout(adapter, cond, plan, adapter.initial_noise(2, torch.Generator().manual_seed(0)),
+                   torch.arange(2), 4.5, torch.Generator().manual_seed(1))
+    kept = full.trained_only()
+    s = plan.trained_indices[0]
+    assert kept.state_index == (s, s + 1, s + 2) and kept.states.shape[1] == 3
+    for j in plan.trained_indices:
+        assert all(torch.equal(a, b) for a, b in zip(kept.pair(j), full.pair(j)))
+    with pytest.raises(ValueError, match="was not kept"):
+        kept.state(s + 3)
+    with pytest.raises(ValueError, match="does not hold a final state"):
+        kept.final
+    assert torch.equal(kept.select(torch.tensor([1])).pair(s)[1], full.states[1:, s + 1])
+
+    from flowrl.config import resolve_config
+    from flowrl.trainer import Trainer
+
+    tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "sample.window_size=2",
+                                             "sample.window_range=[0,4]", "sample.group_size=4",
+                                             "sample.prompts_per_iteration=2", "sample.batch_size=4"]))
+    batches, _ = tr.collect(0)
+    assert all(b.traj.states.shape[1] == 3 for b in batches)

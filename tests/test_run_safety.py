@@ -83,9 +83,9 @@ def test_every_sample_weighs_the_same_with_ragged_batches(tmp_path, monkeypatch)
     seen = []
     update = Trainer._update_unit
 
-    def recording(self, ctx, b, adv, scale, *args, **kwargs):
+    def recording(self, ctx, b, adv, transitions, scale, *args, **kwargs):
         seen.append((len(b.traj), scale))
-        return update(self, ctx, b, adv, scale, *args, **kwargs)
+        return update(self, ctx, b, adv, transitions, scale, *args, **kwargs)
 
     monkeypatch.setattr(Trainer, "_update_unit", recording)
     cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "sample.batch_size=3", "train.iterations=1"])

@@ -213,3 +213,21 @@ def test_recipe_validates_and_help_works():
     cmd = [sys.executable, "-m", "flowrl.benchmarks.toy", "--help"]
     out = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert out.returncode == 0 and "--pretrain" in out.stdout
+
+
+def test_each_methods_toy_recipe_is_what_the_comparison_runs():
+    """toy-<method>.yaml (for ``flowrl eval toy toy-<method>``) resolves to the comparison's run of that
+    method: toy-flow-grpo with ``method.name`` and ``METHOD_SETTINGS`` (output_dir aside)."""
+    from flowrl.benchmarks.toy.compare import METHOD_SETTINGS, RECIPE
+    from flowrl.config import recipe_names, resolve_config
+    from flowrl.methods import list_methods
+
+    for method in list_methods():
+        if method == "flow_grpo":
+            continue
+        name = f"toy-{method.replace('_', '-')}"
+        assert name in recipe_names(), name
+        recipe = resolve_config(name, ["output_dir=x"]).to_dict()
+        compared = resolve_config(RECIPE, [f"method.name={method}", *METHOD_SETTINGS.get(method, []),
+                                           "output_dir=x"]).to_dict()
+        assert recipe == compared, method

@@ -19,6 +19,11 @@ Two models, each figure printed as it is measured, then Markdown tables:
   per no-grad forward and per forward+backward (LoRA on the attention projections, bf16 autocast) at a
   video latent of 81 frames at 480x832 (16 x 21 x 60 x 104, 32,760 tokens) and 512 text tokens, without
   and with gradient checkpointing.
+* **Every method** (``--what methods``, not in the default): one iteration of each registered method on
+  the same SD3.5-M (after a warm-up iteration): seconds and their ratio to Flow-GRPO's, NFE, NFE/s,
+  reward calls and peak GiB. G²RPO and E-GRPO roll out one prompt group (6) per batch; DenseGRPO's
+  calibration rounds are left out of its figure. ``--what methods --max-seconds 400`` fits one device
+  call; methods that would overrun are skipped with a note.
 
 Stages that would overrun ``--max-seconds`` are skipped with a note, so the script ends in time.
 """
@@ -356,6 +361,62 @@ def bench_sd35m(
     return rows
 
 
+# per method, what its SD3.5-M iteration changes: branch methods need whole groups in a rollout batch;
+# DenseGRPO's calibration (rounds of exploration before training) is not part of an iteration's figure
+METHOD_OVERRIDES: dict[str, list[str]] = {
+    "dense_grpo": ["method.options.calibrate=false"],
+    "g2rpo": ["sample.batch_size={group}"],
+    "e_grpo": ["sample.batch_size={group}"],
+}
+
+
+def bench_methods(scale: Scale, device: torch.device, clock: Clock, precision: str,
+                  methods: list[str] | None = None) -> list[dict]:
+    """One SD3.5-M-size iteration of every registered method (after one warm-up iteration), on the same
+    in-memory pipeline: seconds, NFE/s, NFE and reward calls, peak memory, beside Flow-GRPO's."""
+    from flowrl.config import config_from_dict, merge_overrides
+    from flowrl.methods import list_methods
+    from flowrl.pipelines.sd3 import DTYPES
+
+    clock.say(f"methods: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
+    pipe = build_sd35m(scale, device, DTYPES[precision])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _save_configs(pipe, folder)
+        base = _sd35m_config(scale, folder, 2, precision).to_dict()
+        names = methods or sorted(list_methods(), key=lambda m: m != "flow_grpo")  # Flow-GRPO first
+        for name in names:
+            if rows and clock.left() < 3 * max(r["seconds"] for r in rows):
+                clock.say(f"skipping {name} and after: time budget")
+                break
+            extra = [o.format(group=scale.group_size) for o in METHOD_OVERRIDES.get(name, [])]
+            data = merge_overrides(json.loads(json.dumps(base)), [f"method.name={name}", *extra,
+                                                                   f"output_dir={folder / name}"])
+            trainer = _trainer_with(config_from_dict(data), pipe, device)
+            trainer.step(0)  # warm-up
+            _reset_peak(device)
+            m = trainer.step(1)
+            clock.say(f"{name}: {m['timing_s/iteration']:.2f} s, {m['throughput/nfe_per_s']:.0f} NFE/s, "
+                      f"{m['cost/nfe']:.0f} NFE, {m['cost/reward_calls']:.0f} reward calls, "
+                      f"peak {m['memory/peak_gib']:.2f} GiB")
+            rows.append({"model": f"SD3.5-M method {name}",
+                         "setting": f"{scale.resolution}px, {trainer.cfg.sample.prompts_per_iteration * trainer.cfg.sample.group_size} "
+                                    f"samples, batch {trainer.cfg.sample.batch_size}, {scale.num_steps} steps, {precision}",
+                         "seconds": m["timing_s/iteration"], "images_per_s": m["throughput/images_per_s"],
+                         "nfe": m["cost/nfe"], "nfe_per_s": m["throughput/nfe_per_s"],
+                         "reward_calls": m["cost/reward_calls"], "peak_gib": m["memory/peak_gib"]})
+            del trainer
+            pipe.transformer.delete_adapters("default")  # the next method starts from the base weights
+    flow = next((r for r in rows if r["model"].endswith(" flow_grpo")), None)
+    for r in rows:
+        if flow:
+            r["vs_flow_grpo"] = r["seconds"] / flow["seconds"]
+    del pipe
+    _reset_peak(device)
+    return rows
+
+
 def _overhead(trainer, clock: Clock, iteration_s: float, repeats: int) -> list[dict]:
     """``benchmarks.perf.overhead``'s side-by-side ratios at this size: flowrl's rollout with log-probs vs a
     bare pipeline call, and flowrl's update vs bare forwards+backwards of the same transformer calls."""
@@ -489,7 +550,7 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if "ratio" in r:
+        if "ratio" in r or "nfe" in r:
             continue
         lines.append(
             f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['images_per_s'])} | "
@@ -500,6 +561,13 @@ def markdown(rows: list[dict]) -> str:
         lines += ["", "| side by side | flowrl s | bare s | flowrl / bare |", "|---|---|---|---|"]
         lines += [f"| {r['model']}: {r['setting']} | {num(r['seconds'], 3)} | {num(r['bare_seconds'], 3)} | "
                   f"{num(r['ratio'], 3)} |" for r in ratios]
+    methods = [r for r in rows if "nfe" in r]
+    if methods:
+        lines += ["", "| method iteration | setting | s | vs flow_grpo | NFE | NFE/s | reward calls | peak GiB |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r.get('vs_flow_grpo', math.nan))} | "
+                  f"{r['nfe']:.0f} | {num(r['nfe_per_s'], 0)} | {r['reward_calls']:.0f} | {num(r['peak_gib'])} |"
+                  for r in methods]
     return "\n".join(lines)
 
 
@@ -515,7 +583,7 @@ def environment(device: torch.device) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf.gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="toy sizes, on a CPU in seconds (tests run this)")
-    p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan")
+    p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan, methods")
     p.add_argument("--iterations", type=int, default=2, help="flowrl iterations of SD3.5-M (the first warms up)")
     p.add_argument("--repeats", type=int, default=3, help="timed Wan calls (median), after one warm-up")
     p.add_argument(
@@ -545,6 +613,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if "sd35m" in what:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
         rows += bench_sd35m(scale, device, args.iterations, clock, precision, args.overhead_repeats)
+    if "methods" in what:
+        precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
+        rows += bench_methods(scale, device, clock, precision)
     if "wan" in what:
         precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
         rows += bench_wan(scale, device, args.repeats, clock, precision)

@@ -105,7 +105,7 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
         plan = b.traj.plan
         inputs = ad.model_inputs(b.cond, w)
         for j in plan.trained_indices:
-            v = ad.velocity(b.traj.states[:, j], float(plan.sigma[j]), inputs, w, model=tr.model)
+            v = ad.velocity(b.traj.pair(j)[0], float(plan.sigma[j]), inputs, w, model=tr.model)
             tr.acc.backward(v.square().mean() / len(plan.trained_indices))
     tr.acc.clip_grad_norm_(list(tr.trainable.values()), 1.0)
     tr.optimizer.step()
@@ -136,7 +136,7 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float]:
                     prompt_embeds=b.cond["prompt_embeds"], pooled_prompt_embeds=b.cond["pooled_prompt_embeds"],
                     negative_prompt_embeds=neg["prompt_embeds"],
                     negative_pooled_prompt_embeds=neg["pooled_prompt_embeds"],
-                    latents=b.traj.states[:, 0].clone(), num_inference_steps=cfg.sample.num_steps,
+                    latents=b.traj.state(0).clone(), num_inference_steps=cfg.sample.num_steps,
                     guidance_scale=cfg.sample.guidance_scale, output_type="latent",
                 ).images
             out.append(ad.decode(lat).cpu())

@@ -38,12 +38,24 @@ RESULT_FILE = "compare_result.json"  # written into each run folder when its run
 
 
 # Methods whose exploration has options of its own explore what the recipe's Flow-GRPO does: the same
-# SDE kind, noise level and 2-step window among the first four steps (the same budget of stochastic,
-# trained transitions; not a tuning of the newcomer).
+# SDE kind, noise level and stochastic, trained transitions among the first four steps (the same budget of
+# exploration; not a tuning of the newcomer). Where a method's own rule forbids the recipe's CPS step
+# (E-GRPO's entropy merge, GRPO-Guard's Gaussian ratio), it runs Flow-GRPO's SDE as the variant
+# ``flow_grpo_flow_sde`` does, which is then its baseline. DenseGRPO's calibration (Algorithm 1) gets 3
+# sampling rounds: each costs an iteration's exploration without an update, and it is counted in its time.
+FLOW_SDE = VARIANTS["flow_grpo_flow_sde"]
 METHOD_SETTINGS: dict[str, list[str]] = {
     "tp_grpo": ["method.options.sde_type=cps", "method.options.noise_level=0.8", "method.options.window_size=2",
                 "method.options.window_range=[0,4]"],
-}
+    "g2rpo": ["method.options.sde_type=cps", "method.options.noise_level=0.8", "method.options.trained_steps=[0,1,2,3]"],
+    "e_grpo": ["method.options.sde_type=flow_sde", "method.options.noise_level=0.7",
+               "method.options.active_steps=[0,1,2,3]", "train.clip_range=1.0e-3"],
+    "grpo_guard": FLOW_SDE,
+    "dense_grpo": ["method.options.calibration_max_rounds=3"],
+}  # fmt: skip
+# GRPO-Guard's ratio is scaled by the step's std s_j, so its paper clips 50x tighter than Flow-GRPO's (2e-6
+# against 1e-4): the same relation to the flow_sde variant's 1e-3 (a later method.name wins).
+VARIANTS["grpo_guard_paper_clip"] = [*FLOW_SDE, "method.name=grpo_guard", "train.clip_range=2.0e-5"]
 
 
 def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:

@@ -14,6 +14,9 @@ _METHODS = Registry("method", "flowrl.methods", {
     "flow_grpo": "flowrl.methods.flow_grpo:FlowGRPO",
     "dense_grpo": "flowrl.methods.dense_grpo:DenseGRPO",
     "tp_grpo": "flowrl.methods.tp_grpo:TPGRPO",
+    "g2rpo": "flowrl.methods.g2rpo:G2RPO",
+    "e_grpo": "flowrl.methods.e_grpo:EGRPO",
+    "grpo_guard": "flowrl.methods.grpo_guard:GRPOGuard",
 })
 
 

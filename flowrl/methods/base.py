@@ -8,10 +8,12 @@ A method owns three things:
 * **credit** (``credit``): a pure function from the named reward columns of the whole iteration, and
   the per-row facts its exploration recorded (``Experience.info``), gathered over processes in global
   sample order, to advantages (N,) or (N, T) (column j: transition j);
-* **the loss of one trained transition** (``transition_loss``).
+* **the loss of one trained transition** (``transition_loss``), and which transitions each optimizer step
+  trains (``schedule``; default: ``train.optimizer_steps_per_iteration`` steps over the rollout batches).
 
 It works only through ``Context``: the adapter's forwards (counted in ``cost/nfe``), rollouts and ODE
-completions, named random streams seeded by (seed, iteration, purpose, global position) so that a new
+completions, the shared-input transition of members that start from one state (one forward per distinct
+input, broadcast), named random streams seeded by (seed, iteration, purpose, global position) so that a new
 draw never shifts another's, and the reference weights. The trainer keeps what is common: prompts and
 seeding, reward calls with their error policy and gathering, accumulation, clipping, optimizer steps,
 the on-policy check, logs and checkpoints (which hold ``state_dict()``).
@@ -29,7 +31,7 @@ import torch
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, ode_plan
 from flowrl.rollout import Trajectory, rollout, transition
-from flowrl.sde import StepOutput
+from flowrl.sde import StepOutput, step
 
 
 @dataclass
@@ -87,6 +89,7 @@ class Context:
         self.cfg = trainer.cfg
         self.iteration = iteration
         self.device = trainer.acc.device
+        self._inputs: tuple[Conditioning, Conditioning] | None = None
 
     @property
     def guidance_scale(self) -> float:
@@ -107,12 +110,20 @@ class Context:
     def sigmas(self, num_steps: int | None = None) -> torch.Tensor:
         return self.adapter.sigmas(num_steps or self.cfg.sample.num_steps)
 
+    def model_inputs(self, cond: Conditioning) -> Conditioning:
+        """The adapter's transformer-ready conditioning of ``cond`` (CFG rows stacked), built once per
+        ``cond`` object (the latest one is cached: a unit's transitions share it)."""
+        if self._inputs is None or self._inputs[0] is not cond:
+            self._inputs = (cond, self.adapter.model_inputs(cond, self.guidance_scale))
+        return self._inputs[1]
+
     @torch.no_grad()
     def rollout(self, plan: StepPlan, noise: torch.Tensor, cond: Conditioning, group_ids: torch.Tensor,
-                generator: torch.Generator | None) -> Trajectory:
-        """Walk ``plan`` from ``noise`` with the current policy, recording states and log-probs."""
+                generator: torch.Generator | None, keep_means: bool = False) -> Trajectory:
+        """Walk ``plan`` from ``noise`` with the current policy, recording states and log-probs (and each
+        transition's mean with ``keep_means``)."""
         return rollout(self.adapter, cond, plan, noise, group_ids, self.guidance_scale, generator,
-                       model=self._trainer.model)
+                       model=self._trainer.model, keep_means=keep_means)
 
     @torch.no_grad()
     def complete(self, x: torch.Tensor, sigmas: torch.Tensor, cond: Conditioning) -> torch.Tensor:
@@ -126,6 +137,22 @@ class Context:
         """Score transition ``j`` of ``plan`` (x -> x_next) under the current policy, with grad."""
         return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next,
                           model=self._trainer.model)
+
+    def shared_transition(self, plan: StepPlan, j: int, x: torch.Tensor, cond: Conditioning, rows: torch.Tensor,
+                          *, x_next: torch.Tensor | None = None, generator: torch.Generator | None = None,
+                          model: torch.nn.Module | None = None) -> StepOutput:
+        """Transition ``j`` of ``plan`` for len(rows) members that share their inputs: member i starts
+        from x[rows[i]] under cond[rows[i]]. One forward of the n distinct inputs (``x`` (n, C, H, W),
+        ``cond`` n rows), its velocity broadcast to the members, then each member's own step: sampled
+        from ``generator`` or, given ``x_next`` (len(rows), ...), scored. With grad when grad is on; the
+        rollout and the update both call this, so their log-probs go through the same math. ``model``:
+        other weights (``reference_weights()``)."""
+        rows = rows.to(x.device)
+        v = self.adapter.velocity(x, float(plan.sigma[j]), self.model_inputs(cond), self.guidance_scale,
+                                  model=model or self._trainer.model)
+        return step(plan.kinds[j], v.index_select(0, rows), x.float().index_select(0, rows), float(plan.sigma[j]),
+                    float(plan.sigma_next[j]), float(plan.noise_levels[j]), sigma_at_one=plan.sigma_at_one,
+                    x_next=x_next, generator=generator)
 
     @torch.no_grad()
     def reference_transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
@@ -170,9 +197,23 @@ class Method:
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, inputs: Conditioning,
+    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning,
                         advantages: torch.Tensor) -> TransitionLoss:
+        """The loss of transition ``j`` of the unit ``traj`` (its rows' conditioning ``cond``;
+        ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,)."""
         raise NotImplementedError
+
+    # every rollout batch holds whole prompt groups (a method that explores per group: an anchor, branches)
+    whole_groups: bool = False
+
+    def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
+        """The iteration's optimizer steps over its ``num_units`` training units (the rollout batches of
+        all processes, in rank order): each step lists (unit, k), k the position of the transition to
+        train among the unit's trained ones, or None for all of them. Default: ``train.
+        optimizer_steps_per_iteration`` steps S, step s training every transition of the units q with
+        q % S == s. The same list on every process (it may depend only on ``num_units`` and config)."""
+        steps = min(self.cfg.train.optimizer_steps_per_iteration, num_units)
+        return [[(q, None) for q in range(s, num_units, steps)] for s in range(steps)]
 
     # names of the figures ``metrics`` returns (``log.stop_if`` may name them before the run starts)
     metric_names: tuple[str, ...] = ()

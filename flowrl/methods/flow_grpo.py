@@ -8,14 +8,17 @@ to the reference. Other methods subclass it and replace one of these.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from flowrl.advantages import clip_advantages, group_advantages
-from flowrl.losses import gaussian_kl, ppo_clip_loss
+from flowrl.losses import PolicyLossOutput, gaussian_kl, ppo_clip_loss
 from flowrl.methods.base import Context, Experience, Method, PromptBatch, TransitionLoss
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan
 from flowrl.rollout import Trajectory
+from flowrl.sde import StepOutput
 
 
 class FlowGRPO(Method):
@@ -28,9 +31,12 @@ class FlowGRPO(Method):
         return make_plan(ctx.sigmas(), s.sde_type, s.noise_level, s.window_size, window_range, s.timestep_fraction,
                          ctx.rng("plan", batch.position))
 
+    # keep each transition's rollout mean in the trajectory (a loss that needs it, e.g. GRPO-Guard's)
+    keep_means = False
+
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         traj = ctx.rollout(self.plan(ctx, batch), batch.noise, batch.cond, batch.group_ids,
-                           ctx.generator("sde", batch.position))
+                           ctx.generator("sde", batch.position), keep_means=self.keep_means)
         return Experience(traj, {"final": traj.final})
 
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
@@ -38,17 +44,28 @@ class FlowGRPO(Method):
         adv = group_advantages(rewards["final"], group_ids, global_std=t.global_std, eps=t.std_eps)
         return clip_advantages(adv, t.adv_clip_max)
 
-    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, inputs: Conditioning,
+    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning,
                         advantages: torch.Tensor) -> TransitionLoss:
-        t = self.cfg.train
-        x, x_next = traj.states[:, j], traj.states[:, j + 1]
+        x, x_next = traj.pair(j)
+        inputs = ctx.model_inputs(cond)
         new = ctx.transition(traj.plan, j, x, inputs, x_next)
-        old = traj.log_probs[:, j]
-        pg = ppo_clip_loss(new.log_prob, old, advantages, t.clip_range)
+        return self.assemble(traj, j, new, advantages,
+                             lambda: ctx.reference_transition(traj.plan, j, x, inputs, x_next).mean)
+
+    def policy_loss(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor) -> PolicyLossOutput:
+        """The clipped surrogate of transition ``j`` given its recomputed step ``new`` (a loss variant
+        replaces only this)."""
+        return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, self.cfg.train.clip_range)
+
+    def assemble(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor,
+                 reference_mean: Callable[[], torch.Tensor]) -> TransitionLoss:
+        """Policy loss plus beta times the exact Gaussian KL to ``reference_mean()`` (called only when
+        beta > 0), with the figures the trainer logs."""
+        t = self.cfg.train
+        pg = self.policy_loss(traj, j, new, advantages)
         loss, kl = pg.loss, torch.zeros(())
         if t.beta > 0:
-            ref_mean = ctx.reference_transition(traj.plan, j, x, inputs, x_next).mean
-            kl = gaussian_kl(new.mean, ref_mean, new.std).mean()
+            kl = gaussian_kl(new.mean, reference_mean(), new.std).mean()
             loss = loss + t.beta * kl
-        gap = float((new.log_prob.detach() - old).abs().max())
+        gap = float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max())
         return TransitionLoss(loss, pg.loss.detach(), kl.detach(), pg.clip_frac, pg.approx_kl, pg.ratio.mean(), gap)

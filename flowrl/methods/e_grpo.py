@@ -1,0 +1,88 @@
+"""E-GRPO (arXiv 2601.00423; ``specs/addon_methods.md`` §4): G²RPO's anchor and branches, with each branch an
+entropy-aware MERGED SDE step.
+
+For each active step n (``active_steps``, default the first half of the schedule) the branch is one SDE
+transition σ_n -> σ_{n+l}: l is the smallest length whose closed-form step entropy h̃(n, l) =
+log(2πe·s²) reaches ``tau`` (``flowrl.credit.entropy.merge_length``; the spec's [inferred] reading of the
+paper, τ = 2.2), or a fixed ``merge_lengths`` (one for all, or one per active step: the released code's
+``eta_step_merge_list``). The std of a merged step is g(σ_n)·sqrt(σ_n - σ_{n+l}); at l = 1 it is
+G²RPO's branch bitwise. The ODE tails start at state n+l, one per granularity (default [1]: the paper's
+single tail; [1, 2] is the code's). Credit, loss and schedule are G²RPO's: the z-scores are taken within
+the members that share the merged step (a group's column k). Logs ``method/e_grpo/merge_length_mean``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from flowrl.config import ConfigError
+from flowrl.credit.entropy import merged_steps
+from flowrl.methods.g2rpo import G2RPO, G2RPOOptions
+
+QUANTITIES = ("h_tilde", "per_element")
+
+
+@dataclass
+class EGRPOOptions(G2RPOOptions):
+    active_steps: list[int] | None = None  # the steps n a merged branch starts at; None: 0 .. T//2 - 1
+    tau: float = 2.2  # entropy threshold of the adaptive merge
+    merge_lengths: int | list[int] | None = None  # fixed l (one, or one per active step); None: adaptive
+    entropy: str = "h_tilde"  # the quantity tau applies to: log(2πe s²), or per element ½ log(2πe s²)
+    granularities: list[int] = (1,)
+
+    def __post_init__(self):
+        if self.trained_steps is not None:
+            raise ConfigError("method.options.trained_steps: e_grpo's branches start at active_steps")
+        super().__post_init__()
+        if self.merge_lengths is None and self.sde_type != "flow_sde":
+            raise ConfigError(f"method.options.sde_type: adaptive merging needs flow_sde (a merged {self.sde_type} "
+                              f"step does not gain entropy); set merge_lengths for fixed lengths")
+        if self.entropy not in QUANTITIES:
+            raise ConfigError(f"method.options.entropy: {self.entropy!r} is not one of {', '.join(QUANTITIES)}")
+        lengths = [self.merge_lengths] if isinstance(self.merge_lengths, int) else (self.merge_lengths or [])
+        if any(not isinstance(length, int) or length < 1 for length in lengths):
+            raise ConfigError(f"method.options.merge_lengths: {self.merge_lengths} must be integers >= 1")
+        if self.active_steps is not None and (not self.active_steps or min(self.active_steps) < 0
+                                              or len(set(self.active_steps)) < len(self.active_steps)):
+            raise ConfigError(f"method.options.active_steps: {self.active_steps} must be distinct steps >= 0")
+
+
+class EGRPO(G2RPO):
+    name = "e_grpo"
+    Options = EGRPOOptions
+    metric_names = ("e_grpo/merge_length_mean",)
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        o = self.options
+        starts = self.active_steps()
+        if starts[-1] >= self.num_steps:
+            raise ConfigError(f"method.options.active_steps: {starts[-1]} is past the last step of "
+                              f"sample.num_steps={self.num_steps}")
+        if isinstance(o.merge_lengths, list) and len(o.merge_lengths) != len(starts):
+            raise ConfigError(f"method.options.merge_lengths: {len(o.merge_lengths)} lengths for {len(starts)} "
+                              f"active steps")
+        fixed = [o.merge_lengths] * len(starts) if isinstance(o.merge_lengths, int) else o.merge_lengths
+        for n, length in zip(starts, fixed or []):
+            if n + length > self.num_steps:
+                raise ConfigError(f"method.options.merge_lengths: a step merged from {n} over {length} ends past "
+                                  f"sample.num_steps={self.num_steps}")
+        self._pairs: list[tuple[int, int]] = []
+
+    def active_steps(self) -> list[int]:
+        steps = self.options.active_steps
+        return list(range(self.num_steps // 2 or 1)) if steps is None else sorted(steps)
+
+    def branches(self, sigmas: torch.Tensor) -> list[tuple[int, int]]:
+        o = self.options
+        merged = merged_steps(sigmas.float().cpu(), self.active_steps(), o.noise_level, tau=o.tau,
+                              lengths=o.merge_lengths, quantity=o.entropy)
+        self._pairs = [(s.start, s.end) for s in merged]
+        return self._pairs
+
+    def metrics(self) -> dict[str, float]:
+        if not self._pairs:
+            return {}
+        return {"e_grpo/merge_length_mean": sum(b - a for a, b in self._pairs) / len(self._pairs)}
