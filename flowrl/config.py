@@ -146,6 +146,9 @@ class TrainConfig:
     on_reward_error: str = "stop"  # a reward raised, hung or returned NaN: stop (after saving) or skip the iteration
     reward_timeout_s: float = 600.0  # seconds a reward call may take (0: no limit)
     reward_report_s: float = 60.0  # while waiting for a reward, report it every this many seconds
+    # score each rollout batch in a background thread while the next one samples (the same calls and
+    # results as in turn; a pairwise reward, which needs whole groups, is always called once after the rollout)
+    reward_overlap: bool = True
     # stop (after saving) when this many iterations in a row kept no sample: every group's reward was flat
     max_flat_iterations: int = 5
     onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
@@ -531,6 +534,7 @@ def dump_config(cfg: Config, redact: bool = True) -> str:
 RESUME_FREE_KEYS = (
     "output_dir", "run_name", "resume", "resume_allow_changes", "overwrite", "train.iterations", "log.",
     "data.eval_prompts", "eval_reward", "model.prompt_cache", "train.reward_timeout_s", "train.reward_report_s",
+    "train.reward_overlap",
     "train.on_reward_error", "train.onpolicy_check", "train.onpolicy_tol", "train.max_flat_iterations",
     "sample.eval_num_steps", "sample.eval_guidance_scale",
 )

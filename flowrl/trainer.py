@@ -11,7 +11,11 @@ from __future__ import annotations
 import copy
 import difflib
 import logging
+import queue
 import random
+import threading
+from concurrent.futures import Future
+from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +55,37 @@ class RolloutBatch:
     images: torch.Tensor  # (B, 3, H, W) in [0, 1], CPU: the final samples
     extra: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, K, 3, H, W): more to score
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) or (B, K): facts for credit
+    pending: Future | None = None  # its reward calls, running in the background (``train.reward_overlap``)
+
+
+class BackgroundWorker:
+    """One daemon thread running submitted calls in order: the rewards of rollout batch k run while batch
+    k+1 samples. Daemon, unlike a ThreadPoolExecutor's workers (joined at exit), so a reward left hanging
+    after its timeout cannot keep the process alive. Each call gets the submitter's grad mode and CUDA device."""
+
+    def __init__(self, name: str):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
+        self._jobs.put((future, fn, args, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), device))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args, grad, inference, device = self._jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                if device is not None:
+                    torch.cuda.set_device(device)
+                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                    future.set_result(fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+                future.set_exception(exc)
 
 
 @dataclass
@@ -239,6 +274,7 @@ class Trainer:
         self._setup_policy()
         self.start_iteration = 0
         self._checked_onpolicy = False
+        self._reward_worker: BackgroundWorker | None = None
         if self._resume_path is not None:
             self._resume(self._resume_path)
 
@@ -434,7 +470,12 @@ class Trainer:
             if clash:
                 raise ValueError(f"method {self.method.name}: {sorted(clash)[0]!r} is both scored and an info column")
             # only the states that train are kept until the update
-            batches.append(RolloutBatch(exp.traj.trained_only(), batch.cond, prompts, metadata, images, extra, exp.info))
+            rb = RolloutBatch(exp.traj.trained_only(), batch.cond, prompts, metadata, images, extra, exp.info)
+            if self._overlap_rewards:
+                if self._reward_worker is None:
+                    self._reward_worker = BackgroundWorker("flowrl-rewards")
+                rb.pending = self._reward_worker.submit(self._call_rewards, [rb])
+            batches.append(rb)
         return batches, samples.group_ids
 
     def _decode_many(self, latents: torch.Tensor) -> torch.Tensor:
@@ -460,6 +501,25 @@ class Trainer:
             noise = noise[samples.group_ids.to(noise.device)]
         return noise[samples.local]
 
+    @property
+    def _overlap_rewards(self) -> bool:
+        return self.cfg.train.reward_overlap and not self.reward.pairwise
+
+    def _call_rewards(self, batches: list[RolloutBatch]) -> dict[str, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """The reward calls of ``batches``: their final samples and every other scored name, as
+        name -> (weighted scores (n K,), each reward's scores). Raises ``RewardError`` (the reward's name)."""
+        prompts = [p for b in batches for p in b.prompts]
+        metadata = [m for b in batches for m in b.metadata]
+        jobs = {"final": (torch.cat([b.images for b in batches]), 1)}
+        for name in batches[0].extra:
+            media = torch.cat([b.extra[name] for b in batches])  # (n, K, 3, H, W)
+            jobs[name] = (media.flatten(0, 1), media.shape[1])
+        out = {}
+        for name, (media, k) in jobs.items():
+            result = self.reward(media, [p for p in prompts for _ in range(k)], [m for m in metadata for _ in range(k)])
+            out[name] = (result.scores, {c: torch.as_tensor(v) for c, v in result.details["components"].items()})
+        return out
+
     def score(self, batches: list[RolloutBatch]) -> Scores | None:
         """Reward phase: the final samples and every other latent the method asked to score, gathered
         over processes in global order.
@@ -469,18 +529,24 @@ class Trainer:
         (``skip``: returns None). Processes agree on the outcome before any gather.
         """
         prompts = [p for b in batches for p in b.prompts]
-        metadata = [m for b in batches for m in b.metadata]
-        jobs = {"final": (torch.cat([b.images for b in batches]), 1)}
-        for name in batches[0].extra:
-            media = torch.cat([b.extra[name] for b in batches])  # (n, K, 3, H, W)
-            jobs[name] = (media.flatten(0, 1), media.shape[1])
-        outputs, error = {}, None
+        names = ["final", *batches[0].extra]
+        parts, error = [], None
         try:
-            for name, (media, k) in jobs.items():
-                outputs[name] = self.reward(media, [p for p in prompts for _ in range(k)],
-                                            [m for m in metadata for _ in range(k)])
+            if self._overlap_rewards:  # each batch was submitted when it was sampled, in order
+                parts = [b.pending.result() if b.pending is not None else self._call_rewards([b]) for b in batches]
+            elif self.reward.pairwise:  # whole groups in one call
+                parts = [self._call_rewards(batches)]
+            else:
+                parts = [self._call_rewards([b]) for b in batches]
         except RewardError as exc:
             error = exc
+            # the batches still scoring in the background finish first (each call is bounded by the
+            # timeout), so that no reward runs while the next phase or an evaluation calls it
+            futures_wait([b.pending for b in batches if b.pending is not None])
+        outputs = {name: (torch.cat([part[name][0] for part in parts]),
+                          {c: torch.cat([part[name][1][c] for part in parts]) for c in parts[0][name][1]})
+                   for name in names} if error is None else {}
+        ks = {"final": 1, **{name: batches[0].extra[name].shape[1] for name in batches[0].extra}}
         device = self.acc.device
         failed = self.acc.gather(torch.tensor([error is not None], device=device)).any()
         if bool(failed):
@@ -492,18 +558,19 @@ class Trainer:
         def gather(t: torch.Tensor) -> torch.Tensor:
             return self.acc.gather(t.to(device)).cpu()
 
-        final = outputs["final"]
-        columns = {"final": gather(final.scores)}  # (N,)
-        for name in jobs.keys() - {"final"}:
-            k = jobs[name][1]
-            columns[name] = gather(outputs[name].scores.view(len(prompts), k))  # (N, K)
-            for comp, values in outputs[name].details["components"].items():  # each reward's own, unweighted
-                columns[f"{name}/{comp}"] = gather(torch.as_tensor(values).view(len(prompts), k))
+        final_scores, final_components = outputs["final"]
+        columns = {"final": gather(final_scores)}  # (N,)
+        for name in names[1:]:
+            k = ks[name]
+            scores, comps = outputs[name]
+            columns[name] = gather(scores.view(len(prompts), k))  # (N, K)
+            for comp, values in comps.items():  # each reward's own, unweighted
+                columns[f"{name}/{comp}"] = gather(values.view(len(prompts), k))
         for name in batches[0].info:
             columns[name] = gather(torch.cat([b.info[name] for b in batches]))
-        components = {k: gather(v) for k, v in final.details["components"].items()}
+        components = {k: gather(v) for k, v in final_components.items()}
         columns.update({f"final/{k}": v for k, v in components.items()})
-        calls = sum(len(media) for media, _ in jobs.values()) * len(self.reward.rewards)
+        calls = len(prompts) * sum(ks.values()) * len(self.reward.rewards)
         return Scores(columns["final"], components, columns, calls)
 
     def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool,

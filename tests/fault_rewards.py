@@ -31,3 +31,19 @@ class FailAt:
 
 def brightness(images, prompts, metadata):
     return torch.as_tensor(images.mean(dim=(1, 2, 3)))
+
+
+class Slow:
+    """Brightness after ``seconds``; every call's start time and thread name are kept in ``CALLS``."""
+
+    CALLS: list = []
+
+    def __init__(self, seconds: float = 0.2):
+        self.seconds = seconds
+
+    def __call__(self, images, prompts, metadata):
+        import threading
+
+        Slow.CALLS.append((time.monotonic(), threading.current_thread().name, len(prompts)))
+        time.sleep(self.seconds)
+        return RewardOutput(scores=images.mean(dim=(1, 2, 3)))

@@ -28,12 +28,13 @@ def _cfg(tmp_path, *extra):
     [
         ("raise", {}, "reward 'fault_rewards:FailAt' raised ConnectionError: scorer backend went away"),
         ("nan", {}, "reward 'fault_rewards:FailAt' returned 1 non-finite score(s)"),
-        ("shape", {}, "reward 'fault_rewards:FailAt' returned scores of shape (7,), expected (8,)"),
+        ("shape", {}, "reward 'fault_rewards:FailAt' returned scores of shape (3,), expected (4,)"),
         ("hang", {"seconds": 3}, "reward 'fault_rewards:FailAt' timed out after 0.5 s"),
     ],
 )
 def test_a_failing_reward_stops_the_run_and_keeps_its_progress(tmp_path, how, args, message):
-    kwargs = ", ".join(f"{k}: {v}" for k, v in {"how": how, "at": 1, **args}.items())
+    # the reward is called once per rollout batch (2 an iteration): call 2 is iteration 1's first
+    kwargs = ", ".join(f"{k}: {v}" for k, v in {"how": how, "at": 2, **args}.items())
     cfg = _cfg(tmp_path, "train.iterations=3", "log.save_every=100", "reward={'fault_rewards:FailAt': 1.0}",
                f"reward_args={{'fault_rewards:FailAt': {{{kwargs}}}}}", "train.reward_timeout_s=0.5")
     with pytest.raises(RewardError) as info:
@@ -45,7 +46,7 @@ def test_a_failing_reward_stops_the_run_and_keeps_its_progress(tmp_path, how, ar
 
 def test_skip_policy_skips_the_iteration(tmp_path):
     cfg = _cfg(tmp_path, "train.iterations=3", "reward={'fault_rewards:FailAt': 1.0}",
-               "reward_args={'fault_rewards:FailAt': {at: 1}}", "train.on_reward_error=skip")
+               "reward_args={'fault_rewards:FailAt': {at: 2}}", "train.on_reward_error=skip")
     rows = Trainer(cfg).train()
     assert [r.get("skipped", 0) for r in rows] == [0, 1, 0]
     assert "reward/mean" not in rows[1] and "policy/loss" in rows[2]

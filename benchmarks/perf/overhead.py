@@ -12,6 +12,9 @@ For each model size it times, alternating the two sides so that machine noise hi
   steps.
 * **iteration**: one whole flowrl iteration (rollout, decode, reward, advantages, update) vs the bare
   pieces: pipeline sampling, decode, the same reward call, bare forwards+backwards.
+* **reward_overlap**: 4 rollout batches whose reward answers after as long as one batch's rollout (a
+  served judge's latency): rollout plus reward with each batch scored while the next samples
+  (``train.reward_overlap``, the default) against in turn. Ideal 0.625; the "bare" side is in turn.
 
 It reports the median of each side and the ratio flowrl / bare. It runs on CPU or CUDA, whatever
 ``accelerate`` picks.
@@ -27,7 +30,8 @@ from typing import Callable
 
 import torch
 
-from flowrl.config import resolve_config
+from flowrl.config import config_from_dict, resolve_config
+from flowrl.reward_models import RewardOutput
 from flowrl.plan import make_plan
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
@@ -147,7 +151,41 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float]:
     return _side_by_side(ours, bare, repeats)
 
 
-BENCHES = {"rollout": bench_rollout, "update": bench_update, "iteration": bench_iteration}
+class SleepingReward:
+    """Brightness, answered after ``seconds``: the latency of a served judge or a detector in another process."""
+
+    def __init__(self, seconds: float = 0.0):
+        self.seconds = seconds
+
+    def __call__(self, images, prompts, metadata):
+        time.sleep(self.seconds)
+        return RewardOutput(scores=images.float().mean(dim=(1, 2, 3)))
+
+
+def bench_reward_overlap(tr: Trainer, repeats: int, batches: int = 4) -> tuple[float, float]:
+    """Rollout plus reward of ``batches`` rollout batches whose reward takes as long as one batch's rollout:
+    overlapped (``train.reward_overlap``, each batch scored while the next samples) against in turn.
+    Ideal ratio (batches + 1) / (2 batches): 0.625 for 4."""
+    data = tr.cfg.to_dict()
+    data["sample"]["prompts_per_iteration"] = batches * data["sample"]["batch_size"] // data["sample"]["group_size"]
+    data["reward"] = {"flowrl.benchmarks.perf.overhead:SleepingReward": 1.0}
+    data["output_dir"] = f"{data['output_dir']}-overlap"
+    data["overwrite"] = True
+    slow = Trainer(config_from_dict(data))
+    reward = next(iter(slow.reward.rewards.values()))[0]
+    slow.collect(0)  # warm-up
+    reward.seconds = _time(lambda: slow.collect(0)) / batches  # one batch's rollout
+
+    def rollout_and_reward(overlap: bool):
+        slow.cfg.train.reward_overlap = overlap
+        batches_, _ = slow.collect(0)
+        slow.score(batches_)
+
+    return _side_by_side(lambda: rollout_and_reward(True), lambda: rollout_and_reward(False), repeats)
+
+
+BENCHES = {"rollout": bench_rollout, "update": bench_update, "iteration": bench_iteration,
+           "reward_overlap": bench_reward_overlap}
 
 
 def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None,
@@ -173,7 +211,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
-    p.add_argument("--what", default="rollout,update,iteration", help="which comparisons to run")
+    p.add_argument("--what", default="rollout,update,iteration,reward_overlap", help="which comparisons to run")
     p.add_argument("--beta", type=float, default=0.0,
                    help="train.beta: above 0 flowrl's update adds a no-grad reference forward per trained step, "
                         "which the bare side does not do")

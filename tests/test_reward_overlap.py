@@ -1,0 +1,62 @@
+"""Rewards that overlap the rollout (``train.reward_overlap``): each rollout batch is scored in a background
+thread while the next one samples, with the same calls and results as in turn."""
+
+import time
+
+import fault_rewards
+import pytest
+
+from flowrl.config import resolve_config
+from flowrl.trainer import Trainer
+
+# 12 samples in 3 rollout batches of 4; TP-GRPO scores completions and a pure-ODE sample too
+SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=3", "sample.batch_size=4",
+         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0", "train.iterations=2"]
+SKIP = ("timing_s/", "throughput/", "memory/")
+
+
+def _rows(tmp_path, *overrides):
+    return Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, *overrides])).train()
+
+
+def test_overlapped_rewards_give_the_metrics_of_rewards_in_turn(tmp_path, one_thread):
+    two = ["reward={jpeg_compressibility: 1.0, 'fault_rewards:brightness': 0.5}", "method.name=tp_grpo",
+           "method.options.window_size=2"]
+    overlapped = _rows(tmp_path / "on", *two)
+    in_turn = _rows(tmp_path / "off", *two, "train.reward_overlap=false")
+    assert len(overlapped) == 2
+    for a, b in zip(overlapped, in_turn, strict=True):
+        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {k: v for k, v in b.items()
+                                                                            if not k.startswith(SKIP)}
+
+
+def test_a_batch_is_scored_in_the_background_while_the_next_one_samples(tmp_path, monkeypatch, one_thread):
+    fault_rewards.Slow.CALLS.clear()
+    collected = []
+    collect = Trainer.collect
+
+    def timed_collect(self, *args, **kwargs):
+        out = collect(self, *args, **kwargs)
+        collected.append(time.monotonic())
+        return out
+
+    monkeypatch.setattr(Trainer, "collect", timed_collect)
+    _rows(tmp_path, "reward={'fault_rewards:Slow': 1.0}", "train.iterations=1")
+    calls = fault_rewards.Slow.CALLS
+    assert [n for _, _, n in calls] == [4, 4, 4]  # one call per rollout batch
+    assert "MainThread" not in {name for _, name, _ in calls}  # the rewards' background worker (or its watcher)
+    assert calls[0][0] < collected[0]  # batch 0's reward began before the rollout ended
+
+
+@pytest.mark.parametrize("policy", ["skip", "stop"])
+def test_a_failing_background_reward_keeps_the_error_policy(tmp_path, policy, one_thread):
+    """Call 1 (the second rollout batch of iteration 0) raises in the background thread."""
+    opts = ["reward={'fault_rewards:FailAt': 1.0}", f"train.on_reward_error={policy}"]
+    if policy == "skip":
+        rows = _rows(tmp_path, *opts)
+        assert rows[0].get("skipped") == 1.0 and "skipped" not in rows[1]
+    else:
+        from flowrl.reward_models import RewardError
+
+        with pytest.raises(RewardError, match="reward 'fault_rewards:FailAt' raised ConnectionError"):
+            _rows(tmp_path, *opts)
