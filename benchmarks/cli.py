@@ -9,6 +9,7 @@
     flowrl eval unigenbench --prompts CSV_OR_DATASET --generate RUN_DIR_OR_RECIPE --out DIR [...]
     flowrl eval unigenbench --prompts CSV_OR_DATASET --judge IMAGE_DIR --out DIR
                             (--base-url URL --judge-model NAME | --judge-model LOCAL_OR_HUB) [--resume]
+                            [--protocol official --official-dir UNIGENBENCH_CHECKOUT | --protocol lenient]
     flowrl eval unigenbench --prompts CSV_OR_DATASET --summary OUT_DIR
 
 ``--generate`` runs under ``accelerate launch`` too (each process draws its share of the prompts). Each
@@ -164,15 +165,42 @@ def _add_geneval(sub: Any) -> None:
 # ------------------------------------------------------------------------------------------ unigenbench
 
 
+def _unigenbench_options(args: argparse.Namespace) -> None:
+    """One-line errors for protocol options that do not fit together."""
+    from flowrl.benchmarks.unigenbench.official import REQUEST_STYLES
+
+    if args.protocol not in ("official", "lenient"):
+        raise ValueError(f"--protocol {args.protocol!r}: choose official (UniGenBench's own rules) or lenient")
+    if args.request_style not in REQUEST_STYLES:
+        raise ValueError(f"--request-style {args.request_style!r}: choose one of {', '.join(REQUEST_STYLES)}")
+    if args.attempts is not None and args.attempts < 1:
+        raise ValueError(f"--attempts: must be at least 1, got {args.attempts}")
+    if args.protocol == "official" and args.template:
+        raise ValueError(
+            "--template applies to --protocol lenient; the official protocol reads its template from --official-dir"
+        )
+    if args.official_dir is None:
+        import os
+
+        args.official_dir = os.environ.get("UNIGENBENCH_DIR") or None
+
+
 def cmd_unigenbench(args: argparse.Namespace) -> int:
     from flowrl.benchmarks.unigenbench.data import load_prompts
+    from flowrl.benchmarks.unigenbench.official import CSV_NAMES, official_csv
 
     if args.overrides and not args.generate:
         raise ValueError(f"key=value overrides ({args.overrides[0]}, ...) apply to --generate only")
     if args.limit is not None and args.limit < 1:
         raise ValueError(f"--limit: must be at least 1, got {args.limit}")
-    prompts = load_prompts(args.prompts, split=args.split)
+    _unigenbench_options(args)
+    source = official_csv(args.official_dir, args.prompts) if args.prompts in CSV_NAMES else args.prompts
+    prompts = load_prompts(source, split=args.split)
     if args.check:
+        if args.protocol == "official" and args.official_dir:
+            from flowrl.benchmarks.unigenbench.official import check_testpoints, load_protocol
+
+            check_testpoints(load_protocol(args.official_dir, prompts.language), prompts.cases)
         return _unigenbench_check(prompts)
     if args.generate:
         return _unigenbench_generate(args, prompts)
@@ -189,6 +217,10 @@ def _unigenbench_check(prompts: Any) -> int:
     )
     for row in prompts.invalid:
         print(f"  line {row.line} (index {row.index}): {row.reason}")
+    from flowrl.benchmarks.unigenbench.official import file_version, version_label
+
+    if Path(prompts.source).is_file():
+        print(f"  CSV version: {version_label(file_version(prompts.source))}")
     return 0 if not prompts.invalid else 1
 
 
@@ -209,7 +241,15 @@ def _unigenbench_generate(args: argparse.Namespace, prompts: Any) -> int:
         negative_prompt=args.negative_prompt,
         limit=args.limit,
     )
-    skipped = f"; {len(prompts.invalid)} invalid prompt rows skipped" if prompts.invalid else ""
+    drawn = record.get("prompt_set", {}).get("invalid_rows_drawn") or []
+    skipped = (
+        f"; {len(prompts.invalid)} invalid prompt rows ({len(drawn)} of them drawn anyway for the official scorer, "
+        "unscored here)"
+        if prompts.invalid and args.limit is None
+        else f"; {len(prompts.invalid)} invalid prompt rows skipped"
+        if prompts.invalid
+        else ""
+    )
     _print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out}{skipped}")
     return 0
 
@@ -229,6 +269,7 @@ def _build_judge(args: argparse.Namespace) -> Any:
             timeout=args.timeout,
             retries=args.retries,
             concurrency=args.concurrency,
+            official_style=args.request_style if args.protocol == "official" else None,
         )
     return transformers_judge(
         args.judge_model,
@@ -243,12 +284,16 @@ def _build_judge(args: argparse.Namespace) -> Any:
 def _unigenbench_judge(args: argparse.Namespace, prompts: Any) -> int:
     from flowrl.benchmarks.unigenbench.evaluate import evaluate_folder
     from flowrl.benchmarks.unigenbench.judge import load_template
+    from flowrl.benchmarks.unigenbench.official import load_protocol
     from flowrl.benchmarks.unigenbench.scoring import summary_markdown
 
     out = _require_out(args, "--judge")
     if not Path(args.judge).is_dir():
         raise FileNotFoundError(f"UniGenBench image folder {args.judge} does not exist")
-    template = load_template(args.template, prompts.language)
+    if args.protocol == "official":
+        template: Any = load_protocol(args.official_dir, prompts.language)
+    else:
+        template = load_template(args.template, prompts.language)
     judge = _build_judge(args)
     summary = evaluate_folder(
         prompts,
@@ -283,7 +328,12 @@ def _add_unigenbench(sub: Any) -> None:
         "CSV, draw images with a run's weights, judge an image folder ({index}_{k}.png) with an "
         "OpenAI-compatible endpoint or a local model, or re-aggregate a results folder.",
     )
-    p.add_argument("--prompts", required=True, help="official prompt CSV, or a datasets name (hf:owner/name)")
+    p.add_argument(
+        "--prompts",
+        required=True,
+        help="official prompt CSV; en | en_long | zh | zh_long for the CSV of --official-dir; or a datasets "
+        "name (hf:owner/name)",
+    )
     p.add_argument("--split", default="test", help="dataset split when --prompts names a dataset (default test)")
     act = p.add_mutually_exclusive_group(required=True)
     act.add_argument("--check", action="store_true", help="validate the prompt rows and report the invalid ones")
@@ -294,13 +344,37 @@ def _add_unigenbench(sub: Any) -> None:
     p.add_argument("--limit", type=int, default=None, help="only the first N valid prompts (smoke runs)")
     _add_generation_options(p)
     j = p.add_argument_group("judge (--judge)")
+    j.add_argument(
+        "--protocol",
+        default="official",
+        help="official (default: UniGenBench's template, definitions, parse and scoring rules, 11 attempts, its "
+        "requests; needs --official-dir) | lenient (flowrl's template and forgiving parser; not comparable)",
+    )
+    j.add_argument(
+        "--official-dir",
+        default=None,
+        help="a checkout of github.com/CodeGoat24/UniGenBench (default: $UNIGENBENCH_DIR); its template and "
+        "definitions are read from it, its version recorded",
+    )
+    j.add_argument(
+        "--request-style",
+        default="vllm",
+        help="official requests: vllm (image first, JPEG q95, do_sample false) | gemini (text first, the file)",
+    )
     j.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8080/v1")
     j.add_argument("--judge-model", default=None, help="served model name, or a local / hub model for transformers")
     j.add_argument("--judge-version", default=None, help="version to pin in the results (hub commit, API version)")
     j.add_argument("--api-key", default=None, help="default: $OPENAI_API_KEY")
-    j.add_argument("--template", default=None, help="judge prompt template file (fields {prompt} {checkpoints} ...)")
+    j.add_argument(
+        "--template", default=None, help="lenient only: judge prompt template file (fields {prompt} {checkpoints} ...)"
+    )
     j.add_argument("--max-tokens", type=int, default=4096)
-    j.add_argument("--attempts", type=int, default=3, help="asks per image while the reply does not parse")
+    j.add_argument(
+        "--attempts",
+        type=int,
+        default=None,
+        help="asks per image while the reply does not parse (official 11, lenient 3)",
+    )
     j.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
     j.add_argument("--retries", type=int, default=3, help="retries per failed call (backoff doubling from 2 s)")
     j.add_argument("--concurrency", type=int, default=8, help="calls in flight to the endpoint")

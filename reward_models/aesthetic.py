@@ -4,12 +4,14 @@
 
 The MLP is 768-1024-128-64-16-1 (dropouts between the first four linears, no activations), trained on
 SAC + LOGOS + AVA ratings with an MSE loss; scores sit on the 1-10 rating scale (generated images score
-about 4.5-7). Images go through CLIP's preprocessing (bicubic shortest-edge 224, centre crop, CLIP mean/std),
-done in torch from the float batch.
+about 4.5-7). Images go through CLIP's preprocessing (bicubic shortest-edge 224, centre crop at
+``(H - h) // 2``, CLIP mean/std): with ``preprocess="reference"`` (default) as Flow-GRPO's scorer, which
+rounds to uint8 and hands the images to ``CLIPProcessor`` (Pillow's resize); ``"fast"``: one torch resize.
 
 Weights: the CLIP tower from ``openai/clip-vit-large-patch14`` (hub id or local folder) and the MLP file
 ``sac+logos+ava1-l14-linearMSE.pth`` (a local path, or ``"hub_repo::filename"``; the default names trl's
-copy used by its DDPO example).
+copy used by its DDPO example, the same 768-1024-128-64-16-1 LAION MLP that Flow-GRPO bundles; a file of
+another layout is refused by the strict load).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from flowrl.reward_models.base import RewardError, RewardOutput
+from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.loading import load_into, load_pretrained, load_state_dict, pick_device, resolve_file
-from flowrl.reward_models.pickscore import ClipImageTransform
+from flowrl.reward_models.preprocess import PREPROCESS_MODES, PreprocessMode, processor_transform
 from torch import nn
 
 CLIP_L14 = "openai/clip-vit-large-patch14"
@@ -64,28 +66,40 @@ class AestheticReward:
         predictor: str = DEFAULT_PREDICTOR,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        preprocess: PreprocessMode = "reference",
     ):
         from transformers import CLIPImageProcessor, CLIPModel
+
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)  # before loading anything
 
         # the whole CLIPModel, as Flow-GRPO: its projection_dim is the one the checkpoint was saved with
         vision = load_pretrained(CLIPModel, clip, self.name, "CLIP model")
         processor = load_pretrained(CLIPImageProcessor, clip, self.name, "CLIP image processor")
         mlp = PreferenceMLP(vision.config.projection_dim)
         load_into(mlp, load_state_dict(resolve_file(predictor, self.name, "MLP"), self.name), self.name, "MLP")
-        self._setup(vision, processor, mlp, device, dtype)
+        self._setup(vision, processor, mlp, device, dtype, preprocess)
 
     @classmethod
-    def from_components(cls, vision: Any, image_processor: Any, mlp: nn.Module, device=None, dtype=torch.float32):
+    def from_components(
+        cls,
+        vision: Any,
+        image_processor: Any,
+        mlp: nn.Module,
+        device=None,
+        dtype=torch.float32,
+        preprocess: PreprocessMode = "reference",
+    ):
         """From a ready ``CLIPModel`` (or anything with ``get_image_features``), its image processor and an MLP."""
         reward = cls.__new__(cls)
-        reward._setup(vision, image_processor, mlp, device, dtype)
+        reward._setup(vision, image_processor, mlp, device, dtype, preprocess)
         return reward
 
-    def _setup(self, vision: Any, image_processor: Any, mlp: nn.Module, device, dtype) -> None:
+    def _setup(self, vision: Any, image_processor: Any, mlp: nn.Module, device, dtype, preprocess="reference") -> None:
         self.device, self.dtype = pick_device(device), dtype
         self.vision = vision.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
         self.mlp = mlp.to(device=self.device, dtype=torch.float32).eval().requires_grad_(False)
-        self.transform = ClipImageTransform(image_processor)
+        self.preprocess = preprocess
+        self.transform = processor_transform(image_processor, preprocess, self.name)
 
     @torch.no_grad()
     def embed(self, media: torch.Tensor) -> torch.Tensor:

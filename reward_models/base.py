@@ -28,9 +28,11 @@ import os
 import sys
 import threading
 import time
+import types
+import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
@@ -238,6 +240,70 @@ def check_reward_args(name: str, kwargs: Mapping[str, Any], where: str | None = 
         if param.default is inspect.Parameter.empty and key not in kwargs:
             setting = f"{where}.{name}.{key}" if where else key
             raise RewardError(f"{culprit(key)}{name} needs argument {key!r}: give {setting}=...")
+    hints = _type_hints(target)
+    for key, value in kwargs.items():
+        expected = _value_problem(value, hints.get(key)) if key in params else None
+        if expected is not None:
+            raise RewardError(f"{culprit(key)}{name}'s {key} must be {expected}; got {value!r}")
+
+
+def _type_hints(target: Any) -> dict[str, Any]:
+    """The evaluated annotations of a reward class's constructor or a reward function ({} when unreadable)."""
+    try:
+        return typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+    except Exception:  # noqa: BLE001 - an annotation that cannot be evaluated is simply not checked
+        return {}
+
+
+_SIMPLE_TYPES = {bool: "a bool (true / false)", int: "an integer", float: "a number", type(None): "null"}
+
+
+def _hint_options(hint: Any) -> list[Any] | None:
+    """The members of a hint made only of ``Literal[...]``, bool, int, float and None; None for any other hint."""
+    if hint is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        members = [_hint_options(arg) for arg in typing.get_args(hint)]
+        return None if any(m is None for m in members) else [o for m in members for o in m]
+    if origin is Literal:
+        return [("literal", v) for v in typing.get_args(hint)]
+    return [hint] if hint in _SIMPLE_TYPES else None
+
+
+def _fits(value: Any, option: Any) -> bool:
+    if isinstance(option, tuple):  # ("literal", v)
+        return type(value) is type(option[1]) and value == option[1]
+    if option is bool:
+        return isinstance(value, bool)
+    if option is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if option is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value is None
+
+
+def _value_problem(value: Any, hint: Any) -> str | None:
+    """What ``value`` should have been, when it does not fit a simple annotation ``hint``; else None."""
+    options = _hint_options(hint)
+    if options is None or any(_fits(value, option) for option in options):
+        return None
+    literals = [repr(o[1]) for o in options if isinstance(o, tuple)]
+    words = [f"one of {', '.join(literals)}"] if literals else []
+    words += [_SIMPLE_TYPES[o] for o in options if not isinstance(o, tuple)]
+    return " or ".join(words)
+
+
+def check_choice(reward: str, arg: str, value: Any, choices: Sequence[Any]) -> None:
+    """One line ``reward: arg='x'; allowed: a, b`` unless ``value`` is one of ``choices`` (same type)."""
+    if not any(type(value) is type(c) and value == c for c in choices):
+        raise RewardError(f"{reward}: {arg}={value!r}; allowed: {', '.join(str(c) for c in choices)}")
+
+
+def check_type(reward: str, arg: str, value: Any, kind: type) -> None:
+    """One line ``reward: arg=...; expected a bool`` unless ``value`` fits ``kind`` (bool, int or float)."""
+    if not _fits(value, kind):
+        raise RewardError(f"{reward}: {arg}={value!r}; expected {_SIMPLE_TYPES[kind]}")
 
 
 class _FunctionReward:

@@ -4,8 +4,11 @@ HPSv2 (Wu et al., 2023): an OpenCLIP ViT-H-14 fine-tuned on HPD v2.
 
     score = cos(image_embedding, text_embedding)          (about 0.20-0.35 for real images)
 
-Preprocessing is OpenCLIP's validation transform from the model's preprocess config (bicubic resize of
-the shortest edge to 224, centre crop, OpenAI CLIP mean/std), done in torch; text through OpenCLIP's own
+Preprocessing is HPSv2's evaluation transform (its ``ResizeMaxSize``, which Flow-GRPO's scorer uses too):
+bicubic resize of the *longest* side to 224 (each side ``round(side * 224 / longest)``), zero padding to
+224 x 224 (``pad // 2`` before, the rest after), OpenAI CLIP mean/std. ``preprocess="reference"`` (default)
+rounds to uint8 and resizes with Pillow as the reference does; ``"fast"`` resizes the float batch in torch
+(same geometry). Text through OpenCLIP's own
 tokenizer (its BPE vocabulary ships inside ``open_clip_torch``, so nothing is fetched), 77 tokens.
 Weights: ``xswu/HPSv2::HPS_v2.1_compressed.pt`` (``version="v2.0"``: ``HPS_v2_compressed.pt``) or a local
 file, loaded into ``open_clip.create_model("ViT-H-14", pretrained=None)``.
@@ -34,12 +37,11 @@ import importlib.util
 import math
 import re
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from flowrl.reward_models.base import RewardError, RewardOutput, images_to_uint8
+from flowrl.reward_models.base import RewardError, RewardOutput, check_choice, images_to_uint8
 from flowrl.reward_models.loading import (
     load_into,
     load_pretrained,
@@ -48,30 +50,27 @@ from flowrl.reward_models.loading import (
     resolve_file,
     strip_prefix,
 )
-from flowrl.reward_models.pickscore import ClipImageTransform
+from flowrl.reward_models.preprocess import PIL_BICUBIC, PREPROCESS_MODES, Geometry, ImageTransform, PreprocessMode
 from torch import nn
 
 HPSV2_ARCH = "ViT-H-14"
 HPSV2_CHECKPOINTS = {"v2.0": "xswu/HPSv2::HPS_v2_compressed.pt", "v2.1": "xswu/HPSv2::HPS_v2.1_compressed.pt"}
 
 
-def openclip_transform(model: Any) -> ClipImageTransform:
-    """A torch transform following an OpenCLIP model's preprocess config (shortest-edge resize + centre crop)."""
+def openclip_transform(model: Any, preprocess: PreprocessMode = "reference") -> ImageTransform:
+    """HPSv2's evaluation transform for an OpenCLIP model: longest side to the model's image size (bicubic),
+    zero padding to a square (``ResizeMaxSize``), mean/std from the model's preprocess config."""
     import open_clip
 
     cfg = open_clip.get_model_preprocess_cfg(model)
     size = cfg.get("size", 224)
     height, width = (size, size) if isinstance(size, int) else size
-    if cfg.get("resize_mode", "shortest") != "shortest" or cfg.get("interpolation", "bicubic") != "bicubic":
+    if height != width or cfg.get("interpolation", "bicubic") != "bicubic":
         raise RewardError(f"hpsv2: unsupported OpenCLIP preprocess config {cfg}")
-    processor = SimpleNamespace(
-        size={"shortest_edge": min(height, width)},
-        crop_size={"height": height, "width": width},
-        do_center_crop=True,
-        image_mean=list(cfg.get("mean", open_clip.OPENAI_DATASET_MEAN)),
-        image_std=list(cfg.get("std", open_clip.OPENAI_DATASET_STD)),
-    )
-    return ClipImageTransform(processor)
+    geometry = Geometry(resize="longest", edge=height, crop_hw=(height, width), resample=PIL_BICUBIC)
+    mean = cfg.get("mean", open_clip.OPENAI_DATASET_MEAN)
+    std = cfg.get("std", open_clip.OPENAI_DATASET_STD)
+    return ImageTransform(geometry, mean, std, preprocess, "hpsv2")
 
 
 class HPSv2Reward:
@@ -87,7 +86,9 @@ class HPSv2Reward:
         arch: str = HPSV2_ARCH,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        preprocess: PreprocessMode = "reference",
     ):
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)  # before loading anything
         try:
             import open_clip
         except ImportError as exc:
@@ -102,20 +103,29 @@ class HPSv2Reward:
         except RuntimeError as exc:
             raise RewardError(f"hpsv2: unknown OpenCLIP architecture {arch!r} ({exc})") from exc
         load_into(model, strip_prefix(load_state_dict(path, self.name), "module."), self.name, "checkpoint")
-        self._setup(model, open_clip.get_tokenizer(arch), device, dtype)
+        self._setup(model, open_clip.get_tokenizer(arch), device, dtype, preprocess)
 
     @classmethod
-    def from_components(cls, model: nn.Module, tokenizer: Any, device=None, dtype=torch.float32) -> HPSv2Reward:
+    def from_components(
+        cls,
+        model: nn.Module,
+        tokenizer: Any,
+        device=None,
+        dtype=torch.float32,
+        preprocess: PreprocessMode = "reference",
+    ) -> HPSv2Reward:
         """From a ready OpenCLIP ``CLIP`` model and its tokenizer (``open_clip.get_tokenizer``)."""
         reward = cls.__new__(cls)
-        reward._setup(model, tokenizer, device, dtype)
+        reward._setup(model, tokenizer, device, dtype, preprocess)
         return reward
 
-    def _setup(self, model: nn.Module, tokenizer: Any, device, dtype) -> None:
+    def _setup(self, model: nn.Module, tokenizer: Any, device, dtype, preprocess: PreprocessMode = "reference") -> None:
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)
         self.device, self.dtype = pick_device(device), dtype
         self.model = model.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
         self.tokenizer = tokenizer
-        self.transform = openclip_transform(model)
+        self.preprocess = preprocess
+        self.transform = openclip_transform(model, preprocess)
 
     @torch.no_grad()
     def embed(self, media: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

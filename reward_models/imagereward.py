@@ -4,8 +4,10 @@
     score  = (MLP(h) - 0.16717362830052426) / 1.0333394966054072
 
 (the released normalisation to mean 0, std 1 on its test set; SD1.4 images fall 98% inside [-2, 2]).
-Preprocessing: bicubic resize of the shortest edge to 224, centre crop 224, CLIP mean/std (done in torch);
-prompts are tokenised by BERT's uncased WordPiece, padded to ``max_length`` 35 with truncation.
+Preprocessing: ImageReward's own transform (torchvision ``Resize(224, BICUBIC)`` of the shortest edge,
+``CenterCrop(224)`` whose offset ``round((H - 224) / 2)`` rounds half to even, CLIP mean/std) applied to
+PIL images: ``preprocess="reference"`` (default) rounds to uint8 and resizes with Pillow as it does,
+``"fast"`` resizes the float batch in torch (same geometry); prompts are tokenised by BERT's uncased WordPiece, padded to ``max_length`` 35 with truncation.
 
 The architecture is built from transformers' ``BlipVisionModel`` and ``BlipTextModel`` (the same modules
 BLIP's original code defines) and the released ``ImageReward.pt`` is renamed into them
@@ -18,14 +20,13 @@ from __future__ import annotations
 
 import json
 import re
-from types import SimpleNamespace
 from typing import Any
 
 import torch
 from flowrl.reward_models.aesthetic import PreferenceMLP
-from flowrl.reward_models.base import RewardError, RewardOutput
+from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.loading import load_into, load_pretrained, load_state_dict, pick_device, resolve_file
-from flowrl.reward_models.pickscore import ClipImageTransform
+from flowrl.reward_models.preprocess import PIL_BICUBIC, PREPROCESS_MODES, Geometry, ImageTransform, PreprocessMode
 from torch import nn
 
 IMAGEREWARD_CHECKPOINT = "THUDM/ImageReward::ImageReward.pt"
@@ -135,6 +136,12 @@ def convert_imagereward_state_dict(state: dict[str, torch.Tensor]) -> dict[str, 
     return out
 
 
+def imagereward_transform(size: int = IMAGE_SIZE, preprocess: PreprocessMode = "reference") -> ImageTransform:
+    """ImageReward's transform: shortest side to ``size`` (bicubic), centre crop rounded as torchvision's."""
+    geometry = Geometry("shortest", size, crop_hw=(size, size), crop_rounding="round", resample=PIL_BICUBIC)
+    return ImageTransform(geometry, CLIP_MEAN, CLIP_STD, preprocess, "imagereward")
+
+
 class ImageRewardReward:
     """ImageReward as a reward (normalised score). ``from_components`` takes a ready ``ImageRewardModel``."""
 
@@ -149,9 +156,12 @@ class ImageRewardReward:
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
         vision_overrides: dict | None = None,
+        preprocess: PreprocessMode = "reference",
     ):
         """``vision_overrides`` change the ViT-L config (only for other BLIP sizes, e.g. tiny test models)."""
         from transformers import AutoTokenizer
+
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)  # before loading anything
 
         med = json.loads(resolve_file(med_config, self.name, "text config").read_text())
         vision_cfg = vision_config(**(vision_overrides or {}))
@@ -162,29 +172,29 @@ class ImageRewardReward:
         load_into(model, state, self.name, "checkpoint")
         tok = load_pretrained(AutoTokenizer, tokenizer, self.name, "tokenizer")
         tok.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})  # as BLIP
-        self._setup(model, tok, device, dtype)
+        self._setup(model, tok, device, dtype, preprocess)
 
     @classmethod
-    def from_components(cls, model: ImageRewardModel, tokenizer: Any, device=None, dtype=torch.float32):
+    def from_components(
+        cls,
+        model: ImageRewardModel,
+        tokenizer: Any,
+        device=None,
+        dtype=torch.float32,
+        preprocess: PreprocessMode = "reference",
+    ):
         reward = cls.__new__(cls)
-        reward._setup(model, tokenizer, device, dtype)
+        reward._setup(model, tokenizer, device, dtype, preprocess)
         return reward
 
-    def _setup(self, model: ImageRewardModel, tokenizer: Any, device, dtype) -> None:
+    def _setup(self, model: ImageRewardModel, tokenizer: Any, device, dtype, preprocess="reference") -> None:
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)
         self.device, self.dtype = pick_device(device), dtype
         self.model = model.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
         self.model.mlp.float()
         self.tokenizer = tokenizer
-        size = model.vision.config.image_size
-        self.transform = ClipImageTransform(
-            SimpleNamespace(
-                size={"shortest_edge": size},
-                crop_size={"height": size, "width": size},
-                do_center_crop=True,
-                image_mean=list(CLIP_MEAN),
-                image_std=list(CLIP_STD),
-            )
-        )
+        self.preprocess = preprocess
+        self.transform = imagereward_transform(model.vision.config.image_size, preprocess)
 
     def tokenize(self, prompts: list[str]) -> dict[str, torch.Tensor]:
         return self.tokenizer(

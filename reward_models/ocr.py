@@ -1,7 +1,7 @@
 """OCR reward of Flow-GRPO: how exactly the image spells the text quoted in the prompt.
 
-target = text between the first pair of double quotes of the prompt; recognised = all recognised text
-joined. Both are lower-cased with spaces removed, then
+target = text between the first pair of double quotes of the prompt (after the only quote when there is
+one, as Flow-GRPO); recognised = all recognised text joined. Both are lower-cased with spaces removed, then
 
     dist   = 0 if target in recognised else Levenshtein(recognised, target)
     dist   = min(dist, len(target))
@@ -29,9 +29,13 @@ logger = logging.getLogger(__name__)
 
 
 def extract_quoted(prompt: str) -> str:
-    """The text between the first pair of double quotes: ``'a sign "Open Late" here'`` -> ``'Open Late'``."""
+    """The text between the first pair of double quotes: ``'a sign "Open Late" here'`` -> ``'Open Late'``.
+
+    A prompt with a single ``"`` gives the text after it, as Flow-GRPO's ``prompt.split('"')[1]`` does; a
+    prompt without any is an error.
+    """
     parts = prompt.split('"')
-    if len(parts) < 3:
+    if len(parts) < 2:
         raise RewardError(f'ocr reward: prompt has no text in double quotes ("..."): {prompt!r}')
     return parts[1]
 

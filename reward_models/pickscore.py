@@ -2,9 +2,13 @@
 
     score = logit_scale.exp() * cos(image_embedding, text_embedding) / 26
 
-(the raw PickScore divided by 26, Flow-GRPO's convention; raw values are about 18-24). Images are
-preprocessed in torch from the float tensor, following the processor's config: bicubic resize of the
-shortest edge, centre crop, CLIP mean/std. Prompts are tokenised with truncation to 77 tokens.
+(the raw PickScore divided by 26, Flow-GRPO's convention; raw values are about 18-24). Prompts are
+tokenised with truncation to 77 tokens.
+
+Preprocessing follows the processor's config (bicubic resize of the shortest edge, centre crop at
+``(H - h) // 2``, CLIP mean/std). ``preprocess="reference"`` (default) does it as Flow-GRPO's scorer, which
+hands uint8 PIL images to ``CLIPProcessor``: uint8 rounding and Pillow's resize (``preprocess.py``);
+``preprocess="fast"`` resizes the float batch once in torch.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from flowrl.reward_models.base import RewardError, RewardOutput
+from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
+from flowrl.reward_models.preprocess import PREPROCESS_MODES, ImageTransform, PreprocessMode, processor_transform
 
 logger = logging.getLogger(__name__)
 
@@ -40,50 +45,12 @@ def _features(output: Any) -> torch.Tensor:
     return output if isinstance(output, torch.Tensor) else output.pooler_output
 
 
-def _size_of(size: Any, key: str) -> int | None:
-    return None if size is None else size.get(key)
+class ClipImageTransform(ImageTransform):
+    """The fast torch path following a processor's config: ``processor_transform(processor, "fast")``."""
 
-
-class ClipImageTransform:
-    """Float images (B, 3, H, W) in [0, 1] -> CLIP pixel values, as the processor's config says."""
-
-    def __init__(self, image_processor: Any):
-        size = getattr(image_processor, "size", None)
-        crop = getattr(image_processor, "crop_size", None) if getattr(image_processor, "do_center_crop", True) else None
-        self.shortest_edge = _size_of(size, "shortest_edge")
-        self.resize_hw = (_size_of(size, "height"), _size_of(size, "width"))
-        self.crop_hw = (_size_of(crop, "height"), _size_of(crop, "width"))
-        self.mean = torch.tensor(image_processor.image_mean, dtype=torch.float32).view(1, 3, 1, 1)
-        self.std = torch.tensor(image_processor.image_std, dtype=torch.float32).view(1, 3, 1, 1)
-
-    def _resize(self, images: torch.Tensor) -> torch.Tensor:
-        height, width = images.shape[-2:]
-        if self.shortest_edge is not None:
-            short, long = sorted((height, width))
-            long_out = int(self.shortest_edge * long / short)  # as transformers' get_resize_output_image_size
-            out_hw = (self.shortest_edge, long_out) if height <= width else (long_out, self.shortest_edge)
-        elif None not in self.resize_hw:
-            out_hw = self.resize_hw
-        else:
-            return images
-        if tuple(out_hw) == (height, width):
-            return images
-        resized = F.interpolate(images, size=out_hw, mode="bicubic", align_corners=False, antialias=True)
-        return resized.clamp(0, 1)
-
-    def _center_crop(self, images: torch.Tensor) -> torch.Tensor:
-        crop_h, crop_w = self.crop_hw
-        if crop_h is None or crop_w is None:
-            return images
-        height, width = images.shape[-2:]
-        if crop_h > height or crop_w > width:
-            raise RewardError(f"pickscore: image {height}x{width} is smaller than the crop {crop_h}x{crop_w}")
-        top, left = (height - crop_h) // 2, (width - crop_w) // 2
-        return images[..., top : top + crop_h, left : left + crop_w]
-
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        images = self._center_crop(self._resize(images.float()))  # (B, 3, h, w)
-        return (images - self.mean.to(images.device)) / self.std.to(images.device)
+    def __init__(self, image_processor: Any, reward: str = "pickscore"):
+        fast = processor_transform(image_processor, "fast", reward)
+        super().__init__(fast.geometry, fast.mean.flatten().tolist(), fast.std.flatten().tolist(), "fast", reward)
 
 
 class PickScoreReward:
@@ -97,10 +64,14 @@ class PickScoreReward:
         processor: str = PICKSCORE_PROCESSOR,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        preprocess: PreprocessMode = "reference",
     ):
+        """``preprocess``: ``"reference"`` (uint8 + Pillow, as Flow-GRPO) or ``"fast"`` (one torch resize)."""
         from transformers import AutoProcessor, CLIPModel
 
-        self._setup(_load(CLIPModel, model, "model"), _load(AutoProcessor, processor, "processor"), device, dtype)
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)  # before loading anything
+        model_, processor_ = _load(CLIPModel, model, "model"), _load(AutoProcessor, processor, "processor")
+        self._setup(model_, processor_, device, dtype, preprocess)
 
     @classmethod
     def from_components(
@@ -109,20 +80,33 @@ class PickScoreReward:
         processor: Any,
         device: str | torch.device | None = None,
         dtype: torch.dtype = torch.float32,
+        preprocess: PreprocessMode = "reference",
     ) -> PickScoreReward:
         """Build from a ready ``CLIPModel`` and a processor with ``image_processor`` and ``tokenizer``."""
         reward = cls.__new__(cls)
-        reward._setup(model, processor, device, dtype)
+        reward._setup(model, processor, device, dtype, preprocess)
         return reward
 
-    def _setup(self, model: Any, processor: Any, device: str | torch.device | None, dtype: torch.dtype) -> None:
+    def _setup(
+        self,
+        model: Any,
+        processor: Any,
+        device: str | torch.device | None,
+        dtype: torch.dtype,
+        preprocess: PreprocessMode = "reference",
+    ) -> None:
+        check_choice(self.name, "preprocess", preprocess, PREPROCESS_MODES)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = dtype
         self.model = model.to(device=self.device, dtype=dtype).eval().requires_grad_(False)
         self.tokenizer = processor.tokenizer
-        self.transform = ClipImageTransform(processor.image_processor)
+        self.preprocess = preprocess
+        self.transform = self._transform(processor.image_processor, preprocess)
         max_positions = getattr(model.config.text_config, "max_position_embeddings", MAX_TEXT_TOKENS)
         self.max_tokens = min(MAX_TEXT_TOKENS, max_positions)
+
+    def _transform(self, image_processor: Any, preprocess: PreprocessMode) -> ImageTransform:
+        return processor_transform(image_processor, preprocess, self.name)
 
     @torch.no_grad()
     def embed(self, media: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,7 +18,9 @@ Remotely the same comes from ``top_logprobs`` of a 1-token completion; without l
 counts as 1 or 0.
 
 unifiedreward, ``mode="pointwise"``: the judge writes a reason ending in ``Final Score: X`` (1-5);
-``r = X / 5`` clipped to [0, 1], ``fallback`` (default 0, as Flow-GRPO) when no score parses.
+``r = X / 5`` clipped to [0, 1], ``fallback`` (default 0, as Flow-GRPO) when no score parses. ``parse``:
+``"lenient"`` (default: the last ``Final Score``, any case, bold and decimals allowed) or ``"flow_grpo"``
+(Flow-GRPO's: the first case-sensitive ``Final Score:`` and a single digit 1-5).
 ``mode="pairwise"`` (Pref-GRPO): each unordered pair of a prompt group is shown as Image 1, Image 2; the
 verdict "Image 1 is better" / "Image 2 is better" (inside ``<answer>`` when present) gives 1 / 0, anything
 else 0.5, and the reward is each sample's win rate (``base.PairwiseReward``). Video samples are shown as
@@ -34,11 +36,18 @@ import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
-from flowrl.reward_models.base import PairwiseReward, RewardError, RewardOutput, batch_size_of, images_to_uint8
+from flowrl.reward_models.base import (
+    PairwiseReward,
+    RewardError,
+    RewardOutput,
+    batch_size_of,
+    check_choice,
+    images_to_uint8,
+)
 from flowrl.reward_models.loading import load_pretrained, pick_device
 from flowrl.reward_models.media import image_to_png, unwrap_video
 from flowrl.reward_models.remote import check_waits, request_json
@@ -348,6 +357,21 @@ def parse_final_score(text: str) -> float | None:
     return float(found[-1]) if found else None
 
 
+_FLOW_GRPO_SCORE = re.compile(r"Final Score:\s*([1-5])")
+
+
+def parse_final_score_flow_grpo(text: str) -> float | None:
+    """Flow-GRPO's parse: the *first* ``Final Score:`` (case-sensitive) followed by one digit 1-5, or None.
+
+    Only that digit counts: ``Final Score: 4.5`` gives 4 and ``Final Score: 10`` gives 1, as in Flow-GRPO.
+    """
+    found = _FLOW_GRPO_SCORE.search(text or "")
+    return float(found.group(1)) if found else None
+
+
+SCORE_PARSERS = {"lenient": parse_final_score, "flow_grpo": parse_final_score_flow_grpo}
+
+
 def parse_preference(text: str) -> float:
     """1.0 for "Image 1 is better", 0.0 for "Image 2 is better" (inside <answer> if present), else 0.5."""
     answer = _ANSWER.findall(text or "")
@@ -375,11 +399,14 @@ class UnifiedRewardReward(PairwiseReward):
         image_size: int | None = 512,
         video_frames: int = 8,
         fallback: float = 0.0,
+        parse: Literal["lenient", "flow_grpo"] = "lenient",
         backend: ChatBackend | None = None,
         **backend_options: Any,
     ):
         if mode not in ("pointwise", "pairwise"):
             raise RewardError(f"unifiedreward: mode={mode!r}; allowed: pointwise, pairwise")
+        check_choice(self.name, "parse", parse, tuple(SCORE_PARSERS))
+        self.parse = parse
         self.mode, self.pairwise = mode, mode == "pairwise"
         self.template = template or (PAIRWISE_TEMPLATE if self.pairwise else POINTWISE_TEMPLATE)
         if "{prompt}" not in self.template:
@@ -399,7 +426,7 @@ class UnifiedRewardReward(PairwiseReward):
             raise RewardError(f"unifiedreward: {batch_size_of(media)} samples but {len(prompts)} prompts")
         requests = [ChatRequest(self._images(s), self.template.format(prompt=p)) for s, p in zip(media, prompts)]
         texts = self.backend.generate(requests, self.max_new_tokens)
-        values = [parse_final_score(t) for t in texts]
+        values = [SCORE_PARSERS[self.parse](t) for t in texts]
         scores = [self.fallback if v is None else min(max(v / 5.0, 0.0), 1.0) for v in values]
         return RewardOutput(
             scores=torch.tensor(scores, dtype=torch.float32),

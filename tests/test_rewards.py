@@ -100,11 +100,31 @@ def test_extract_quoted():
     assert extract_quoted('a "first" and a "second"') == "first"
 
 
-@pytest.mark.parametrize("prompt", ["a cat on a mat", 'only one " quote'])
-def test_extract_quoted_without_quotes_names_the_prompt(prompt):
+def test_extract_quoted_without_quotes_names_the_prompt():
+    prompt = "a cat on a mat"
     with pytest.raises(RewardError) as info:
         extract_quoted(prompt)
     assert repr(prompt) in str(info.value) and "\n" not in str(info.value)
+
+
+class _Reads:
+    """An OCR back end that reads the same text from every image."""
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def read(self, image: np.ndarray) -> str:
+        return self.text
+
+
+def test_a_single_quote_takes_the_text_after_it_as_flow_grpo():
+    # Flow-GRPO's target is prompt.split('"')[1]: with one quote, everything after it
+    assert extract_quoted('a sign saying "OPEN LATE') == "OPEN LATE"
+    reward = OcrReward(backend=_Reads("xx open late xx"))
+    out = reward(torch.zeros(1, 3, 8, 8), ['a sign saying "Open Late'], [{}])
+    assert out.scores.tolist() == [1.0] and out.details["target"] == ["Open Late"]
+    with pytest.raises(RewardError, match="empty"):  # the quote ends the prompt: nothing to read
+        reward(torch.zeros(1, 3, 8, 8), ['a blank sign "'], [{}])
 
 
 class _FailsOnSecond:

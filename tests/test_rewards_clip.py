@@ -173,17 +173,21 @@ def test_hpsv2_checkpoint_loading_and_cosine(tiny_openclip, tmp_path):
     assert reward.score_range == (-1.0, 1.0)
 
 
-def test_hpsv2_preprocessing_follows_openclip(tiny_openclip):
+def test_hpsv2_preprocessing_of_square_images_is_openclips(tiny_openclip):
+    """On square images HPSv2's longest-side resize + pad and OpenCLIP's shortest-side resize + crop agree;
+    non-square images are checked against HPSv2's own pipeline in test_rewards_reference.py."""
     from flowrl.reward_models.hps import openclip_transform
 
     model, open_clip = tiny_openclip
     transform = open_clip.image_transform(open_clip.get_model_preprocess_cfg(model)["size"], is_train=False)
-    smooth = torch.nn.functional.interpolate(torch.rand(2, 3, 5, 4), size=(80, 64), mode="bilinear")
+    smooth = torch.nn.functional.interpolate(torch.rand(2, 3, 5, 5), size=(80, 80), mode="bilinear")
     pixels = (smooth * 255).round().to(torch.uint8)
     reference = torch.stack([transform(Image.fromarray(p.permute(1, 2, 0).numpy())) for p in pixels])
     ours = openclip_transform(model)(pixels.float() / 255)
     assert ours.shape == reference.shape == (2, 3, 32, 32)
-    assert (ours - reference).abs().max() < 0.05  # PIL resizes in uint8
+    assert (ours - reference).abs().max() < 1e-5  # both resize the uint8 image with Pillow
+    fast = openclip_transform(model, "fast")(pixels.float() / 255)
+    assert (fast - reference).abs().max() < 0.1  # torch resizes the float image
 
 
 def test_hpsv2_missing_checkpoint_is_one_line(tiny_openclip):

@@ -5,6 +5,10 @@ Columns: ``index``, ``prompt_en``, ``sub_dims_en`` (English files) or ``index``,
 (``Testpoints`` / ``考点``: sub-dimension names) and, one per testpoint, where it shows in the prompt
 (``Testpoint Description`` / ``考点对应描述``); the categories are kept as metadata.
 
+A testpoint description may be empty (the official code accepts it: ``test_prompts_en.csv`` index 383
+has an empty last description). The prompt is kept as written (``TestCase.source_prompt``, for the official
+judge prompt) and stripped (``TestCase.prompt``).
+
 A row that fails a check (bad index, empty prompt, invalid JSON, unknown testpoint, lengths that differ,
 a repeated index) does not stop the run: it becomes an ``InvalidRow`` naming its CSV line and the reason,
 and is reported as unscored. (The official ``test_prompts_en_long.csv`` has one: index 509, a missing
@@ -50,6 +54,7 @@ class TestCase:
     dimensions: tuple[str, ...]
     descriptions: tuple[str, ...]
     meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    source_prompt: str = field(default="", compare=False)  # the CSV field as written (not stripped)
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,9 @@ class PromptSet:
     cases: list[TestCase]
     invalid: list[InvalidRow]
     sha256: str | None = None  # of the CSV file's bytes (None for a dataset)
+    # invalid rows whose index and prompt are fine: drawn by --generate so that the folder is complete for
+    # the official scorer (e.g. en_long index 509, whose JSON is valid at an earlier commit)
+    drawable_invalid: dict[int, str] = field(default_factory=dict)
 
     @property
     def rows(self) -> int:
@@ -100,11 +108,11 @@ def detect_language(columns: Iterable[str]) -> str:
     )
 
 
-def _string_list(value: Any, what: str) -> list[str]:
+def _string_list(value: Any, what: str, allow_empty: bool = False) -> list[str]:
     if not isinstance(value, list) or not value:
         raise RowError(f"{what} must be a non-empty list, got {json.dumps(value, ensure_ascii=False)[:80]}")
-    if not all(isinstance(v, str) and v.strip() for v in value):
-        raise RowError(f"{what} must hold non-empty strings")
+    if not all(isinstance(v, str) and (allow_empty or v.strip()) for v in value):
+        raise RowError(f"{what} must hold " + ("strings" if allow_empty else "non-empty strings"))
     return value
 
 
@@ -143,7 +151,7 @@ def parse_row(record: Mapping[str, Any], language: str) -> TestCase:
         raise RowError(f"sub_dims_{language} must be a JSON object")
     keys = KEYS[language]
     testpoints = _string_list(sub_dims.get(keys["testpoints"]), repr(keys["testpoints"]))
-    descriptions = _string_list(sub_dims.get(keys["descriptions"]), repr(keys["descriptions"]))
+    descriptions = _string_list(sub_dims.get(keys["descriptions"]), repr(keys["descriptions"]), allow_empty=True)
     if len(descriptions) != len(testpoints):
         raise RowError(f"{len(testpoints)} testpoints but {len(descriptions)} testpoint descriptions")
     dimensions = []
@@ -154,16 +162,30 @@ def parse_row(record: Mapping[str, Any], language: str) -> TestCase:
             raise RowError(f"unknown testpoint {name!r}" + (f"; did you mean {close!r}?" if close else ""))
         dimensions.append(canonical)
     meta = {ours: sub_dims[theirs] for theirs, ours in META_KEYS[language].items() if theirs in sub_dims}
-    return TestCase(index, prompt.strip(), tuple(testpoints), tuple(dimensions), tuple(descriptions), meta)
+    return TestCase(index, prompt.strip(), tuple(testpoints), tuple(dimensions), tuple(descriptions), meta, prompt)
+
+
+def _drawable(record: Mapping[str, Any], language: str) -> tuple[int, str] | None:
+    try:
+        index = _index(record.get("index"))
+    except RowError:
+        return None
+    prompt = record.get(f"prompt_{language}")
+    return (index, prompt.strip()) if isinstance(prompt, str) and prompt.strip() else None
 
 
 def check_rows(
-    records: Iterable[tuple[int, Mapping[str, Any]]], language: str
+    records: Iterable[tuple[int, Mapping[str, Any]]], language: str, drawable: dict[int, str] | None = None
 ) -> tuple[list[TestCase], list[InvalidRow]]:
-    """Valid cases and invalid rows; a repeated index keeps the first row and reports the others."""
+    """Valid cases and invalid rows; a repeated index keeps the first row and reports the others.
+
+    ``drawable`` (filled when given) gets the index and prompt of each invalid row that has both and whose
+    index no other row uses.
+    """
     cases: list[TestCase] = []
     invalid: list[InvalidRow] = []
     seen: dict[int, int] = {}
+    candidates: list[tuple[int, str]] = []
     for line, record in records:
         raw_index = record.get("index")
         shown = None if raw_index is None else str(raw_index).strip()
@@ -174,9 +196,17 @@ def check_rows(
         except RowError as exc:
             invalid.append(InvalidRow(line, shown, str(exc)))
             logger.warning("UniGenBench prompt row at line %d (index %s) is unscored: %s", line, shown, exc)
+            usable = _drawable(record, language)
+            if usable is not None:
+                candidates.append(usable)
             continue
         seen[case.index] = line
         cases.append(case)
+    if drawable is not None:
+        counts: dict[int, int] = {}
+        for index, _ in candidates:
+            counts[index] = counts.get(index, 0) + 1
+        drawable.update((i, p) for i, p in candidates if i not in seen and counts[i] == 1)
     return cases, invalid
 
 
@@ -202,8 +232,9 @@ def load_csv(path: str | Path) -> PromptSet:
         raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     columns, records = _csv_records(text)
     language = detect_language(columns)
-    cases, invalid = check_rows(records, language)
-    return PromptSet(str(path), language, cases, invalid, hashlib.sha256(data).hexdigest())
+    drawable: dict[int, str] = {}
+    cases, invalid = check_rows(records, language, drawable)
+    return PromptSet(str(path), language, cases, invalid, hashlib.sha256(data).hexdigest(), drawable)
 
 
 def load_dataset_prompts(name: str, split: str = "test", config: str | None = None) -> PromptSet:

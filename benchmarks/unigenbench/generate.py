@@ -1,7 +1,11 @@
 """UniGenBench images drawn with a run's weights: ``OUT/{index}_{k}.png`` plus ``OUT/generation.json``.
 
 Image ``k`` of the prompt with id ``index`` uses seed ``seed + index * images_per_prompt + k``
-(``flowrl.benchmarks.generation``). Invalid prompt rows are skipped (they are reported when judging).
+(``flowrl.benchmarks.generation``). Every valid row is drawn (an empty testpoint description is valid, as
+in the official code), and so is every invalid row whose index and prompt are fine (unscored here, but the
+official scorer, which wants ``{index}_{k}.png`` for every CSV row, can then read the folder; e.g. en_long
+index 509, whose JSON is broken at the repository's head and valid at an earlier commit). With ``limit``
+only the first ``limit`` valid rows are drawn.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from .evaluate import image_name
 
 def prompt_jobs(prompts: PromptSet, out_dir: str | Path, settings: GenerationSettings) -> list[PromptJob]:
     out, n = Path(out_dir), settings.images_per_prompt
+    rows = sorted([(case.index, case.prompt) for case in prompts.cases] + list(prompts.drawable_invalid.items()))
     return [
         PromptJob(
-            case.prompt,
-            [out / image_name(case.index, k) for k in range(n)],
-            [image_seed(settings.seed, case.index, n, k) for k in range(n)],
+            prompt,
+            [out / image_name(index, k) for k in range(n)],
+            [image_seed(settings.seed, index, n, k) for k in range(n)],
         )
-        for case in prompts.cases
+        for index, prompt in rows
     ]
 
 
@@ -44,6 +49,7 @@ def generate_unigenbench(
     """Draw the images of every valid prompt (the first ``limit``) into ``out_dir``; returns the record."""
     if limit is not None:
         prompts = PromptSet(prompts.source, prompts.language, prompts.cases[:limit], prompts.invalid, prompts.sha256)
+    drawn_invalid = sorted(prompts.drawable_invalid)
     return run_generation(
         target,
         overrides,
@@ -62,6 +68,7 @@ def generate_unigenbench(
                 "sha256": prompts.sha256,
                 "language": prompts.language,
                 "prompts": len(prompts.cases),
+                "invalid_rows_drawn": drawn_invalid,
                 "limit": limit,
             },
         },

@@ -1,5 +1,10 @@
 """The UniGenBench judge: one request per image, the reply parsed into one 0/1 per testpoint.
 
+This module is ``--protocol lenient``: flowrl's own template and a forgiving parser, for judges that need
+it; its numbers are not comparable with the leaderboards. ``--protocol official`` (``official.py``) reads
+the benchmark's own template and definitions from a checkout of its repository and applies its parse,
+scoring, re-ask and request rules; the back ends below serve both.
+
 **Request.** The image, then a text built from a template with four fields: ``{prompt}``,
 ``{checkpoints}`` (the testpoint names as a Python list, as the benchmark shows them), ``{definitions}``
 (one line per distinct testpoint: what it checks) and ``{descriptions}`` (one line per testpoint: where it
@@ -22,7 +27,9 @@ to ``n`` strings and is not required (the official script re-asks until it is).
 **Back ends.** ``OpenAIChat`` (vLLM or SGLang serving the evaluation model, or a hosted API; each request
 on its own with timeout and retries, so one failed call fails one image) and ``TransformersChat`` (a
 local Qwen-VL class model through ``AutoModelForImageTextToText``), both from
-``flowrl.reward_models.vlm``. Greedy decoding (temperature 0) as the benchmark's vLLM path.
+``flowrl.reward_models.vlm``; lenient requests are PNG at temperature 0. With ``official_style`` the
+endpoint is called through ``official.OfficialChat`` instead (JPEG q95, the official fields, no
+temperature).
 """
 
 from __future__ import annotations
@@ -222,9 +229,11 @@ class JudgeInfo:
     base_url: str | None = None
     served: dict[str, Any] | None = None  # the endpoint's /models entry for ``model``
     max_tokens: int = 4096
-    temperature: float = 0.0
+    temperature: float | None = 0.0  # None: the request sends no temperature (official)
     template_sha256: str | None = None
     language: str = "en"
+    protocol: str = "lenient"  # "lenient" | "official"
+    request: dict[str, Any] | None = None  # how requests are built (official.request_description)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -283,14 +292,24 @@ def openai_judge(
     retries: int = 3,
     backoff: float = 2.0,
     concurrency: int = 8,
+    official_style: str | None = None,
 ) -> Judge:
-    """A judge behind an OpenAI-compatible endpoint; the endpoint's model listing is recorded when it has one."""
+    """A judge behind an OpenAI-compatible endpoint; the endpoint's model listing is recorded when it has one.
+
+    ``official_style`` ("vllm" / "gemini"): requests as the official client builds them (``official.py``).
+    """
     import os
 
     from flowrl.reward_models.vlm import OpenAIChat
 
+    from .official import OfficialChat, request_description
+
     api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
-    chat = OpenAIChat(base_url, model, api_key, timeout=timeout, retries=retries, backoff=backoff, concurrency=1)
+    if official_style is not None:
+        chat: Any = OfficialChat(base_url, model, official_style, api_key, timeout=timeout, retries=retries,
+                                 backoff=backoff)  # fmt: skip
+    else:
+        chat = OpenAIChat(base_url, model, api_key, timeout=timeout, retries=retries, backoff=backoff, concurrency=1)
     listing = _served_models(base_url, api_key, min(timeout, 30.0))
     served = next((m for m in listing if m.get("id") == model), None)
     if listing and served is None:
@@ -305,6 +324,9 @@ def openai_judge(
         served={k: served[k] for k in keep if k in served} if served else None,
         max_tokens=max_tokens,
     )
+    if official_style is not None:
+        info.temperature, info.protocol = None, "official"
+        info.request = request_description(official_style, max_tokens)
     return Judge(chat, info, concurrency)
 
 

@@ -8,8 +8,14 @@
 Nothing drops out silently (the official script skips failed judge calls from numerator and denominator
 alike): every dimension carries ``unscored``, the trials of images the judge could not score, and the
 summary counts unscored images by cause (``request_error``, ``parse_error``, ``missing_image``,
-``image_error``, ``not_judged``) and the prompt rows that failed validation (``invalid_rows``, worth
-``images_per_prompt`` images each).
+``image_error``, ``not_judged``, and under the official rules ``dropped``: a reply the official parser
+accepts and its scorer skips) and the prompt rows that failed validation (``invalid_rows``, worth
+``images_per_prompt`` images each). Under the official protocol, correct / total of every dimension is
+what the official scorer counts on the same replies.
+
+``protocol_status`` says whether a run may be called official: only ``--protocol official`` with the
+official attempts, images per prompt, max_tokens and a remote judge, every row of the CSV, and the CSV and
+protocol files unmodified from their git commits. A lenient run is never called official.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from .data import InvalidRow, TestCase
 from .dimensions import DIMENSIONS, PRIMARY, primary_of
 
 OK = "ok"
+DROPPED = "dropped"
+OFFICIAL_ATTEMPTS = 11
 
 
 def _cell() -> dict[str, Any]:
@@ -87,6 +95,57 @@ def aggregate(
     }
 
 
+def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"name", "official", "deviations", "label"}``: ``official`` is True only for a run that follows the
+    official protocol in every respect that moves the numbers (see the module docstring)."""
+    name = run.get("protocol", "lenient")
+    judge = run.get("judge") or {}
+    deviations: list[str] = []
+    if name != "official":
+        return {
+            "name": name,
+            "official": False,
+            "deviations": ["flowrl's own template and lenient parser"],
+            "label": "lenient (flowrl's template and parser): NOT UniGenBench's official protocol; do not report "
+            "these numbers as official or compare them with the leaderboard",
+        }
+    if run.get("attempts") != OFFICIAL_ATTEMPTS:
+        deviations.append(f"attempts {run.get('attempts')} (official {OFFICIAL_ATTEMPTS})")
+    if run.get("images_per_prompt") != 4:
+        deviations.append(f"images per prompt {run.get('images_per_prompt')} (official 4)")
+    if judge.get("max_tokens") != 4096:
+        deviations.append(f"max_tokens {judge.get('max_tokens')} (official 4096)")
+    if judge.get("backend") != "openai":
+        deviations.append(f"{judge.get('backend')} back end (official: a served endpoint)")
+    if run.get("limit") is not None:
+        deviations.append(f"only the first {run['limit']} prompts")
+    invalid = summary.get("unscored", {}).get("invalid_rows", 0)
+    if invalid:
+        deviations.append(f"{invalid} invalid prompt row(s) unscored (the official run aborts on them)")
+    prompts_version = (run.get("prompts") or {}).get("version") or {}
+    if prompts_version.get("git_modified"):
+        deviations.append("the prompt CSV differs from its git commit")
+    if ((run.get("official") or {}).get("version") or {}).get("git_modified"):
+        deviations.append("the official protocol file differs from its git commit")
+    official = not deviations
+    label = (
+        "official (UniGenBench's template, definitions, parse and scoring rules and requests); comparable with "
+        "the leaderboard for the same judge model"
+        if official
+        else "official rules with deviations (" + "; ".join(deviations) + "): not comparable with the leaderboard"
+    )
+    return {"name": name, "official": official, "deviations": deviations, "label": label}
+
+
+def _version(version: Mapping[str, Any] | None) -> str:
+    if not version:
+        return "unknown"
+    commit = version.get("git_last_commit") or version.get("git_head")
+    if commit:
+        return f"git {commit[:10]}" + (" +modified" if version.get("git_modified") else "")
+    return f"sha256 {str(version.get('sha256'))[:12]}"
+
+
 # ------------------------------------------------------------------------------------------- markdown
 
 
@@ -106,8 +165,14 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     """The summary as Markdown: overall, primary and sub-dimension tables, unscored counts, the judge."""
     u = summary["unscored"]
     causes = ", ".join(f"{k} {v}" for k, v in u["images"].items())
+    status = summary.get("protocol") or {"name": "lenient", "official": False, "label": "lenient (not official)"}
+    title = "official protocol" if status["official"] else (
+        "official rules, not comparable" if status["name"] == "official" else "lenient protocol, not official"
+    )  # fmt: skip
     lines = [
-        "# UniGenBench",
+        f"# UniGenBench ({title})",
+        "",
+        f"Protocol: {status['label']}.",
         "",
         (
             f"**Overall: {_pct(summary['overall'])}** (mean of the primary dimensions with scored trials); "
@@ -134,13 +199,32 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     judge = summary.get("judge")
     if judge:
         where = f" at {judge['base_url']}" if judge.get("base_url") else ""
+        request = judge.get("request") or {}
+        sent = f"; requests: {request.get('style')}, {request.get('image')}" if request else ""
         lines += [
             "",
             (
                 f"Judge: {judge['model']} (version {judge.get('version') or 'not pinned'}; {judge['backend']}{where}); "
-                f"template sha256 {str(judge.get('template_sha256'))[:12]}; max_tokens {judge.get('max_tokens')}."
+                f"template sha256 {str(judge.get('template_sha256'))[:12]}; max_tokens {judge.get('max_tokens')}{sent}."
             ),
         ]
+    prompt_set = summary.get("prompt_set") or {}
+    if prompt_set:
+        lines.append(
+            f"Prompts: {prompt_set.get('source')} (CSV version: {_version(prompt_set.get('version'))}; "
+            f"sha256 {str(prompt_set.get('sha256'))[:12]})."
+        )
+    official = summary.get("official")
+    if official:
+        lines.append(
+            f"Official copy: {official.get('root')}, {official.get('source')} ({_version(official.get('version'))})."
+        )
+    attempts = summary.get("attempts")
+    if attempts:
+        lines.append(
+            f"Attempts per image: {attempts.get('budget')} (official {attempts.get('official_budget')}); "
+            f"most used: {attempts.get('most_used')}."
+        )
     return "\n".join(lines) + "\n"
 
 
