@@ -180,3 +180,17 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, meth
         assert "method/e_grpo/merge_length_mean" in full[0]
         state = json.loads((tmp_path / "full" / "checkpoints" / "iter-000001" / "state.json").read_text())
         assert state["config"]["method"]["name"] == "e_grpo"
+
+
+def test_the_context_swaps_in_the_ema_weights_and_restores_the_policy(tmp_path):
+    tr = _trainer(tmp_path, "train.ema=true", "train.ema_every=1", "train.iterations=1")
+    tr.train()
+    ctx = tr.context(1)
+    policy = {k: p.detach().clone() for k, p in tr.trainable.items()}
+    assert any(not torch.equal(policy[k], tr.ema.shadow[k]) for k in policy)
+    with ctx.ema_weights():
+        assert all(torch.equal(p, tr.ema.shadow[k]) for k, p in tr.trainable.items())
+    assert all(torch.equal(p, policy[k]) for k, p in tr.trainable.items())
+    with pytest.raises(RuntimeError, match="set train.ema=true"):
+        with _trainer(tmp_path / "no-ema").context(0).ema_weights():
+            pass

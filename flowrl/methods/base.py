@@ -162,6 +162,15 @@ class Context:
             return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next, model=model)
 
     @contextmanager
+    def ema_weights(self) -> Iterator[torch.nn.Module]:
+        """The policy with its EMA weights swapped in (``train.ema``), restored on exit; no grad inside."""
+        trainer = self._trainer
+        if trainer.ema is None:
+            raise RuntimeError(f"method {self.cfg.method.name} asked for EMA weights: set train.ema=true")
+        with torch.no_grad(), trainer._ema_weights():
+            yield trainer.model
+
+    @contextmanager
     def reference_weights(self) -> Iterator[torch.nn.Module]:
         trainer = self._trainer
         if trainer.ref_model is not None:
