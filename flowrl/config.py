@@ -38,12 +38,12 @@ class ModelConfig:
     pipeline: str = "sd3"  # adapter name (`flowrl ls pipelines`)
     path: str = "tiny"  # hub id, local folder, or "tiny" (real SD3 classes at a tiny size, offline)
     tiny_size: str = "tiny"  # size preset of the offline model: tiny | small | 70m
-    revision: str | None = None
+    revision: str | None = None  # hub revision (branch, tag or commit) of model.path
     # with a single-file model.path (.safetensors): a diffusers folder or hub id giving the configs, the
     # tokenizers and the parts the file lacks
     config_path: str | None = None
     dtype: str = "fp32"  # dtype of the frozen weights: fp32 | fp16 | bf16
-    resolution: int = 512
+    resolution: int = 512  # square image side in pixels (a multiple of 16)
     max_sequence_length: int = 128  # T5 tokens
     # distinct prompts whose embeddings stay on the device (least recently used dropped); 0: none kept
     prompt_cache: int = 1024
@@ -110,8 +110,8 @@ class SampleConfig:
 @dataclass
 class LoraConfig:
     enabled: bool = True  # False: full fine-tuning of the transformer
-    rank: int = 32
-    alpha: float = 64
+    rank: int = 32  # LoRA rank r
+    alpha: float = 64  # LoRA alpha (scale alpha / r)
     target_modules: list[str] | None = None  # default: the adapter's attention projections
     init: str = "gaussian"  # peft init_lora_weights: gaussian | default
     dropout: float = 0.0  # must stay 0 for exact on-policy log-probs
@@ -126,22 +126,22 @@ class LoraConfig:
 
 @dataclass
 class TrainConfig:
-    iterations: int = 100
-    learning_rate: float = 3e-4
-    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
-    weight_decay: float = 1e-4
-    adam_eps: float = 1e-8
-    max_grad_norm: float = 1.0
+    iterations: int = 100  # sampling + update rounds of the run
+    learning_rate: float = 3e-4  # AdamW learning rate (constant)
+    adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW (beta1, beta2)
+    weight_decay: float = 1e-4  # AdamW weight decay
+    adam_eps: float = 1e-8  # AdamW epsilon
+    max_grad_norm: float = 1.0  # gradient-norm clip before each optimizer step
     optimizer_steps_per_iteration: int = 2  # Flow-GRPO: two optimizer steps per epoch
     clip_range: float = 1e-4  # PPO clip on the mean-reduced ratio (1e-5 for cps / windows)
-    adv_clip_max: float = 5.0
+    adv_clip_max: float = 5.0  # advantages are clipped to [-adv_clip_max, adv_clip_max]
     beta: float = 0.004  # KL weight, exact per-element Gaussian KL (= Flow-GRPO code beta 0.04 x |dt| 0.1)
     global_std: bool = True  # normalise by the std of all rewards (True) or of each group (False)
-    std_eps: float = 1e-4
+    std_eps: float = 1e-4  # group advantage (r - mean) / (std + std_eps)
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
-    gradient_checkpointing: bool = False
-    ema: bool = False
-    ema_decay: float = 0.9
+    gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
+    ema: bool = False  # keep an EMA of the trained weights (evaluation, export, `flowrl sample --ema`)
+    ema_decay: float = 0.9  # EMA decay per EMA update
     ema_every: int = 8  # optimizer steps between EMA updates
     on_reward_error: str = "stop"  # a reward raised, hung or returned NaN: stop (after saving) or skip the iteration
     reward_timeout_s: float = 600.0  # seconds a reward call may take (0: no limit)
@@ -152,7 +152,7 @@ class TrainConfig:
     # stop (after saving) when this many iterations in a row kept no sample: every group's reward was flat
     max_flat_iterations: int = 5
     onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
-    onpolicy_tol: float = 1e-4
+    onpolicy_tol: float = 1e-4  # largest |recomputed - rollout log-prob| the first update accepts
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self):
@@ -196,21 +196,39 @@ def parse_stop_rule(rule: str) -> tuple[str, str, float]:
     raise ConfigError(f"log.stop_if: {rule!r} is not 'metric<value' or 'metric>value'")
 
 
+# the tracker names of accelerate 1.x (``accelerate.tracking.LOGGER_TYPE_TO_CLASS``); trackio needs accelerate >= 1.10
+TRACKER_NAMES = ("tensorboard", "wandb", "swanlab", "aim", "mlflow", "comet_ml", "clearml", "dvclive", "trackio")
+
+
 @dataclass
 class LogConfig:
     save_every: int = 10  # iterations between checkpoints (the last iteration always saves)
     keep_last: int = 3  # checkpoints kept; the newest complete one is never deleted
     sample_every: int = 10  # iterations between sample grids
-    num_sample_images: int = 8
+    num_sample_images: int = 8  # images in each sample grid (samples/iter-*.png)
     eval_every: int = 0  # iterations between evaluations (0: never); also before the first and after the last
     eval_num_prompts: int = 32  # held-out prompts per evaluation (from data.eval_prompts, else data.prompts)
-    eval_images_per_prompt: int = 1
+    eval_images_per_prompt: int = 1  # evaluation images per held-out prompt (different noise)
     monitors: bool = True  # reward-hacking monitors every iteration: in-group diversity, saturation, colour
     stop_if: list[str] = field(default_factory=list)  # early stop, e.g. ["monitor/diversity/in_group<0.01"]
+    # experiment trackers (accelerate's tracking, main process only), e.g. [tensorboard] or [tensorboard, wandb];
+    # local files go under <run>/trackers (docs/trackers.md)
+    trackers: list[str] = field(default_factory=list)
+    tracker_project: str | None = None  # the trackers' project name; default: the run folder's name
 
     def __post_init__(self):
         for rule in self.stop_if:
             parse_stop_rule(rule)
+        for i, name in enumerate(self.trackers):
+            if name not in TRACKER_NAMES:
+                close = difflib.get_close_matches(str(name).lower(), TRACKER_NAMES, n=1, cutoff=0.5)
+                hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(TRACKER_NAMES)}"
+                raise ConfigError(f"log.trackers: unknown tracker {name!r}{hint}")
+            if name in self.trackers[:i]:
+                raise ConfigError(f"log.trackers: {name!r} is listed twice")
+        if self.tracker_project is not None and (not self.tracker_project.strip() or "/" in self.tracker_project
+                                                 or self.tracker_project in (".", "..")):
+            raise ConfigError(f"log.tracker_project: {self.tracker_project!r} must be a plain name")
         _positive("log.eval_every", self.eval_every, strict=False)
         _positive("log.eval_num_prompts", self.eval_num_prompts)
         _positive("log.eval_images_per_prompt", self.eval_images_per_prompt)
@@ -222,10 +240,10 @@ class LogConfig:
 
 @dataclass
 class Config:
-    output_dir: str = "runs/flowrl"
+    output_dir: str = "runs/flowrl"  # the run folder (checkpoints, metrics.jsonl, samples, the LoRA)
     # the run folder is output_dir/run_name when set; "auto": a new timestamped name (YYYYmmdd-HHMMSS)
     run_name: str | None = None
-    seed: int = 42
+    seed: int = 42  # seeds every random stream (prompts, noise, SDE draws, windows)
     resume: str | None = None  # checkpoint folder, or "latest" (newest intact one in the run folder)
     resume_allow_changes: bool = False  # resume although settings that change the math differ
     overwrite: bool = False  # train into a folder holding a run: remove its checkpoints and outputs first
@@ -234,6 +252,7 @@ class Config:
     sample: SampleConfig = field(default_factory=SampleConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
+    # reward name -> weight: the trained reward is the weighted sum (`flowrl ls rewards`, or "module:attr")
     reward: dict[str, float] = field(default_factory=lambda: {"jpeg_compressibility": 1.0})
     reward_args: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-reward constructor kwargs
     eval_reward: dict[str, float] | None = None  # rewards scored at evaluation (default: `reward`), not trained on

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from flowrl import checkpoint as ckpt
-from flowrl import runs, sharding
+from flowrl import runs, sharding, trackers
 from flowrl.advantages import zero_std_ratio
 from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
 from flowrl.data import GroupSampler, load_prompts
@@ -164,6 +164,7 @@ def preflight(cfg: Config) -> None:
     from flowrl.reward_models import check_reward_args
 
     check_model_path(cfg.model)
+    trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
     for section in (cfg.reward, cfg.eval_reward or {}):
         for name in section:
@@ -242,6 +243,7 @@ class Trainer:
 
         self.cfg = cfg
         self.acc = accelerator or Accelerator(mixed_precision=cfg.train.mixed_precision)
+        self._tracking = trackers.NO_TRACKING  # log.trackers, started by train() (flowrl.trackers)
         if self.acc.distributed_type.value == "FSDP" and not self.acc.is_fsdp2:  # before any weight loads
             raise ValueError(
                 "accelerate FSDP1 is not supported (it flattens each block into one tensor of one dtype): set "
@@ -830,7 +832,7 @@ class Trainer:
         self._flat_iterations = 0
         self._rng_at_start = ckpt.rng_state()  # what a checkpoint of the completed iterations holds
         agree = self._any_process if self.acc.num_processes > 1 else None
-        with self._signals:
+        with self._signals, trackers.session(self):  # trackers are closed on every exit, interrupts included
             try:
                 if self.start_iteration == 0:
                     self._prepare_method()
@@ -845,6 +847,7 @@ class Trainer:
                     history.append(metrics)
                     if main:
                         writer.write(metrics)
+                        self._tracking.log(metrics, step=iteration)
                         bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
                                         kl=f"{metrics.get('policy/kl', 0):.2g}")
                         if "skipped" not in metrics:
@@ -978,6 +981,7 @@ class Trainer:
         final = {"iteration": done, **self._timed_eval(done)}
         if writer is not None:
             writer.write(final)
+            self._tracking.log(final, step=done)
         return final
 
     def _stop_rule_hit(self, metrics: dict[str, float]) -> str | None:
@@ -993,7 +997,9 @@ class Trainer:
         iteration, whose end ``checkpoints/iter-N`` saves (the first, every ``log.sample_every``, the last)."""
         log, done = self.cfg.log, iteration + 1
         if done == 1 or done % log.sample_every == 0 or done == self.cfg.train.iterations:
-            save_grid(self._last_images[: log.num_sample_images], self.out / "samples" / f"iter-{done:06d}.png")
+            path = self.out / "samples" / f"iter-{done:06d}.png"
+            save_grid(self._last_images[: log.num_sample_images], path)
+            self._tracking.log_image(path, step=iteration)  # at the step of the metrics of these rollouts
 
     def save(self, iterations_done: int) -> None:
         """Checkpoint (rank 0 writes, every rank waits) and export the LoRA in diffusers format."""

@@ -54,7 +54,7 @@ def group_rows(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @dataclass
 class G2RPOOptions:
     sde_type: str = "flow_sde"  # the branch step (the code: Flow-GRPO's SDE, a = 0.7)
-    noise_level: float = 0.7
+    noise_level: float = 0.7  # a of the branch step
     trained_steps: list[int] | None = None  # M; None: the first half of the schedule, 0 .. T//2 - 1
     granularities: list[int] = (1, 2)  # Λ (the released scripts; the paper's best is [1, 2, 3])
     eps: float = 1e-8  # z-score: (R - mean) / (std + eps), the code's
