@@ -66,7 +66,7 @@ class Trajectory:
             return self.states[:, j], self.next_states[:, j]
         return self.states[:, self._slot(j)], self.states[:, self._slot(j + 1)]
 
-    def trained_only(self) -> "Trajectory":
+    def trained_only(self) -> Trajectory:
         """The same trajectory holding only the states its trained transitions read or write: ODE-only
         stretches of a chain keep nothing (a 2-step window of 10 keeps 3 states of 11)."""
         if self.next_states is not None or self.state_index is not None:
@@ -77,7 +77,7 @@ class Trajectory:
         index = torch.tensor(keep, device=self.states.device)
         return replace(self, states=self.states.index_select(1, index).contiguous(), state_index=tuple(keep))
 
-    def select(self, rows: torch.Tensor) -> "Trajectory":
+    def select(self, rows: torch.Tensor) -> Trajectory:
         """The samples at ``rows`` (a (B,) bool mask or an index tensor)."""
         if rows.dtype == torch.bool:
             rows = rows.nonzero().flatten()

@@ -116,8 +116,8 @@ def test_g2rpo_schedule_is_one_optimizer_step_per_branch(tmp_path):
 def test_g2rpo_credit_sums_weighted_zscores_over_granularities_and_rewards():
     """§3.4-3.5 by hand: one group of 3, K = 2, Λ = {1, 2}, rewards a (weight 1) and b (weight 0.5).
     Columns: "final/<r>" is (branch 0, λ 1); "branch/<r>" the other three in (k, λ) order."""
-    cfg = resolve_config("tiny-cpu", [*SMALL, "method.name=g2rpo", "reward={jpeg_compressibility: 1.0, "
-                                      "jpeg_incompressibility: 0.5}"])
+    rewards_cfg = "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}"
+    cfg = resolve_config("tiny-cpu", [*SMALL, "method.name=g2rpo", rewards_cfg])
     method = build_method(cfg)
     a = torch.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 2.0, 5.0, 4.0], [3.0, 2.0, 1.0, 4.0]])  # (N, K*L)
     b = torch.tensor([[0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 1.0, 1.0]])
@@ -191,6 +191,5 @@ def test_the_context_swaps_in_the_ema_weights_and_restores_the_policy(tmp_path):
     with ctx.ema_weights():
         assert all(torch.equal(p, tr.ema.shadow[k]) for k, p in tr.trainable.items())
     assert all(torch.equal(p, policy[k]) for k, p in tr.trainable.items())
-    with pytest.raises(RuntimeError, match="set train.ema=true"):
-        with _trainer(tmp_path / "no-ema").context(0).ema_weights():
-            pass
+    with pytest.raises(RuntimeError, match="set train.ema=true"), _trainer(tmp_path / "no-ema").context(0).ema_weights():
+        pass

@@ -29,9 +29,9 @@ import time
 from typing import Callable
 
 import torch
+from flowrl.reward_models import RewardOutput
 
 from flowrl.config import config_from_dict, resolve_config
-from flowrl.reward_models import RewardOutput
 from flowrl.plan import make_plan
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
