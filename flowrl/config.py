@@ -61,8 +61,11 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    prompts: str = "builtin:tiny"  # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), builtin:NAME
-    eval_prompts: str | None = None  # held-out prompts for evaluation samples; default: `prompts`
+    # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), builtin:NAME, or a dataset folder with
+    # train.jsonl, train_metadata.jsonl (GenEval tags) or train.txt, as flow_grpo and Flow-Factory lay theirs
+    prompts: str = "builtin:tiny"
+    # held-out prompts for evaluation samples; default: a dataset folder's test.* split, else `prompts`
+    eval_prompts: str | None = None
 
 
 @dataclass

@@ -35,9 +35,41 @@ def _parse_jsonl(text: str, where: str) -> list[PromptItem]:
     return items
 
 
-def load_prompts(spec: str) -> list[PromptItem]:
-    """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``) or
-    ``builtin:NAME`` (a set shipped in ``flowrl/prompts``). Empty sources are an error."""
+# a dataset folder as flow_grpo and Flow-Factory lay it out: the first of these files for each split
+SPLIT_FILES = ("{split}.jsonl", "{split}_metadata.jsonl", "{split}.txt")
+
+
+def split_file(folder: Path, split: str) -> Path | None:
+    """The file of ``split`` ("train" or "test") in a dataset folder, or None."""
+    for pattern in SPLIT_FILES:
+        path = folder / pattern.format(split=split)
+        if path.is_file():
+            return path
+    return None
+
+
+def load_eval_prompts(data: Any) -> list[PromptItem] | None:
+    """``data.eval_prompts``; unset, the ``test`` split of a ``data.prompts`` dataset folder; else None."""
+    if data.eval_prompts:
+        return load_prompts(data.eval_prompts, split="test")
+    folder = Path(data.prompts).expanduser()
+    if not data.prompts.startswith("builtin:") and folder.is_dir() and split_file(folder, "test") is not None:
+        return load_prompts(data.prompts, split="test")
+    return None
+
+
+def load_prompts(spec: str, split: str = "train") -> list[PromptItem]:
+    """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``),
+    ``builtin:NAME`` (a set shipped in ``flowrl/prompts``) or a dataset folder laid out as flow_grpo and
+    Flow-Factory lay theirs (``train.jsonl``, ``train_metadata.jsonl`` with GenEval's tags, or
+    ``train.txt``; ``test.*`` alike, the held-out prompts). Empty sources are an error."""
+    folder = Path(spec).expanduser()
+    if not spec.startswith("builtin:") and folder.is_dir():
+        found = split_file(folder, split)
+        if found is None:
+            names = ", ".join(pattern.format(split=split) for pattern in SPLIT_FILES)
+            raise ConfigError(f"data.prompts: the folder {spec!r} holds none of {names}")
+        spec = str(found)
     if spec.startswith("builtin:"):
         name = spec.split(":", 1)[1]
         folder = resources.files("flowrl") / "prompts"

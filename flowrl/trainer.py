@@ -26,7 +26,7 @@ from flowrl import checkpoint as ckpt
 from flowrl import runs, sharding, trackers
 from flowrl.advantages import zero_std_ratio
 from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
-from flowrl.data import GroupSampler, load_prompts
+from flowrl.data import GroupSampler, load_eval_prompts, load_prompts
 from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
 from flowrl.methods import build_method
@@ -266,7 +266,7 @@ class Trainer:
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
-        self.eval_prompts = load_prompts(cfg.data.eval_prompts) if cfg.data.eval_prompts else self.prompts
+        self.eval_prompts = load_eval_prompts(cfg.data) or self.prompts  # a dataset folder: its test split
         share = s.prompts_per_iteration * s.group_size // self.acc.num_processes
         if self.reward.pairwise and share % s.group_size:
             raise ValueError(
