@@ -147,11 +147,10 @@ def _official_requests(tasks: Sequence[tuple[TestCase, int, Any]], judge: Judge,
     return requests
 
 
-def judge_official(
-    tasks: Sequence[tuple[TestCase, int, Any]], judge: Judge, protocol: off.OfficialProtocol, attempts: int
-) -> list[dict[str, Any]]:
-    """Judge (case, k, image path) tasks under the official rules: ask again while a reply does not parse."""
-    requests = _official_requests(tasks, judge, protocol)
+def _ask_until_read(tasks, requests, judge: Judge, attempts: int, read) -> list[dict[str, Any]]:
+    """Ask ``judge`` for every task, and again for those whose reply ``read`` refuses, up to ``attempts``
+    asks in all. ``read(case, k, reply, attempt) -> (record, ask_again)``. A failed call is not asked again
+    here: the client has already retried it with backoff."""
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     pending = list(range(len(tasks)))
     for attempt in range(1, attempts + 1):
@@ -163,22 +162,33 @@ def judge_official(
                 reason = str(reply).strip().splitlines()[0] if str(reply).strip() else type(reply).__name__
                 results[i] = _record(case, k, "request_error", attempts=attempt, error=reason)
                 continue
-            verdict = off.parse_reply(reply, case.testpoints, getattr(case, "source_prompt", "") or case.prompt)
-            if verdict.status == "retry":
-                results[i] = _record(case, k, "parse_error", attempts=attempt, error=verdict.reason, output=reply)
+            results[i], again = read(case, k, reply, attempt)
+            if again:
                 still.append(i)
-                continue
-            status = OK if verdict.status == "ok" else DROPPED
-            analysis = verdict.analysis if isinstance(verdict.analysis, list) else None
-            results[i] = _record(
-                case, k, status, attempts=attempt, scores=verdict.scores, analysis=analysis, output=reply,
-                raw_score=verdict.raw_score, error=verdict.reason,
-            )  # fmt: skip
         pending = still
         if not pending:
             break
         logger.info("UniGenBench: %d of %d replies unusable after attempt %d", len(pending), len(tasks), attempt)
     return [r for r in results if r is not None]
+
+
+def judge_official(
+    tasks: Sequence[tuple[TestCase, int, Any]], judge: Judge, protocol: off.OfficialProtocol, attempts: int
+) -> list[dict[str, Any]]:
+    """Judge (case, k, image path) tasks under the official rules: ask again while a reply does not parse."""
+
+    def read(case, k, reply, attempt):
+        verdict = off.parse_reply(reply, case.testpoints, getattr(case, "source_prompt", "") or case.prompt)
+        if verdict.status == "retry":
+            return _record(case, k, "parse_error", attempts=attempt, error=verdict.reason, output=reply), True
+        status = OK if verdict.status == "ok" else DROPPED
+        analysis = verdict.analysis if isinstance(verdict.analysis, list) else None
+        return _record(
+            case, k, status, attempts=attempt, scores=verdict.scores, analysis=analysis, output=reply,
+            raw_score=verdict.raw_score, error=verdict.reason,
+        ), False  # fmt: skip
+
+    return _ask_until_read(tasks, _official_requests(tasks, judge, protocol), judge, attempts, read)
 
 
 def judge_images(
@@ -194,32 +204,16 @@ def judge_images(
     """
     from flowrl.reward_models.vlm import ChatRequest
 
+    def read(case, k, reply, attempt):
+        try:
+            answer = parse_answer(reply, len(case.testpoints))
+        except ParseError as exc:
+            return _record(case, k, "parse_error", attempts=attempt, error=str(exc), output=reply), True
+        return _record(case, k, OK, attempts=attempt, scores=answer.scores, analysis=answer.analysis,
+                       output=reply), False
+
     requests = [ChatRequest([image], build_judge_prompt(case, template, language)) for case, _, image in tasks]
-    results: list[dict[str, Any] | None] = [None] * len(tasks)
-    pending = list(range(len(tasks)))
-    for attempt in range(1, attempts + 1):
-        replies = judge.complete([requests[i] for i in pending])
-        still = []
-        for i, reply in zip(pending, replies):
-            case, k, _ = tasks[i]
-            if isinstance(reply, BaseException):  # the client already retried the call itself
-                reason = str(reply).strip().splitlines()[0] if str(reply).strip() else type(reply).__name__
-                results[i] = _record(case, k, "request_error", attempts=attempt, error=reason)
-                continue
-            try:
-                answer = parse_answer(reply, len(case.testpoints))
-            except ParseError as exc:
-                results[i] = _record(case, k, "parse_error", attempts=attempt, error=str(exc), output=reply)
-                still.append(i)
-                continue
-            results[i] = _record(
-                case, k, OK, attempts=attempt, scores=answer.scores, analysis=answer.analysis, output=reply
-            )
-        pending = still
-        if not pending:
-            break
-        logger.info("UniGenBench: %d of %d replies unusable after attempt %d", len(pending), len(tasks), attempt)
-    return [r for r in results if r is not None]
+    return _ask_until_read(tasks, requests, judge, attempts, read)
 
 
 def evaluate_folder(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .data import InvalidRow, TestCase
+from .official import version_label
 from .dimensions import DIMENSIONS, PRIMARY, primary_of
 
 OK = "ok"
@@ -137,15 +138,6 @@ def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
     return {"name": name, "official": official, "deviations": deviations, "label": label}
 
 
-def _version(version: Mapping[str, Any] | None) -> str:
-    if not version:
-        return "unknown"
-    commit = version.get("git_last_commit") or version.get("git_head")
-    if commit:
-        return f"git {commit[:10]}" + (" +modified" if version.get("git_modified") else "")
-    return f"sha256 {str(version.get('sha256'))[:12]}"
-
-
 # ------------------------------------------------------------------------------------------- markdown
 
 
@@ -211,13 +203,13 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     prompt_set = summary.get("prompt_set") or {}
     if prompt_set:
         lines.append(
-            f"Prompts: {prompt_set.get('source')} (CSV version: {_version(prompt_set.get('version'))}; "
+            f"Prompts: {prompt_set.get('source')} (CSV version: {version_label(prompt_set.get('version'))}; "
             f"sha256 {str(prompt_set.get('sha256'))[:12]})."
         )
     official = summary.get("official")
     if official:
         lines.append(
-            f"Official copy: {official.get('root')}, {official.get('source')} ({_version(official.get('version'))})."
+            f"Official copy: {official.get('root')}, {official.get('source')} ({version_label(official.get('version'))})."
         )
     attempts = summary.get("attempts")
     if attempts:
