@@ -268,6 +268,111 @@ def test_judge_bundles_three_rules():
     assert j.reasons == [] and j.strict_reasons == ["expected dog==1, found 2"]
 
 
+# ------------------------------------------------------------- bit-exact with GenEval's numerics
+# GenEval orders each class by ``np.argsort(scores)[::-1]`` (numpy 1.23, its pinned version) and computes
+# on mmdet's float32 output. Each test below decides a verdict the float64 / stable-descending rules got
+# wrong.
+
+
+def test_equal_scores_put_the_later_detection_first():
+    # argsort is ascending and stable on short arrays; reversing it puts the later of two equal scores first.
+    raw = {"car": dets((box(0, 0), 0.8), (box(200, 0), 0.8), colors=["red", "blue"])}
+    kept = filter_detections(raw, "colors")["car"]
+    assert kept.colors == ["blue", "red"] and kept.boxes[0].tolist() == box(200, 0)
+    official, _, _ = run(raw, RED_CAR)
+    assert official.reasons == ["expected red car>=1, found 0 red; and 1 blue"]
+    raw = {"car": dets((box(0, 0), 0.8), (box(200, 0), 0.8), colors=["blue", "red"])}
+    assert run(raw, RED_CAR)[0].correct
+
+
+def test_equal_scores_decide_which_instance_is_placed():
+    bear = dets((box(300, 0), 0.9))
+    left, right = (box(0, 0), 0.7), (box(600, 0), 0.7)
+    official, _, _ = run({"teddy bear": bear, "dog": dets(left, right)}, DOG_LEFT_OF_BEAR)
+    assert official.reasons == ["expected dog left of target, found right of"]  # the later dog, on the right
+    official, _, _ = run({"teddy bear": bear, "dog": dets(right, left)}, DOG_LEFT_OF_BEAR)
+    assert official.correct
+
+
+def test_scores_are_compared_in_float32():
+    at = np.float32(0.3)  # 0.300000011920929 > 0.3 in float64, but not > float32(0.3)
+    official, _, partial = run({"dog": dets((box(0, 0), at))}, SINGLE_DOG)
+    assert official.reasons == ["expected dog>=1, found 0"] and partial.score == 0.0
+    above = np.nextafter(at, np.float32(1))
+    assert run({"dog": dets((box(0, 0), above))}, SINGLE_DOG)[0].correct
+    # A float64 score between 0.3 and float32(0.3) is what a float32 detector would report as float32(0.3).
+    assert not run({"dog": dets((box(0, 0), 0.30000001))}, SINGLE_DOG)[0].correct
+    clocks_at = {"clock": dets(*[(box(150 * i, 0), np.float32(s)) for i, s in enumerate([0.95, 0.95, 0.9])])}
+    assert run(clocks_at, COUNT_3)[0].reasons == ["expected clock>=3, found 2"]  # float32(0.9) is not > 0.9
+    d = ClassDetections([[0.1, 0, 1, 1]], [0.5])
+    assert d.boxes.dtype == np.float32 and d.scores.dtype == np.float32
+
+
+def test_scores_equal_in_float32_are_a_tie():
+    # 0.80000001 and 0.8 round to the same float32: a tie, so the later (0.8) comes first.
+    raw = {"car": dets((box(0, 0), 0.80000001), (box(200, 0), 0.8), colors=["red", "blue"])}
+    assert not run(raw, RED_CAR)[0].correct
+
+
+# numpy 1.23.5's np.argsort of these (recorded once; numpy 2 on AVX2 / AVX-512 machines sorts ties otherwise)
+MIX20 = [0.5, 0.9, 0.7, 0.9, 0.5, 0.7, 0.9, 0.5, 0.7, 0.9, 0.5, 0.7, 0.9, 0.5, 0.7, 0.9, 0.5, 0.7, 0.9, 0.5]
+MIX20_ARGSORT = [0, 16, 13, 10, 7, 19, 4, 8, 11, 2, 14, 17, 5, 6, 18, 3, 12, 15, 1, 9]
+EQUAL17_ARGSORT = [0, 14, 13, 12, 11, 10, 9, 15, 8, 6, 5, 4, 3, 2, 1, 7, 16]
+# a median-of-three killer (McIlroy's adversary), deep enough to send numpy's introsort to its heapsort
+KILLER37 = [0, 30, 2, 20, 4, 22, 6, 37, 8, 34, 10, 35, 12, 33, 14, 32, 16, 31, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21,
+            29, 28, 27, 26, 25, 24, 18, 23]  # fmt: skip
+KILLER37_ARGSORT = [0, 18, 2, 19, 4, 20, 6, 21, 8, 22, 10, 23, 12, 24, 14, 25, 16, 26, 35, 27, 3, 28, 5, 36, 34, 33,
+                    32, 31, 30, 29, 1, 17, 15, 13, 9, 11, 7]  # fmt: skip
+
+
+def test_argsort_is_numpy_123s(monkeypatch):
+    from flowrl.benchmarks.geneval import rules
+
+    rng = np.random.default_rng(0)
+    for n in range(17):  # insertion sort: stable
+        values = rng.integers(0, 3, n).astype(np.float32)
+        assert rules.numpy123_argsort(values) == np.argsort(values, kind="stable").tolist()
+    assert rules.numpy123_argsort(np.float32(MIX20)) == MIX20_ARGSORT
+    assert rules.numpy123_argsort(np.full(17, 0.8, np.float32)) == EQUAL17_ARGSORT
+    heapsorts = []
+    heapsort = rules._heapsort
+    monkeypatch.setattr(rules, "_heapsort", lambda *a: (heapsorts.append(a[3]), heapsort(*a)))
+    assert rules.numpy123_argsort(np.float32(KILLER37)) == KILLER37_ARGSORT and heapsorts
+    assert rules.numpy123_argsort([1.0, np.nan, 0.0]) == [2, 0, 1]  # NaN sorts last
+
+
+def test_more_than_sixteen_detections_follow_numpys_quicksort():
+    # The highest score 0.9 is shared by cars 1, 3, ..., 18; numpy 1.23 puts car 9 first, not 18 or 1.
+    colors = ["red" if i == 9 else "blue" for i in range(20)]
+    raw = {"car": dets(*[(box(150 * i, 0), s) for i, s in enumerate(MIX20)], colors=colors)}
+    kept = filter_detections(raw, "colors")["car"]
+    assert len(kept) == 16 and kept.colors[0] == "red"
+    assert run(raw, RED_CAR)[0].correct
+
+
+def test_position_exactly_at_the_margin_in_float32():
+    # Sizes 2 and 1: margin float32(0.1) * 3 = float32(0.3); centre offset float32(0.6) = 2 * float32(0.3),
+    # so the shrunk offset over the offset is exactly 0.5, not > 0.5 (float64 gave 0.50000002: "right of").
+    dog, bear = [-0.8999999761581421, 0, 1.100000023841858, 10], [-1, 0, 0, 10]
+    assert relative_position(dog, bear) == set() and relative_position(bear, dog) == set()
+    step = float(np.nextafter(np.float32(1.100000023841858), np.float32(2)))
+    assert relative_position([dog[0], 0, step, 10], bear) == {"right of"}
+    meta = row("position", [clause("teddy bear"), clause("dog", position=["right of", 0])])
+    official, strict, _ = run({"teddy bear": dets((bear, 0.9)), "dog": dets((dog, 0.9))}, meta)
+    assert not official.correct and not strict.correct
+
+
+def test_nms_iou_in_genevals_precision():
+    # The detector's float32 boxes: float32(1.4) - float32(0.4) rounds to 1.0 in float32 (then + 1), so the IoU
+    # is exactly 4 / 8 = 0.5 and the second box is suppressed at max_overlap=0.5 (kept only when IoU < 0.5);
+    # the same difference taken in float64 is 0.99999997 and the IoU 0.49999999.
+    a, b = np.float32([0, 0, 2, 1]), np.float32([0.4, 0, 1.4, 2])
+    assert box_iou(a, b) == 0.5
+    raw = {"cup": dets((a, 0.9), (b, 0.8))}
+    assert len(filter_detections(raw, "colors", RuleConfig(max_overlap=0.5))["cup"]) == 1
+    assert len(filter_detections(raw, "colors", RuleConfig(max_overlap=0.51))["cup"]) == 2
+
+
 # --------------------------------------------------------------------------------------------- summary
 
 

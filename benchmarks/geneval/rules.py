@@ -3,7 +3,7 @@
 Input: detections per GenEval class (``ClassDetections``: boxes ``(N, 4)`` as ``x1, y1, x2, y2`` in
 pixels, scores ``(N,)``, optional colour label per box) and one metadata row (``prompts.py``).
 
-Pipeline of one image: ``filter_detections`` (score threshold, sort, cap, optional NMS) -> colour labels
+Pipeline of one image: ``filter_detections`` (sort, score threshold, cap, optional NMS) -> colour labels
 for the boxes ``colour_requests`` asks for (``detect.py``) -> one of the three rules below.
 
 **Official** (``evaluate_official``, GenEval's ``evaluate``): ``include`` clauses are ANDed, ``exclude``
@@ -33,10 +33,28 @@ credit; here it earns 0; (3) the authors add a single 0 when the count is off an
 *or* position, and skip the position term when the clause's colour failed; here each attribute always
 gives its own term. (3) changes nothing on GenEval's six tasks, where no clause has both attributes.
 ``correct`` of a partial verdict is the strict flag.
+
+**Numerics, as GenEval computes them.** GenEval runs on mmdet's float32 detector output under its pinned
+numpy 1.23, and its verdicts on values at a boundary depend on that, so the rules do the same:
+
+* boxes and scores are held as float32 (``ClassDetections`` casts whatever it is given);
+* per class, detections are ordered by ``np.argsort(scores)[::-1]`` of numpy 1.23 (``descending_order``):
+  the ascending introsort reversed, so among equal scores of up to 16 detections the *later* one comes
+  first (numpy 1.23 insertion-sorts such short arrays, which is stable; longer arrays go through its
+  quicksort partitions, reproduced step by step here). numpy 2's own ``argsort`` is no substitute: on
+  AVX2 / AVX-512 machines it dispatches to a vectorised sort that orders ties differently;
+* the score threshold, the position margin and the ``1e-3`` "no relation" test compare float32 with the
+  option rounded to float32 (a float32 array against a Python float is computed in float32 under both
+  numpy 1.23's value-based casting and numpy 2's NEP 50): a score stored as float32 ``0.3`` does *not*
+  pass ``threshold=0.3``;
+* relative position is GenEval's float32 array arithmetic (centres, sizes, margin, offset norm);
+* the NMS IoU (off by default) takes float32 coordinate differences and continues in float64, because
+  numpy 1.23 promotes a float32 scalar plus a Python int to float64.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,10 +66,12 @@ from .constants import COLORS
 
 @dataclass
 class ClassDetections:
-    """Detections of one class, in any order until filtered (then by score, descending).
+    """Detections of one class, in the detector's order until filtered (then by score, descending).
 
-    ``boxes`` (N, 4) ``x1, y1, x2, y2`` pixels; ``scores`` (N,); ``colors`` one label or ``None``
-    (not classified) per box; ``masks`` (N, H, W) bool, carried for the colour classifier only.
+    ``boxes`` (N, 4) ``x1, y1, x2, y2`` pixels; ``scores`` (N,); both are stored as float32, the dtype of
+    GenEval's detector output, whatever they are given as. ``colors`` one label or ``None`` (not
+    classified) per box; ``masks`` (N, H, W) bool, carried for the colour classifier only. The order
+    of equal scores is kept as given, and it matters: see ``descending_order``.
     """
 
     boxes: np.ndarray
@@ -60,8 +80,8 @@ class ClassDetections:
     masks: np.ndarray | None = None
 
     def __post_init__(self) -> None:
-        self.boxes = np.asarray(self.boxes, dtype=np.float64).reshape(-1, 4)
-        self.scores = np.asarray(self.scores, dtype=np.float64).reshape(-1)
+        self.boxes = np.asarray(self.boxes, dtype=np.float32).reshape(-1, 4)
+        self.scores = np.asarray(self.scores, dtype=np.float32).reshape(-1)
         n = len(self.boxes)
         if len(self.scores) != n:
             raise ValueError(f"{n} boxes but {len(self.scores)} scores")
@@ -147,20 +167,117 @@ class Verdict:
 # ------------------------------------------------------------------------------------------ filtering
 
 
-def box_iou(a: np.ndarray, b: np.ndarray) -> float:
-    """IoU with GenEval's inclusive-pixel convention (width = x2 - x1 + 1)."""
+def box_iou(a: Sequence[float], b: Sequence[float]) -> float:
+    """IoU with GenEval's inclusive-pixel convention (width = x2 - x1 + 1), in GenEval's precision.
 
-    def area(box: Sequence[float]) -> float:
-        return max(box[2] - box[0] + 1, 0) * max(box[3] - box[1] + 1, 0)
+    Coordinates are float32 and so is each difference ``x2 - x1``; the ``+ 1`` and everything after it
+    is float64, as numpy 1.23 evaluates GenEval's ``compute_iou`` on float32 scalars.
+    """
+    a32 = np.asarray(a, dtype=np.float32).reshape(-1)
+    b32 = np.asarray(b, dtype=np.float32).reshape(-1)
 
-    inter = area([max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])])
-    union = area(a) + area(b) - inter
+    def area(x1: np.float32, y1: np.float32, x2: np.float32, y2: np.float32) -> float:
+        return max(float(x2 - x1) + 1, 0.0) * max(float(y2 - y1) + 1, 0.0)
+
+    inter = area(max(a32[0], b32[0]), max(a32[1], b32[1]), min(a32[2], b32[2]), min(a32[3], b32[3]))
+    union = area(*a32[:4]) + area(*b32[:4]) - inter
     return inter / union if union else 0.0
 
 
+# numpy 1.23's introsort (npysort/quicksort.cpp, aquicksort and aheapsort) over the score values, the
+# sort behind GenEval's ``np.argsort(scores)``: partitions of more than 16 items use a median-of-three
+# quicksort, shorter ones an insertion sort; a partition nested deeper than 2 * floor(log2 n) levels is
+# heapsorted instead. ``_less`` is numpy's float order (NaN after everything).
+_SMALL_SORT = 15  # numpy's SMALL_QUICKSORT: insertion sort once hi - lo <= 15
+
+
+def _less(x: float, y: float) -> bool:
+    return x < y or (math.isnan(y) and not math.isnan(x))
+
+
+def _heapsort(idx: list[int], v: Sequence[float], start: int, n: int) -> None:
+    def sift(i: int, tmp: int, n: int) -> None:
+        j = 2 * i
+        while j <= n:
+            if j < n and _less(v[idx[start + j - 1]], v[idx[start + j]]):
+                j += 1
+            if not _less(v[tmp], v[idx[start + j - 1]]):
+                break
+            idx[start + i - 1] = idx[start + j - 1]
+            i, j = j, 2 * j
+        idx[start + i - 1] = tmp
+
+    for top in range(n >> 1, 0, -1):
+        sift(top, idx[start + top - 1], n)
+    while n > 1:
+        tmp = idx[start + n - 1]
+        idx[start + n - 1] = idx[start]
+        n -= 1
+        sift(1, tmp, n)
+
+
+def numpy123_argsort(values: Sequence[float]) -> list[int]:
+    """``np.argsort(values)`` (default kind) exactly as numpy 1.23 computes it, ties included."""
+    v = [float(x) for x in values]
+    idx = list(range(len(v)))
+    if len(v) < 2:
+        return idx
+    stack: list[tuple[int, int, int]] = []
+    lo, hi, depth = 0, len(v) - 1, 2 * (len(v).bit_length() - 1)
+    while True:
+        if depth < 0:
+            _heapsort(idx, v, lo, hi - lo + 1)
+        else:
+            while hi - lo > _SMALL_SORT:
+                mid = lo + ((hi - lo) >> 1)
+                if _less(v[idx[mid]], v[idx[lo]]):
+                    idx[mid], idx[lo] = idx[lo], idx[mid]
+                if _less(v[idx[hi]], v[idx[mid]]):
+                    idx[hi], idx[mid] = idx[mid], idx[hi]
+                if _less(v[idx[mid]], v[idx[lo]]):
+                    idx[mid], idx[lo] = idx[lo], idx[mid]
+                pivot = v[idx[mid]]
+                i, j = lo, hi - 1
+                idx[mid], idx[j] = idx[j], idx[mid]
+                while True:
+                    i += 1
+                    while _less(v[idx[i]], pivot):
+                        i += 1
+                    j -= 1
+                    while _less(pivot, v[idx[j]]):
+                        j -= 1
+                    if i >= j:
+                        break
+                    idx[i], idx[j] = idx[j], idx[i]
+                idx[i], idx[hi - 1] = idx[hi - 1], idx[i]
+                depth -= 1
+                if i - lo < hi - i:  # keep the smaller side, stack the larger
+                    stack.append((i + 1, hi, depth))
+                    hi = i - 1
+                else:
+                    stack.append((lo, i - 1, depth))
+                    lo = i + 1
+            for i in range(lo + 1, hi + 1):  # insertion sort of [lo, hi]
+                item, key, j = idx[i], v[idx[i]], i
+                while j > lo and _less(key, v[idx[j - 1]]):
+                    idx[j] = idx[j - 1]
+                    j -= 1
+                idx[j] = item
+        if not stack:
+            return idx
+        lo, hi, depth = stack.pop()
+
+
+def descending_order(scores: np.ndarray) -> list[int]:
+    """GenEval's per-class order ``np.argsort(scores)[::-1]``: highest first, equal scores later-first (n <= 16)."""
+    return numpy123_argsort(np.asarray(scores, dtype=np.float32).reshape(-1))[::-1]
+
+
 def keep_detections(dets: ClassDetections, min_score: float, max_objects: int, max_overlap: float) -> ClassDetections:
-    """Sort by score, keep ``score > min_score``, cap at ``max_objects``, then greedy NMS unless 1.0."""
-    order = [int(i) for i in np.argsort(-dets.scores, kind="stable") if dets.scores[i] > min_score][:max_objects]
+    """GenEval's per-class filter: order by score (``descending_order``), keep ``score > min_score`` in
+    float32, cap at ``max_objects``, then greedy NMS at ``IoU >= max_overlap`` unless that is 1.0."""
+    threshold = np.float32(min_score)
+    order = [i for i in descending_order(dets.scores) if dets.scores[i] > threshold][:max_objects]
     kept: list[int] = []
     while order:
         best = order.pop(0)
@@ -196,16 +313,17 @@ def relative_position(box_a: Sequence[float], box_b: Sequence[float], margin: fl
     """Relations of A with respect to B ("left of", "right of", "above", "below"; image y points down).
 
     The centre offset is shrunk per axis by ``margin * (size_a + size_b)`` (never past zero); if nothing
-    is left there is no relation. Otherwise the shrunk offset is divided by the length of the original
-    offset and a relation holds where that component exceeds 0.5 in size, so a diagonal placement can
-    carry two relations and a small shift along a long axis carries none.
+    is left (every component under ``1e-3``) there is no relation. Otherwise the shrunk offset is divided
+    by the length of the original offset and a relation holds where that component exceeds 0.5 in size,
+    so a diagonal placement can carry two relations and a small shift along a long axis carries none.
+    All of it is float32 arithmetic, ``margin`` and ``1e-3`` rounded to float32, as in GenEval.
     """
-    boxes = np.asarray([box_a, box_b], dtype=np.float64)[:, :4].reshape(2, 2, 2)  # (obj, corner, xy)
+    boxes = np.asarray([box_a, box_b], dtype=np.float32)[:, :4].reshape(2, 2, 2)  # (obj, corner, xy)
     centre_a, centre_b = boxes.mean(axis=1)
     size_a, size_b = np.abs(boxes[:, 1] - boxes[:, 0])
     offset = centre_a - centre_b
-    revised = np.maximum(np.abs(offset) - margin * (size_a + size_b), 0.0) * np.sign(offset)
-    if np.all(np.abs(revised) < 1e-3):
+    revised = np.maximum(np.abs(offset) - np.float32(margin) * (size_a + size_b), np.float32(0)) * np.sign(offset)
+    if np.all(np.abs(revised) < np.float32(1e-3)):
         return set()
     dx, dy = revised / np.linalg.norm(offset)
     relations = set()
