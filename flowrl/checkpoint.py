@@ -124,15 +124,19 @@ def finish_checkpoint(
     optimizer_state: tuple[dict[str, torch.Tensor], dict[str, Any]],
     ema: dict[str, torch.Tensor] | None = None,
     extra: dict[str, Any] | None = None,
+    averages: dict[str, dict[str, torch.Tensor]] | None = None,
 ) -> Path:
-    """Write the weights, optimizer (``optimizer_to_tensors``'s pair), EMA and state into ``tmp`` and
-    rename it into place (main process). Tensors are whole: see ``flowrl.sharding``."""
+    """Write the weights, optimizer (``optimizer_to_tensors``'s pair), EMA, the method's parameter
+    averages (``average-<name>.safetensors``) and state into ``tmp`` and rename it into place (main
+    process). Tensors are whole: see ``flowrl.sharding``."""
     tmp = Path(tmp)
     save_file({k: v.detach().cpu().contiguous() for k, v in trainable.items()}, tmp / "trainable.safetensors")
     opt_tensors, opt_meta = optimizer_state
     save_file(opt_tensors, tmp / "optimizer.safetensors")
     if ema is not None:
         save_file({k: v.detach().cpu().contiguous() for k, v in ema.items()}, tmp / "ema.safetensors")
+    for name, tensors in (averages or {}).items():
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, tmp / f"average-{name}.safetensors")
     state = {"iteration": iteration, "optimizer": opt_meta, **(extra or {}), "files": file_checksums(tmp, sync=True)}
     with open(tmp / STATE_FILE, "w") as f:  # written last: its presence marks a complete checkpoint
         json.dump(state, f)
@@ -170,6 +174,8 @@ def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:
     state["trainable"] = load_file(path / "trainable.safetensors")
     state["optimizer_tensors"] = load_file(path / "optimizer.safetensors")
     state["ema"] = load_file(path / "ema.safetensors") if (path / "ema.safetensors").exists() else None
+    state["averages"] = {f.name[len("average-"):-len(".safetensors")]: load_file(f)
+                         for f in sorted(path.glob("average-*.safetensors"))}
     rng_file = path / f"rng-rank{rank}.safetensors"
     rng_file = rng_file if rng_file.exists() else path / "rng-rank0.safetensors"
     state["rng_tensors"] = load_file(rng_file)

@@ -5,6 +5,7 @@
     flowrl ls [recipes|methods|rewards|pipelines]
     flowrl validate [RECIPE] [key=value ...]
     flowrl env
+    flowrl report RUN [RUN ...] [-o OUT.html]
     flowrl eval {geneval,unigenbench,toy} ...
     flowrl rewards test NAME [key=value ...]
     flowrl serve-reward NAME [key=value ...] [--host 127.0.0.1] [--port N] [--token T]
@@ -63,11 +64,11 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from flowrl.config import dump_config, resolve_config
-    from flowrl.data import load_prompts
+    from flowrl.data import load_train_prompts
     from flowrl.trainer import preflight
 
     cfg = resolve_config(args.recipe, args.overrides)
-    load_prompts(cfg.data.prompts)
+    load_train_prompts(cfg.data)
     preflight(cfg)
     if args.print:
         print(dump_config(cfg), end="")
@@ -145,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("env", help="print versions and devices")
     p.set_defaults(fn=cmd_env)
+
+    from flowrl.report import add_commands as add_report_commands
+
+    add_report_commands(sub)
 
     from flowrl.reward_models.cli import add_commands as add_reward_commands
 

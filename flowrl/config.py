@@ -47,6 +47,11 @@ class ModelConfig:
     max_sequence_length: int = 128  # T5 tokens
     # distinct prompts whose embeddings stay on the device (least recently used dropped); 0: none kept
     prompt_cache: int = 1024
+    # the transformer's attention kernel, a backend of diffusers' attention dispatcher: native, flash, _flash_3,
+    # _native_cudnn, _native_flash, _native_efficient, xformers, ... (training needs one with a backward pass,
+    # so not sage); null: diffusers' default processor. Refused when the model is built where its package or
+    # hardware is missing
+    attention_backend: str | None = None
 
     def __post_init__(self):
         _choice("model.dtype", self.dtype, ("fp32", "fp16", "bf16"))
@@ -57,15 +62,39 @@ class ModelConfig:
         if self.resolution % 16:
             raise ConfigError(f"model.resolution: must be a multiple of 16, got {self.resolution}")
         _positive("model.max_sequence_length", self.max_sequence_length)
+        if self.attention_backend is not None:
+            from diffusers.models.attention_dispatch import AttentionBackendName
+
+            _choice("model.attention_backend", self.attention_backend, tuple(m.value for m in AttentionBackendName))
 
 
 @dataclass
 class DataConfig:
-    # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), builtin:NAME, or a dataset folder with
-    # train.jsonl, train_metadata.jsonl (GenEval tags) or train.txt, as flow_grpo and Flow-Factory lay theirs
+    # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), builtin:NAME, a dataset folder with
+    # train.jsonl, train_metadata.jsonl (GenEval tags) or train.txt, as flow_grpo and Flow-Factory lay theirs,
+    # or a Hugging Face `datasets` dataset: hf:NAME (a hub id or a local folder; `pip install datasets`), or a
+    # folder written by save_to_disk (read with load_from_disk)
     prompts: str = "builtin:tiny"
-    # held-out prompts for evaluation samples; default: a dataset folder's test.* split, else `prompts`
+    # held-out prompts for evaluation samples; default: the eval_split of a dataset folder or Hugging Face
+    # dataset `prompts`, when it has one, else `prompts`
     eval_prompts: str | None = None
+    split: str = "train"  # the split that trains, of a dataset folder or a Hugging Face DatasetDict
+    eval_split: str = "test"  # the held-out split, of a dataset folder or a Hugging Face DatasetDict
+    # the column (Hugging Face dataset) or field (.jsonl) holding the prompt; every other one is the row's
+    # metadata (reward inputs: GenEval tags, OCR targets), except negative_prompt
+    prompt_column: str = "prompt"
+    dataset_config: str | None = None  # with hf:NAME, the dataset's configuration (subset) name, if it has several
+    # the CFG negative prompt (the unconditional branch) of every prompt whose row gives none of its own in a
+    # negative_prompt field or column (null: none); "": the empty prompt, as the diffusers pipelines use
+    negative_prompt: str = ""
+
+    def __post_init__(self):
+        for name in ("split", "eval_split", "prompt_column"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"data.{name}: must not be empty")
+        if self.prompt_column == "negative_prompt":
+            raise ConfigError("data.prompt_column: 'negative_prompt' is the negative prompt's column; "
+                              "name the prompt's own")
 
 
 @dataclass
@@ -130,7 +159,10 @@ class LoraConfig:
 @dataclass
 class TrainConfig:
     iterations: int = 100  # sampling + update rounds of the run
-    learning_rate: float = 3e-4  # AdamW learning rate (constant)
+    learning_rate: float = 3e-4  # AdamW base learning rate (see lr_schedule)
+    lr_schedule: str = "constant"  # constant | cosine | linear, over the run's optimizer steps (flowrl.lr)
+    lr_warmup_steps: int = 0  # optimizer steps of linear warm-up from 0 before the schedule
+    lr_min_ratio: float = 0.0  # cosine / linear end at this fraction of learning_rate
     adam_betas: list[float] = field(default_factory=lambda: [0.9, 0.999])  # AdamW (beta1, beta2)
     weight_decay: float = 1e-4  # AdamW weight decay
     adam_eps: float = 1e-8  # AdamW epsilon
@@ -156,11 +188,20 @@ class TrainConfig:
     max_flat_iterations: int = 5
     onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
     onpolicy_tol: float = 1e-4  # largest |recomputed - rollout log-prob| the first update accepts
+    # torch.compile the transformer's forward, the one module that rollouts, updates and evaluations all call
+    # (parameter names, checkpoints and the LoRA export unchanged); the first iterations pay the compilation
+    compile: bool = False
+    # with train.compile, torch.compile's mode (reduce-overhead and max-autotune also capture CUDA graphs)
+    compile_mode: str = "default"  # default | reduce-overhead | max-autotune | max-autotune-no-cudagraphs
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self):
         _positive("train.iterations", self.iterations, strict=False)
         _positive("train.learning_rate", self.learning_rate)
+        _choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine", "linear"))
+        _positive("train.lr_warmup_steps", self.lr_warmup_steps, strict=False)
+        if not 0 <= self.lr_min_ratio <= 1:
+            raise ConfigError(f"train.lr_min_ratio: must be in [0, 1], got {self.lr_min_ratio}")
         if len(self.adam_betas) != 2 or not all(0 <= b < 1 for b in self.adam_betas):
             raise ConfigError(f"train.adam_betas: expected two values in [0, 1), got {self.adam_betas}")
         _positive("train.weight_decay", self.weight_decay, strict=False)
@@ -179,6 +220,8 @@ class TrainConfig:
         _positive("train.reward_timeout_s", self.reward_timeout_s, strict=False)
         _positive("train.reward_report_s", self.reward_report_s)
         _positive("train.max_flat_iterations", self.max_flat_iterations)
+        _choice("train.compile_mode", self.compile_mode,
+                ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
 
 
 @dataclass
@@ -556,9 +599,11 @@ def dump_config(cfg: Config, redact: bool = True) -> str:
 RESUME_FREE_KEYS = (
     "output_dir", "run_name", "resume", "resume_allow_changes", "overwrite", "train.iterations", "log.",
     "data.eval_prompts", "eval_reward", "model.prompt_cache", "train.reward_timeout_s", "train.reward_report_s",
-    "train.reward_overlap",
+    "train.reward_overlap", "data.eval_split",
     "train.on_reward_error", "train.onpolicy_check", "train.onpolicy_tol", "train.max_flat_iterations",
     "sample.eval_num_steps", "sample.eval_guidance_scale",
+    # kernels, not the algorithm: a resume on other hardware may need another attention backend
+    "model.attention_backend", "train.compile", "train.compile_mode",
 )
 
 
@@ -575,6 +620,9 @@ def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key (old -> new)`` for every setting that differs between two config dicts and changes the math
     of training (``RESUME_FREE_KEYS`` do not; redacted secrets are not compared)."""
     a, b = _flatten(old), _flatten(new)
+    defaults = _flatten(Config().to_dict())
+    for key, value in defaults.items():  # a key added after the old run was saved: it ran with the default
+        a.setdefault(key, value)
     changes = []
     for key in sorted(set(a) | set(b)):
         if any(key == f or (f.endswith(".") and key.startswith(f)) or key.startswith(f + ".") for f in RESUME_FREE_KEYS):

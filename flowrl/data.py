@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,21 @@ from flowrl.config import ConfigError
 class PromptItem:
     prompt: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # the row's own CFG negative prompt (a ``negative_prompt`` field or column); None: ``data.negative_prompt``
+    negative_prompt: str | None = None
 
 
-def _parse_jsonl(text: str, where: str) -> list[PromptItem]:
+NEGATIVE_FIELD = "negative_prompt"
+
+
+def _negative_of(value: Any, where: str) -> str | None:
+    """A row's ``negative_prompt``: a string, or None (absent, null) for the run's default."""
+    if value is None or isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: '{NEGATIVE_FIELD}' must be a string, got {type(value).__name__} {value!r:.60}")
+
+
+def _parse_jsonl(text: str, where: str, prompt_column: str = "prompt") -> list[PromptItem]:
     items = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -29,9 +42,11 @@ def _parse_jsonl(text: str, where: str) -> list[PromptItem]:
             row = json.loads(line)
         except json.JSONDecodeError:
             raise ConfigError(f"{where}:{n}: not valid JSON") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str):
-            raise ConfigError(f"{where}:{n}: each line needs a string field 'prompt'")
-        items.append(PromptItem(row["prompt"], {k: v for k, v in row.items() if k != "prompt"}))
+        if not isinstance(row, dict) or not isinstance(row.get(prompt_column), str):
+            raise ConfigError(f"{where}:{n}: each line needs a string field {prompt_column!r}")
+        negative = _negative_of(row.get(NEGATIVE_FIELD), f"{where}:{n}")
+        metadata = {k: v for k, v in row.items() if k not in (prompt_column, NEGATIVE_FIELD)}
+        items.append(PromptItem(row[prompt_column], metadata, negative))
     return items
 
 
@@ -48,27 +63,156 @@ def split_file(folder: Path, split: str) -> Path | None:
     return None
 
 
+# ----------------------------------------------------------------------------------------------------
+# Hugging Face ``datasets`` (an optional dependency, imported only here)
+
+HF_PREFIX = "hf:"
+# what ``save_to_disk`` writes: a DatasetDict's index, or a single Dataset's state
+_SAVED_DATASET_FILES = ("dataset_dict.json", "state.json")
+
+
+def is_saved_dataset(folder: Path) -> bool:
+    """A folder written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``."""
+    return folder.is_dir() and any((folder / name).is_file() for name in _SAVED_DATASET_FILES)
+
+
+def _is_hf(spec: str) -> bool:
+    return spec.startswith(HF_PREFIX) or (not spec.startswith("builtin:") and is_saved_dataset(Path(spec).expanduser()))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0][:200] if text else "") or type(exc).__name__
+
+
+def open_hf_dataset(spec: str, dataset_config: str | None = None, key: str = "data.prompts") -> Any:
+    """The ``datasets.Dataset`` or ``DatasetDict`` that ``spec`` names: ``hf:NAME`` (a hub id, or a local
+    folder: one saved with ``save_to_disk`` is read with ``load_from_disk``, any other with ``load_dataset``)
+    or a folder saved with ``save_to_disk``. Every failure is one ``ConfigError`` line naming the dataset."""
+    name = spec.removeprefix(HF_PREFIX)
+    if not name:
+        raise ConfigError(f"{key}: {spec!r} names no dataset; write hf:NAME (a hub id or a local folder)")
+    try:
+        import datasets
+    except ImportError:
+        raise ConfigError(f"{key}: reading the dataset {name!r} needs the `datasets` package "
+                          "(pip install datasets)") from None
+    local = Path(name).expanduser()
+    if not local.exists() and (name.startswith(("/", "./", "../", "~")) or name in (".", "..")):
+        raise ConfigError(f"{key}: no such dataset folder {name!r}")
+    try:
+        if is_saved_dataset(local):
+            return datasets.load_from_disk(str(local))
+        return datasets.load_dataset(str(local) if local.exists() else name, dataset_config)
+    except Exception as exc:  # noqa: BLE001 -- offline hub, unknown name, unreadable files: one line each way
+        if local.exists():
+            raise ConfigError(f"{key}: the dataset folder {name!r} could not be read ({_first_line(exc)})") from None
+        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+        why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline else _first_line(exc)
+        raise ConfigError(
+            f"{key}: the Hugging Face dataset {name!r} could not be loaded: {why}; load it once online "
+            "(datasets caches it) or give a folder saved with save_to_disk"
+        ) from None
+
+
+def _dataset_splits(table: Any) -> list[str] | None:
+    """The split names of a DatasetDict; None for a single Dataset (it is one split, used whole)."""
+    import datasets
+
+    return list(table) if isinstance(table, (datasets.DatasetDict, datasets.IterableDatasetDict)) else None
+
+
+def _hf_items(spec: str, split: str, prompt_column: str, dataset_config: str | None, key: str) -> list[PromptItem]:
+    table = open_hf_dataset(spec, dataset_config, key)
+    splits = _dataset_splits(table)
+    where = repr(spec)
+    if splits is not None:
+        if split not in splits:
+            raise ConfigError(f"{key}: the dataset {spec!r} has no split {split!r}; its splits: "
+                              f"{', '.join(splits) or '(none)'} (set data.split / data.eval_split)")
+        table, where = table[split], f"{spec!r} (split {split!r})"
+    columns = list(table.column_names)
+    if prompt_column not in columns:
+        raise ConfigError(f"data.prompt_column: the dataset {where} has no column {prompt_column!r}; "
+                          f"its columns: {', '.join(columns) or '(none)'}")
+    if len(table) == 0:
+        raise ConfigError(f"{key}: the dataset {where} holds no prompts")
+    prompts = list(table[prompt_column])
+    negatives = list(table[NEGATIVE_FIELD]) if NEGATIVE_FIELD in columns else [None] * len(prompts)
+    others = [c for c in columns if c not in (prompt_column, NEGATIVE_FIELD)]
+    metadata = table.select_columns(others).to_list() if others else [{} for _ in prompts]
+    items = []
+    for i, (prompt, negative, meta) in enumerate(zip(prompts, negatives, metadata)):
+        if not isinstance(prompt, str):
+            raise ConfigError(f"{key}: the dataset {where}, row {i}: column {prompt_column!r} must be a string, "
+                              f"got {type(prompt).__name__} {prompt!r:.60}")
+        items.append(PromptItem(prompt, meta, _negative_of(negative, f"{key}: the dataset {where}, row {i}")))
+    return items
+
+
+def _has_split(spec: str, split: str, dataset_config: str | None) -> bool:
+    """Whether a dataset folder or a Hugging Face dataset ``spec`` has the split ``split``."""
+    if spec.startswith("builtin:"):
+        return False
+    if _is_hf(spec):
+        splits = _dataset_splits(open_hf_dataset(spec, dataset_config))
+        return splits is not None and split in splits
+    folder = Path(spec).expanduser()
+    return folder.is_dir() and split_file(folder, split) is not None
+
+
+# ----------------------------------------------------------------------------------------------------
+# the prompt sources of a run
+
+
+def with_negatives(items: list[PromptItem], default: str) -> list[PromptItem]:
+    """``items`` with every negative prompt filled in: the row's own, else ``default`` (``data.negative_prompt``)."""
+    return [it if it.negative_prompt is not None else replace(it, negative_prompt=default) for it in items]
+
+
+def uses_negatives(items: list[PromptItem]) -> bool:
+    """Whether any item has a non-empty negative prompt (else CFG's negative is the empty prompt for all)."""
+    return any(it.negative_prompt for it in items)
+
+
+def load_train_prompts(data: Any) -> list[PromptItem]:
+    """The training prompts of ``data`` (a ``DataConfig``): ``data.split`` of ``data.prompts``, each with its
+    negative prompt filled in."""
+    items = load_prompts(data.prompts, split=data.split, prompt_column=data.prompt_column,
+                         dataset_config=data.dataset_config)
+    return with_negatives(items, data.negative_prompt)
+
+
 def load_eval_prompts(data: Any) -> list[PromptItem] | None:
-    """``data.eval_prompts``; unset, the ``test`` split of a ``data.prompts`` dataset folder; else None."""
+    """``data.eval_prompts``; unset, the ``data.eval_split`` ("test") split of a ``data.prompts`` dataset
+    folder or Hugging Face dataset; else None. Each with its negative prompt filled in."""
+    options = {"prompt_column": data.prompt_column, "dataset_config": data.dataset_config}
     if data.eval_prompts:
-        return load_prompts(data.eval_prompts, split="test")
-    folder = Path(data.prompts).expanduser()
-    if not data.prompts.startswith("builtin:") and folder.is_dir() and split_file(folder, "test") is not None:
-        return load_prompts(data.prompts, split="test")
-    return None
+        items = load_prompts(data.eval_prompts, split=data.eval_split, key="data.eval_prompts", **options)
+    elif _has_split(data.prompts, data.eval_split, data.dataset_config):
+        items = load_prompts(data.prompts, split=data.eval_split, **options)
+    else:
+        return None
+    return with_negatives(items, data.negative_prompt)
 
 
-def load_prompts(spec: str, split: str = "train") -> list[PromptItem]:
+def load_prompts(spec: str, split: str = "train", *, prompt_column: str = "prompt",
+                 dataset_config: str | None = None, key: str = "data.prompts") -> list[PromptItem]:
     """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``),
-    ``builtin:NAME`` (a set shipped in ``flowrl/prompts``) or a dataset folder laid out as flow_grpo and
+    ``builtin:NAME`` (a set shipped in ``flowrl/prompts``), a dataset folder laid out as flow_grpo and
     Flow-Factory lay theirs (``train.jsonl``, ``train_metadata.jsonl`` with GenEval's tags, or
-    ``train.txt``; ``test.*`` alike, the held-out prompts). Empty sources are an error."""
+    ``train.txt``; ``test.*`` alike, the held-out prompts), or a Hugging Face ``datasets`` dataset
+    (``hf:NAME``, or a folder saved with ``save_to_disk``): the ``prompt_column`` of its ``split``, the other
+    columns as metadata. A row's ``negative_prompt`` field or column is its own CFG negative. Empty sources
+    are an error."""
+    if _is_hf(spec):
+        return _hf_items(spec, split, prompt_column, dataset_config, key)
     folder = Path(spec).expanduser()
     if not spec.startswith("builtin:") and folder.is_dir():
         found = split_file(folder, split)
         if found is None:
             names = ", ".join(pattern.format(split=split) for pattern in SPLIT_FILES)
-            raise ConfigError(f"data.prompts: the folder {spec!r} holds none of {names}")
+            raise ConfigError(f"{key}: the folder {spec!r} holds none of {names}")
         spec = str(found)
     if spec.startswith("builtin:"):
         name = spec.split(":", 1)[1]
@@ -76,16 +220,19 @@ def load_prompts(spec: str, split: str = "train") -> list[PromptItem]:
         matches = [p for p in folder.iterdir() if p.name in (f"{name}.txt", f"{name}.jsonl")]
         if not matches:
             known = sorted(p.name.rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith((".txt", ".jsonl")))
-            raise ConfigError(f"data.prompts: unknown builtin prompt set {name!r}; shipped: {', '.join(known)}")
+            raise ConfigError(f"{key}: unknown builtin prompt set {name!r}; shipped: {', '.join(known)}")
         text, where, is_jsonl = matches[0].read_text(), spec, matches[0].name.endswith(".jsonl")
     else:
         path = Path(spec).expanduser()
         if not path.is_file():
-            raise ConfigError(f"data.prompts: no such file {spec!r}")
+            raise ConfigError(f"{key}: no such file {spec!r}")
         text, where, is_jsonl = path.read_text(encoding="utf-8"), spec, path.suffix == ".jsonl"
-    items = _parse_jsonl(text, where) if is_jsonl else [PromptItem(s.strip()) for s in text.splitlines() if s.strip()]
+    if is_jsonl:
+        items = _parse_jsonl(text, where, prompt_column)
+    else:
+        items = [PromptItem(s.strip()) for s in text.splitlines() if s.strip()]
     if not items:
-        raise ConfigError(f"data.prompts: {where!r} holds no prompts")
+        raise ConfigError(f"{key}: {where!r} holds no prompts")
     return items
 
 

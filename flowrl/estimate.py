@@ -617,9 +617,10 @@ def _trained_transitions(cfg: Config) -> int:
 
 def _prompt_count(cfg: Config) -> int | None:
     try:
-        from flowrl.data import load_prompts
+        from flowrl.data import load_train_prompts
 
-        return len({p.prompt for p in load_prompts(cfg.data.prompts)})
+        items = load_train_prompts(cfg.data)  # the cache holds the negative prompts too
+        return len({p.prompt for p in items} | {p.negative_prompt for p in items if p.negative_prompt})
     except (OSError, ValueError):  # a missing prompt file is `flowrl validate`'s to report, not the estimate's
         return None
 

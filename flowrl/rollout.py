@@ -27,6 +27,9 @@ class Trajectory:
     means:       (B, T, C, H, W) or None: each transition's mean under the rollout policy, kept when a
                  loss needs it (``rollout(keep_means=True)``; GRPO-Guard)
     state_index: the schedule index of each stored state of a chain; None: all T+1 in order
+    row_mask:    (B, T) bool or None: row i trains transition j only where row_mask[i, j] (a per-sample
+                 subset of the trained transitions, Pref-GRPO's); None: every row trains every one.
+                 The update forwards only the rows that train each transition.
     """
 
     states: torch.Tensor
@@ -36,6 +39,12 @@ class Trajectory:
     next_states: torch.Tensor | None = None
     means: torch.Tensor | None = None
     state_index: tuple[int, ...] | None = None
+    row_mask: torch.Tensor | None = None
+
+    @property
+    def trained_indices(self) -> tuple[int, ...]:
+        """The transitions that train (those of the plan; with ``row_mask``, each row some of them)."""
+        return tuple(self.plan.trained_indices)
 
     @property
     def final(self) -> torch.Tensor:
@@ -86,7 +95,8 @@ class Trajectory:
             return None if t is None else t.index_select(0, rows.to(t.device))
 
         return replace(self, states=pick(self.states), log_probs=pick(self.log_probs),
-                       prompt_ids=pick(self.prompt_ids), next_states=pick(self.next_states), means=pick(self.means))
+                       prompt_ids=pick(self.prompt_ids), next_states=pick(self.next_states), means=pick(self.means),
+                       row_mask=pick(self.row_mask))
 
 
 def transition(
@@ -163,17 +173,23 @@ def sample_images(
     guidance_scale: float,
     batch_size: int,
     model: torch.nn.Module | None = None,
+    negative_prompts: list[str] | None = None,
 ) -> torch.Tensor:
     """Decoded deterministic (ODE) samples of ``prompts`` from ``noise``, ``batch_size`` at a time, on the CPU.
 
     The evaluation sampler: the same prompts and noise give the same images, so two models (or two
-    iterations of one) are compared like with like.
+    iterations of one) are compared like with like. ``negative_prompts``: each prompt's CFG negative
+    (None, or all "": the empty prompt).
     """
     plan = ode_plan(adapter.sigmas(num_steps))
+    own_negatives = negative_prompts is not None and any(negative_prompts)
     images = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        cond = adapter.encode_prompts(chunk)
+        if own_negatives:
+            cond = adapter.encode_prompts(chunk, negative_prompts[start : start + batch_size])
+        else:
+            cond = adapter.encode_prompts(chunk)
         traj = rollout(adapter, cond, plan, noise[start : start + len(chunk)], torch.arange(len(chunk)),
                        guidance_scale, model=model)  # fmt: skip
         images.append(adapter.decode(traj.final).cpu())

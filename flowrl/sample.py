@@ -128,9 +128,11 @@ def next_sample_folder(base: Path) -> Path:
             continue
 
 
-def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, steps: int, images: list[str]) -> None:
+def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, steps: int, images: list[str],
+            negative: str = "") -> None:
     record = {
         "prompts": [args.prompt] * args.num,
+        "negative_prompt": negative,
         "images": images,
         "seed": args.seed,
         "steps": steps,
@@ -175,8 +177,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     home = run if run is not None else _output_run(checkpoint)
     base = Path(args.out) if args.out else (home / "samples_cli" if home is not None else Path("samples"))
     steps = args.steps or cfg.sample.eval_num_steps
+    negative = cfg.data.negative_prompt if args.negative_prompt is None else args.negative_prompt
     images = adapter.pipe(
         prompt=[args.prompt] * args.num,
+        negative_prompt=[negative] * args.num if negative else None,  # None: the empty prompt
         num_inference_steps=steps,
         guidance_scale=cfg.sample.eval_guidance_scale,
         height=cfg.model.resolution,
@@ -189,7 +193,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     names = [f"{i:04d}.png" for i in range(len(images))]
     for name, img in zip(names, images):
         save_grid(img[None], out / name)
-    _record(out, args, cfg, weights, steps, names)
+    _record(out, args, cfg, weights, steps, names, negative)
     print(f"wrote {len(images)} images and {SAMPLE_FILE} to {out}")
     return 0
 
@@ -200,6 +204,8 @@ def add_commands(sub: Any) -> None:
     p.add_argument("target", nargs="?", default=None,
                    help="run folder or recipe (default with --checkpoint: the run two levels above it)")
     p.add_argument("--prompt", required=True)
+    p.add_argument("--negative-prompt", default=None,
+                   help='the CFG negative prompt (default: the config\'s data.negative_prompt; "": the empty prompt)')
     p.add_argument("--num", type=int, default=4)
     p.add_argument("--steps", type=int, default=None, help="default: sample.eval_num_steps")
     p.add_argument("--seed", type=int, default=0)

@@ -26,8 +26,9 @@ from flowrl import checkpoint as ckpt
 from flowrl import runs, sharding, trackers
 from flowrl.advantages import zero_std_ratio
 from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
-from flowrl.data import GroupSampler, load_eval_prompts, load_prompts
+from flowrl.data import GroupSampler, load_eval_prompts, load_train_prompts, uses_negatives
 from flowrl.interrupts import Interrupted, StopSignals
+from flowrl.lr import lr_factor
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
 from flowrl.methods import build_method
 from flowrl.methods.base import Context, PromptBatch
@@ -97,7 +98,8 @@ class Scores:
     # what credit sees: "final" (N,), every other scored name (N, K), each reward's own unweighted score of
     # them as "final/<reward>" and "<name>/<reward>", and the method's info columns
     columns: dict[str, torch.Tensor]
-    calls: int  # this process's reward evaluations (samples x reward components)
+    calls: int  # this process's reward evaluations (samples x pointwise rewards, plus pairwise comparisons)
+    calls_by_reward: dict[str, float] = field(default_factory=dict)  # the same, per reward
 
 
 class UpdateStats:
@@ -108,8 +110,10 @@ class UpdateStats:
         self.weights: dict[str, float] = {}
         self.maxima: dict[str, float] = {}
 
-    def add(self, weight: float = 1.0, **kwargs: float) -> None:
+    def add(self, weight: float = 1.0, **kwargs: float | None) -> None:
         for k, v in kwargs.items():
+            if v is None:  # a figure this method's loss does not have
+                continue
             self.sums[k] = self.sums.get(k, 0.0) + float(v) * weight
             self.weights[k] = self.weights.get(k, 0.0) + weight
 
@@ -133,20 +137,29 @@ class UpdateStats:
         return {**out, **maxima}
 
 
-class EMA:
-    """Exponential moving average of the trainable parameters (Flow-GRPO: used for export, not rollouts)."""
+class ParamAverage:
+    """A moving average of the trainable parameters: at its k-th update (k from 1)
+    ``shadow <- d_k * shadow + (1 - d_k) * params``, ``d_k = decay_at(k)``; fp32, sharded like the params."""
 
-    def __init__(self, params: dict[str, torch.Tensor], decay: float):
-        self.decay = decay
+    def __init__(self, params: dict[str, torch.Tensor], decay_at):
+        self.decay_at = decay_at
         self.shadow = {k: p.detach().clone().float() for k, p in params.items()}
         self.updates = 0
 
     @torch.no_grad()
     def update(self, params: dict[str, torch.Tensor]) -> None:
         self.updates += 1
-        d = min(self.decay, (1 + self.updates) / (10 + self.updates))  # warm-up as in Flow-GRPO
+        d = float(self.decay_at(self.updates))
         for k, p in params.items():
             self.shadow[k].mul_(d).add_(p.detach().float(), alpha=1 - d)
+
+
+class EMA(ParamAverage):
+    """Exponential moving average of the trainable parameters (Flow-GRPO: used for export, not rollouts)."""
+
+    def __init__(self, params: dict[str, torch.Tensor], decay: float):
+        self.decay = decay
+        super().__init__(params, lambda k: min(decay, (1 + k) / (10 + k)))  # warm-up as in Flow-GRPO
 
 
 def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> WeightedReward:
@@ -200,14 +213,15 @@ def logged_metric_names(cfg: Config) -> set[str]:
     names = {"iteration", "skipped", "reward/mean", "reward/std", "reward/zero_std_ratio", "adv/kept_frac",
              "adv/abs_mean", "throughput/images_per_s", "memory/peak_gib"}
     names |= {f"policy/{k}" for k in ("loss", "pg_loss", "kl", "approx_kl", "clip_frac", "ratio_mean", "grad_norm",
-                                       "onpolicy_logp_diff")}
+                                       "lr", "onpolicy_logp_diff")}
     names |= {f"timing_s/{k}" for k in ("iteration", "rollout", "reward", "advantage", "update", "eval")}
-    names |= {"cost/nfe", "cost/reward_calls", "cost/nfe_total", "cost/reward_calls_total", "throughput/nfe_per_s"}
+    names |= {"cost/nfe", "cost/reward_calls", "cost/nfe_total", "cost/reward_calls_total", "throughput/nfe_per_s",
+              "cost/optimizer_steps"}
     from flowrl.methods import method_class
 
     names |= {f"method/{k}" for k in method_class(cfg.method.name).metric_names}
     for name in cfg.reward:
-        names |= {f"reward/{name}/mean", f"reward/{name}/std"}
+        names |= {f"reward/{name}/mean", f"reward/{name}/std", f"cost/reward_calls/{name}"}
     if cfg.log.monitors:
         from flowrl.reward_models.monitors import image_monitors
 
@@ -233,6 +247,34 @@ def lora_config(lora, default_targets: list[str]):
     )
 
 
+def check_compile(device: torch.device) -> None:
+    """Refuse ``train.compile`` in one line where torch.compile's inductor cannot build kernels: a C++
+    compiler on a CPU, Triton on a GPU."""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise RuntimeError("train.compile: torch.compile needs Triton on a GPU, which is not installed "
+                               "(pip install triton), or set train.compile=false")
+    elif device.type == "cpu":
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        try:
+            get_cpp_compiler()
+        except Exception as exc:  # noqa: BLE001 -- torch raises InvalidCxxCompiler
+            raise RuntimeError(f"train.compile: torch.compile on a CPU needs a C++ compiler (g++ or clang++, or $CXX) "
+                               f"({type(exc).__name__}); install one, or set train.compile=false") from None
+
+
+def compile_forward(module: torch.nn.Module, mode: str, device: torch.device) -> None:
+    """``train.compile``: ``module.forward`` becomes its ``torch.compile`` in place (compiled at its first calls,
+    again for a new grad mode, adapter state or batch shape). The module object, its parameter names and
+    state_dict keys stay as they were, so checkpoints, the LoRA export and ``disable_adapters`` (the KL
+    reference) are unchanged; its hooks (the NFE count, FSDP's) run outside the compiled graph."""
+    check_compile(device)
+    module.forward = torch.compile(module.forward, mode=mode)
+
+
 def _seed_of(*parts: object) -> int:
     return random.Random(":".join(map(str, parts))).getrandbits(63)
 
@@ -251,7 +293,9 @@ class Trainer:
             )
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
         torch.manual_seed(_seed_of(cfg.seed, "init", 0))
-        self.prompts = load_prompts(cfg.data.prompts)
+        self.prompts = load_train_prompts(cfg.data)
+        # any negative prompt: every rollout batch's conditioning holds each row's negative (else CFG's is "")
+        self._own_negatives = uses_negatives(self.prompts)
         s = cfg.sample
         self.sampler = GroupSampler(
             len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed,
@@ -265,6 +309,7 @@ class Trainer:
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
+        self.method.pairwise_rewards = frozenset(n for n, (r, _) in self.reward.rewards.items() if getattr(r, "pairwise", False))
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = load_eval_prompts(cfg.data) or self.prompts  # a dataset folder: its test split
         share = s.prompts_per_iteration * s.group_size // self.acc.num_processes
@@ -276,6 +321,10 @@ class Trainer:
         self._setup_policy()
         self.start_iteration = 0
         self._checked_onpolicy = False
+        if cfg.train.onpolicy_check and not self.method.checks_onpolicy:
+            self._checked_onpolicy = True
+            logger.warning("train.onpolicy_check does not apply to method %s: it records no per-step log-probs to "
+                           "recompute, so no on-policy check is made", self.method.name)
         self._reward_worker: BackgroundWorker | None = None
         if self._resume_path is not None:
             self._resume(self._resume_path)
@@ -352,13 +401,16 @@ class Trainer:
     def _setup_policy(self) -> None:
         t = self.cfg.train
         transformer = self.adapter.transformer
+        if not getattr(self.adapter, "attention_backpropagates", True):
+            raise ValueError(f"model.attention_backend={self.cfg.model.attention_backend!r} is an inference-only "
+                             "kernel (no backward pass): it cannot train; choose another (or null)")
         transformer.requires_grad_(False)
         self.ref_model = None
         if t.lora.enabled:
             transformer.add_adapter(lora_config(t.lora, self.adapter.lora_target_modules))
         else:
             transformer.requires_grad_(True)
-            if t.beta > 0:  # full fine-tuning keeps a frozen copy as the KL reference
+            if self.method.needs_reference:  # full fine-tuning keeps a frozen copy as the reference
                 self.ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
         for p in transformer.parameters():
             if p.requires_grad:
@@ -381,10 +433,18 @@ class Trainer:
         if self._deepspeed:
             self._configure_deepspeed()
         self.model, self.optimizer = self._prepare(transformer, optimizer)
+        if t.compile:  # inside accelerate's wrapper, so rollout, update and evaluation all run the compiled forward
+            compile_forward(transformer, t.compile_mode, self.acc.device)
+            if self.ref_model is not None:
+                compile_forward(self.ref_model, t.compile_mode, self.acc.device)
         # FSDP2 swaps each parameter for its shard (a DTensor) in place: take them again
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
+        # the method's parameter averages (RAM's lagged policy), updated once an iteration
+        self.averages = {name: ParamAverage(self.trainable, decay_at) for name, decay_at in self.method.averages().items()}
         self.optimizer_steps = 0
+        num_units = len(self._unit_layout(self.cfg.sample.prompts_per_iteration * self.cfg.sample.group_size))
+        self.total_optimizer_steps = t.iterations * len(self.method.schedule(num_units))
 
     def _count_forward(self, module, args, kwargs) -> None:
         x = kwargs.get("hidden_states", args[0] if args else None)
@@ -435,6 +495,13 @@ class Trainer:
         if self.ema is not None and state["ema"] is not None:
             self.ema.shadow = {k: sharding.shard_like(v, self.ema.shadow[k]) for k, v in state["ema"].items()}
             self.ema.updates = state.get("ema_updates", 0)
+        for name, average in self.averages.items():
+            saved = state["averages"].get(name)
+            if saved is None:
+                raise ckpt.CheckpointError(f"resume={str(path)!r}: the checkpoint holds no parameter average {name!r}, "
+                                           f"which method {self.method.name} keeps")
+            average.shadow = {k: sharding.shard_like(v, average.shadow[k]) for k, v in saved.items()}
+            average.updates = int(state.get("average_updates", {}).get(name, 0))
         ckpt.set_rng_state(state["rng_tensors"], state["rng"])
         self.optimizer_steps = state.get("optimizer_steps", 0)
         self.method.load_state_dict(state.get("method", {}))
@@ -463,8 +530,9 @@ class Trainer:
             prompts = [it.prompt for it in items]
             # "group" tells pairwise rewards which samples to compare (the prompt alone may repeat)
             metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
-            batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows], noise[rows],
-                                self.adapter.encode_prompts(prompts))
+            cond = (self.adapter.encode_prompts(prompts, [it.negative_prompt for it in items]) if self._own_negatives
+                    else self.adapter.encode_prompts(prompts))
+            batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows], noise[rows], cond)
             exp = self.method.explore(ctx, batch)
             images = self.adapter.decode(exp.score["final"]).cpu()
             extra = {name: self._decode_many(lat) for name, lat in exp.score.items() if name != "final"}
@@ -519,7 +587,8 @@ class Trainer:
         out = {}
         for name, (media, k) in jobs.items():
             result = self.reward(media, [p for p in prompts for _ in range(k)], [m for m in metadata for _ in range(k)])
-            out[name] = (result.scores, {c: torch.as_tensor(v) for c, v in result.details["components"].items()})
+            out[name] = (result.scores, {c: torch.as_tensor(v) for c, v in result.details["components"].items()},
+                         result.details.get("calls", {}))
         return out
 
     def score(self, batches: list[RolloutBatch]) -> Scores | None:
@@ -572,8 +641,9 @@ class Trainer:
             columns[name] = gather(torch.cat([b.info[name] for b in batches]))
         components = {k: gather(v) for k, v in final_components.items()}
         columns.update({f"final/{k}": v for k, v in components.items()})
-        calls = len(prompts) * sum(ks.values()) * len(self.reward.rewards)
-        return Scores(columns["final"], components, columns, calls)
+        # this process's evaluations: a pointwise reward's samples, a pairwise one's comparisons
+        by_reward = {r: float(sum(part[name][2].get(r, 0) for part in parts for name in names)) for r in self.reward.rewards}
+        return Scores(columns["final"], components, columns, int(sum(by_reward.values())), by_reward)
 
     def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool,
                ctx: Context | None = None) -> dict[str, float]:
@@ -603,6 +673,8 @@ class Trainer:
                 _, start, rows = layout[q]
                 adv = adv_all[start : start + rows]
                 keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)
+                if not self.method.drops_flat_rows:
+                    keep = torch.ones_like(keep)
                 work.append((q, js, keep))
             step_kept = sum(int(keep.sum()) for _, _, keep in work)
             if step_kept == 0:
@@ -624,12 +696,18 @@ class Trainer:
                         self._check_onpolicy(stats)
             grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
             grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
+            lr = t.learning_rate * lr_factor(self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule,
+                                             t.lr_warmup_steps, t.lr_min_ratio)
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.optimizer_steps += 1
-            stats.add(grad_norm=float(grad_norm))
+            stats.add(grad_norm=float(grad_norm), lr=lr)
             if self.ema is not None and self.optimizer_steps % t.ema_every == 0:
                 self.ema.update(self.trainable)
+        for average in self.averages.values():
+            average.update(self.trainable)
         out = stats.reduce(self.acc)
         keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)
         out["kept_frac"] = float(keep_all.float().mean())
@@ -638,7 +716,7 @@ class Trainer:
     def _trained_per_unit(self, batches: list[RolloutBatch], local: list[int]) -> list[list[int]]:
         """Every unit's trained transitions (plan indices), the same lists on every process: a process
         knows only its own units' plans, so they are gathered (one small list per process)."""
-        mine = [batches[local.index(q)].traj.plan.trained_indices for q in local]
+        mine = [list(batches[local.index(q)].traj.trained_indices) for q in local]
         if self.acc.num_processes == 1:
             return mine
         from accelerate.utils import gather_object
@@ -671,19 +749,33 @@ class Trainer:
                      sync: bool, stats: UpdateStats, measure: bool) -> None:
         """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
-        the iteration's first unit, still on-policy, so log the log-prob gap."""
+        the iteration's first unit, still on-policy, so log the log-prob gap.
+
+        With a ``row_mask`` (a per-row subset of the transitions) each transition forwards only the rows
+        that train it, and every trained (row, transition) pair weighs the same; a transition no row
+        trains still makes one zero-weight pass, so processes run the same passes."""
         traj = b.traj
         max_diff = None
-        rows = float(len(traj)) if scale > 0 else 0.0  # a padding pass adds nothing to the statistics
+        mask = traj.row_mask
+        pairs = int(mask[:, transitions].sum()) if mask is not None else 0
         for k, j in enumerate(transitions):
             last = sync and k == len(transitions) - 1
             sync_ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.model)
             adv_j = (adv if adv.ndim == 1 else adv[:, j]).to(self.acc.device)
+            unit, cond, weight = traj, b.cond, scale / len(transitions)
+            rows = float(len(traj)) if scale > 0 else 0.0  # a padding pass adds nothing to the statistics
+            if mask is not None:
+                idx = mask[:, j].nonzero().flatten()
+                weight = scale * len(idx) / pairs if len(idx) and pairs else 0.0
+                idx = idx if len(idx) else torch.zeros(1, dtype=torch.long)
+                unit, adv_j = traj.select(idx), adv_j[idx.to(adv_j.device)]
+                cond = {key: v.index_select(0, idx.to(v.device)) for key, v in b.cond.items()}
+                rows = float(len(idx)) if weight > 0 else 0.0
             with sync_ctx:
-                tl = self.method.transition_loss(ctx, traj, j, b.cond, adv_j)
+                tl = self.method.transition_loss(ctx, unit, j, cond, adv_j)
                 if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
-                self.acc.backward(tl.loss * (scale / len(transitions)))
+                self.acc.backward(tl.loss * weight)
             if tl.logp_gap is not None:
                 max_diff = max(max_diff or 0.0, tl.logp_gap)
             stats.add(rows, loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
@@ -727,7 +819,8 @@ class Trainer:
         noise = self.adapter.initial_noise(len(items), gen)[rank * share : (rank + 1) * share]
         with self._ema_weights():
             images = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
-                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model)  # fmt: skip
+                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model,
+                                   negative_prompts=[it.negative_prompt for it in mine])  # fmt: skip
         out = self.eval_reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
         device = self.acc.device
         total = self.acc.gather(out.scores.to(device)).cpu()[:n]
@@ -771,8 +864,10 @@ class Trainer:
             metrics.update({f"method/{k}": v for k, v in self.method.metrics().items()})
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()
+            steps_before = self.optimizer_steps
             with timed(metrics, "update"):
                 upd = self.update(batches, adv_all, first=iteration == self.start_iteration, ctx=ctx)
+            metrics["cost/optimizer_steps"] = float(self.optimizer_steps - steps_before)
         metrics.update(self._reward_metrics(scores, comps, group_ids))
         if self.cfg.log.monitors:
             from flowrl.reward_models.monitors import image_monitors
@@ -781,6 +876,9 @@ class Trainer:
             metrics.update(self._mean_over_processes(image_monitors(self._last_images_of(batches), local_groups)))
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
         metrics.update(self._cost_metrics(scored.calls, metrics["timing_s/iteration"]))
+        if len(scored.calls_by_reward) > 1 or self.reward.pairwise:  # each reward's own count
+            by_reward = self._sum_over_processes(scored.calls_by_reward)
+            metrics.update({f"cost/reward_calls/{r}": v for r, v in by_reward.items()})
         metrics["memory/peak_gib"] = _peak_memory_gib(self.acc.device)
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
         metrics["adv/kept_frac"] = upd["kept_frac"]
@@ -791,6 +889,14 @@ class Trainer:
     @staticmethod
     def _last_images_of(batches: list[RolloutBatch]) -> torch.Tensor:
         return torch.cat([b.images for b in batches])
+
+    def _sum_over_processes(self, values: dict[str, float]) -> dict[str, float]:
+        if self.acc.num_processes == 1 or not values:
+            return values
+        keys = sorted(values)
+        t = self.acc.reduce(torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.acc.device),
+                            reduction="sum")
+        return dict(zip(keys, t.tolist()))
 
     def _mean_over_processes(self, values: dict[str, float]) -> dict[str, float]:
         """Average per-process update statistics (each process holds an equal share of the samples)."""
@@ -1017,15 +1123,17 @@ class Trainer:
         trainable = sharding.whole_on_main(self.trainable, main)
         optimizer_state = ckpt.optimizer_to_tensors(self.optimizer.optimizer, main)
         ema = sharding.whole_on_main(self.ema.shadow, main) if self.ema else None
+        averages = {name: sharding.whole_on_main(a.shadow, main) for name, a in self.averages.items()}
         if main:
             ckpt.finish_checkpoint(
-                tmp, iterations_done, trainable, optimizer_state, ema=ema,
+                tmp, iterations_done, trainable, optimizer_state, ema=ema, averages=averages,
                 extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0,
+                       "average_updates": {name: a.updates for name, a in self.averages.items()},
                        "processes": self.acc.num_processes, "config": redact_secrets(self.cfg.to_dict()),
                        "method": self.method.state_dict(), "cost_totals": self.cost_totals},
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
-        del trainable, optimizer_state, ema
+        del trainable, optimizer_state, ema, averages
         self.export(self.out)
         if main:
             runs.share_with_group(self.out)
@@ -1061,10 +1169,16 @@ class Trainer:
         if self.ema is None:
             yield
             return
+        with self._swapped_in(self.ema.shadow):
+            yield
+
+    @contextmanager
+    def _swapped_in(self, shadow: dict[str, torch.Tensor]):
+        """Temporarily load ``shadow`` (an average's weights) into the trainable parameters."""
         saved = {k: p.detach().clone() for k, p in self.trainable.items()}
         with torch.no_grad():
             for k, p in self.trainable.items():
-                p.copy_(self.ema.shadow[k])
+                p.copy_(shadow[k])
         try:
             yield
         finally:

@@ -3,8 +3,11 @@
 An adapter wraps one diffusers pipeline family and exposes only what the RL loop needs, built from the
 pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler's sigmas, the VAE):
 
-* ``encode_prompts(prompts)`` -> conditioning, a dict of tensors with the batch first (cached per prompt);
-* ``negative_conditioning(n)`` -> the unconditional branch for CFG;
+* ``encode_prompts(prompts, negative_prompts=None)`` -> conditioning, a dict of tensors with the batch first
+  (cached per prompt); with ``negative_prompts``, each row's CFG negative is rows of it too (SD3:
+  ``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``), so ``select`` and ``concat`` keep them aligned;
+* ``negative_conditioning(n)`` -> the unconditional branch for CFG (the empty prompt) where ``cond`` holds no
+  negatives of its own;
 * ``sigmas(num_steps)`` -> the schedule (T+1 values from 1 to 0), shift included;
 * ``initial_noise(n, generator)`` -> x at sigma = 1;
 * ``model_inputs(cond, guidance_scale)`` -> transformer-ready conditioning (CFG rows stacked), once a batch;
@@ -30,6 +33,11 @@ def select(cond: Conditioning, index: torch.Tensor) -> Conditioning:
 
 
 def concat(conds: list[Conditioning]) -> Conditioning:
+    """The rows of ``conds`` one after another; every one must hold the same keys (e.g. all with negatives)."""
+    keys = set(conds[0])
+    for c in conds[1:]:
+        if set(c) != keys:
+            raise ValueError(f"cannot concatenate conditionings with different keys: {sorted(keys)} and {sorted(c)}")
     return {k: torch.cat([c[k] for c in conds]) for k in conds[0]}
 
 
@@ -38,7 +46,7 @@ class PipelineAdapter(Protocol):
     lora_target_modules: list[str]
     device: torch.device
 
-    def encode_prompts(self, prompts: list[str]) -> Conditioning: ...
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning: ...
 
     def negative_conditioning(self, n: int) -> Conditioning: ...
 

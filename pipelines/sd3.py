@@ -37,6 +37,126 @@ def _has_xformers() -> bool:
     return importlib.util.find_spec("xformers") is not None
 
 
+# ---------------------------------------------------------------------------------------- attention backends
+
+
+def attention_backend_names() -> tuple[str, ...]:
+    """The backend names of diffusers' attention dispatcher (``AttentionBackendName``), in its order."""
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    return tuple(member.value for member in AttentionBackendName)
+
+
+class DispatchedJointAttention:
+    """SD3's joint attention (the math of diffusers' ``JointAttnProcessor2_0``) with the attention product
+    sent through diffusers' dispatcher (``dispatch_attention_fn``), so that ``set_attention_backend`` reaches
+    it: diffusers 0.42's SD3 processor calls ``scaled_dot_product_attention`` itself and has no backend to set.
+
+    Query, key and value go to the dispatcher as (B, S, heads, head_dim), image tokens first, then text
+    tokens, as the SD3 processor concatenates them; the output is split back the same way."""
+
+    _attention_backend = None  # set by ModelMixin.set_attention_backend (None: the dispatcher's active one)
+    _parallel_config = None  # no context parallelism
+
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, *args, **kwargs):
+        from diffusers.models.attention_dispatch import dispatch_attention_fn
+
+        image_tokens = hidden_states.shape[1]
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # (B, S, heads * head_dim) -> (B, S, heads, head_dim)
+            return t.unflatten(-1, (attn.heads, -1))
+
+        def normed(t: torch.Tensor, norm) -> torch.Tensor:
+            return t if norm is None else norm(t)
+
+        q = normed(heads(attn.to_q(hidden_states)), attn.norm_q)
+        k = normed(heads(attn.to_k(hidden_states)), attn.norm_k)
+        v = heads(attn.to_v(hidden_states))
+        joint = encoder_hidden_states is not None
+        if joint:
+            q = torch.cat([q, normed(heads(attn.add_q_proj(encoder_hidden_states)), attn.norm_added_q)], dim=1)
+            k = torch.cat([k, normed(heads(attn.add_k_proj(encoder_hidden_states)), attn.norm_added_k)], dim=1)
+            v = torch.cat([v, heads(attn.add_v_proj(encoder_hidden_states))], dim=1)
+        out = dispatch_attention_fn(q, k, v, dropout_p=0.0, is_causal=False, backend=self._attention_backend,
+                                    parallel_config=self._parallel_config)
+        out = out.flatten(2).to(q.dtype)
+        image = attn.to_out[1](attn.to_out[0](out[:, :image_tokens]))
+        if not joint:
+            return image
+        text = out[:, image_tokens:]
+        if not attn.context_pre_only:
+            text = attn.to_add_out(text)
+        return image, text
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
+
+
+def _probe_attention(backend, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int) -> bool:
+    """One tiny attention call of ``backend`` on ``device`` in ``dtype``, after the backend's own constraints
+    (its device and dtype checks, which diffusers runs only with DIFFUSERS_ATTN_CHECKS=1). Returns whether
+    its output carries a gradient back to its inputs."""
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry, dispatch_attention_fn
+
+    q = torch.randn(1, 16, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
+    for check in getattr(_AttentionBackendRegistry, "_constraints", {}).get(backend, []):
+        check(query=q, key=q, value=q, attn_mask=None, is_causal=False)
+    with torch.enable_grad():
+        return bool(dispatch_attention_fn(q, q, q, backend=backend).requires_grad)
+
+
+def _probe_error(backend, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int) -> str | None:
+    try:
+        _probe_attention(backend, device, dtype, heads, head_dim)
+    except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
+        return _first_line(exc)
+    return None
+
+
+def set_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """Route every attention of an SD3 ``transformer`` through diffusers' dispatcher with backend ``name``
+    (``model.attention_backend``). Refused in one line (RuntimeError) when the backend cannot run here: its
+    package missing (flash-attn, sageattention, kernels...), the wrong device (a CUDA-only kernel on a CPU), a
+    dtype it does not take. A backend that takes only 16-bit inputs passes an fp32 model with a warning: it
+    runs under 16-bit autocast (``train.mixed_precision``) only. Returns whether the backend backpropagates
+    (an inference-only kernel such as SageAttention's cannot train)."""
+    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
+
+    if name not in attention_backend_names():
+        raise ValueError(f"model.attention_backend: {name!r} is not one of {', '.join(attention_backend_names())}")
+    backend = AttentionBackendName(name)
+    heads = int(transformer.config.num_attention_heads)
+    head_dim = int(transformer.config.attention_head_dim)
+    where = device.type + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    transformer.set_attn_processor(DispatchedJointAttention())
+    active = _AttentionBackendRegistry._active_backend
+    try:
+        # diffusers checks the backend's package (and fetches a hub kernel) here, then sets it on the processors
+        transformer.set_attention_backend(name)
+    except Exception as exc:  # noqa: BLE001 -- diffusers raises RuntimeError/ValueError, a hub fetch its own
+        raise RuntimeError(f"model.attention_backend={name!r} is not available here: {_first_line(exc)}") from None
+    finally:
+        # set_attention_backend also makes it the process-wide default of every other diffusers model (a Wan
+        # transformer, say); only this transformer's processors should change
+        _AttentionBackendRegistry.set_active_backend(active)
+    try:
+        return _probe_attention(backend, device, dtype, heads, head_dim)
+    except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
+        why = _first_line(exc)
+        if dtype == torch.float32:  # perhaps a 16-bit-only kernel, which autocast would feed
+            half = torch.bfloat16 if device.type != "cuda" or torch.cuda.is_bf16_supported() else torch.float16
+            half_error = _probe_error(backend, device, half, heads, head_dim)
+            if half_error is None:
+                logger.warning("model.attention_backend=%s takes only 16-bit inputs (%s with fp32 weights): it "
+                               "runs under train.mixed_precision=bf16/fp16 only", name, why)
+                return _probe_attention(backend, device, half, heads, head_dim)
+            why += f"; in {str(half)[6:]}: {half_error}" if half_error != why else ""
+        raise RuntimeError(f"model.attention_backend={name!r} cannot run on this {where} with {str(dtype)[6:]} "
+                           f"weights: {why}") from None
+
+
 class HubUnavailableError(RuntimeError):
     """The model is neither a local folder nor reachable on the hub."""
 
@@ -186,7 +306,7 @@ def _load_error(path: str, exc: BaseException, config: str | None = None) -> Hub
                                    f"({type(exc).__name__}: {detail})")
     return HubUnavailableError(
         f"model.path={path!r}: not a local folder and {why}; download it first "
-        f"(huggingface-cli download {path}) or set model.path to a local folder"
+        f"(hf download {path}) or set model.path to a local folder"
     )
 
 
@@ -266,6 +386,7 @@ class SD3Adapter:
         device: torch.device | str = "cpu",
         vae_dtype: torch.dtype = torch.float32,
         prompt_cache: int = 1024,
+        attention_backend: str | None = None,
     ):
         self.pipe = pipe
         self.device = torch.device(device)
@@ -281,7 +402,7 @@ class SD3Adapter:
         if pipe.vae.dtype != vae_dtype:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
-        if self.device.type == "cuda" and _has_xformers():
+        if self.device.type == "cuda" and _has_xformers() and attention_backend is None:
             pipe.enable_xformers_memory_efficient_attention()
         # one private scheduler copy: sigmas are read from it, never stepped
         self._scheduler = copy.deepcopy(pipe.scheduler)
@@ -291,6 +412,12 @@ class SD3Adapter:
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
         # ModelMixin.dtype walks every parameter: far too slow to ask once per denoising step
         self.compute_dtype = pipe.transformer.dtype
+        # model.attention_backend: None keeps diffusers' default processors (xformers' where installed, above)
+        self.attention_backend = attention_backend
+        self.attention_backpropagates = True  # False: an inference-only attention kernel (the Trainer refuses it)
+        if attention_backend is not None:
+            self.attention_backpropagates = set_attention_backend(pipe.transformer, attention_backend, self.device,
+                                                                  self.compute_dtype)
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> "SD3Adapter":
@@ -309,7 +436,7 @@ class SD3Adapter:
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
         return cls(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
-                   prompt_cache=model_cfg.prompt_cache)
+                   prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -328,9 +455,9 @@ class SD3Adapter:
         )
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
-    def encode_prompts(self, prompts: list[str]) -> Conditioning:
-        """Embeddings of ``prompts`` (B, L, D) and (B, P). Each distinct prompt of the call is encoded once;
-        the ``prompt_cache`` most recently used ones are kept for later calls."""
+    def _rows(self, prompts: list[str]) -> list[Conditioning]:
+        """One-row embeddings of each of ``prompts``, through the cache: each distinct prompt of the call that
+        is not cached is encoded once (in one batch); the ``prompt_cache`` most recently used ones are kept."""
         missing = sorted({p for p in prompts if p not in self._cache})
         found = {p: self._cache[p] for p in prompts if p in self._cache}
         if missing:
@@ -342,14 +469,38 @@ class SD3Adapter:
                 self._cache.move_to_end(p)
             while len(self._cache) > self.prompt_cache:
                 self._cache.popitem(last=False)
-        rows = [found[p] for p in prompts]
-        return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+        return [found[p] for p in prompts]
+
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
+        """Embeddings of ``prompts`` (B, L, D) and (B, P). Each distinct prompt of the call is encoded once;
+        the ``prompt_cache`` most recently used ones are kept for later calls.
+
+        ``negative_prompts`` (one a prompt): each row's CFG negative, kept as rows of the conditioning
+        (``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``) so that selecting or concatenating
+        rows keeps every sample with its own negative; "" is the empty prompt, exactly the embedding of
+        ``negative_conditioning``. None: no negative rows, CFG uses the empty prompt (``model_inputs``)."""
+        if negative_prompts is not None and len(negative_prompts) != len(prompts):
+            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
+        given = [n for n in negative_prompts or [] if n]
+        rows = self._rows(list(prompts) + given)
+        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in rows[0]}
+        if negative_prompts is None:
+            return cond
+        empty = self._empty_negative()
+        own = iter(rows[len(prompts):])
+        negs = [next(own) if n else empty for n in negative_prompts]
+        for k in empty:
+            cond[f"negative_{k}"] = torch.cat([r[k] for r in negs])
+        return cond
+
+    def _empty_negative(self) -> Conditioning:
+        if self._negative is None:
+            self._negative = self._encode([""])
+        return self._negative
 
     def negative_conditioning(self, n: int) -> Conditioning:
         """The empty-prompt embedding used as the CFG negative, expanded to ``n`` rows."""
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._negative.items()}
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -374,12 +525,17 @@ class SD3Adapter:
 
     def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
         """Transformer-ready conditioning for ``velocity``: cast to the model dtype and, with CFG, the
-        empty-prompt rows stacked before the prompt rows (uncond first, as the pipeline does).
-        Built once per batch, not once per step."""
+        negative rows stacked before the prompt rows (uncond first, as the pipeline does): each row's own
+        negative where ``cond`` holds them (``encode_prompts(prompts, negative_prompts)``), else the empty
+        prompt. Built once per batch, not once per step."""
         dtype = self.compute_dtype
         embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
         if guidance_scale != 1.0:
-            neg = self.negative_conditioning(embeds.shape[0])
+            if "negative_prompt_embeds" in cond:
+                neg = {"prompt_embeds": cond["negative_prompt_embeds"],
+                       "pooled_prompt_embeds": cond["negative_pooled_prompt_embeds"]}
+            else:
+                neg = self.negative_conditioning(embeds.shape[0])
             embeds = torch.cat([neg["prompt_embeds"], embeds])
             pooled = torch.cat([neg["pooled_prompt_embeds"], pooled])
         return {"prompt_embeds": embeds.to(dtype), "pooled_prompt_embeds": pooled.to(dtype)}
@@ -407,7 +563,7 @@ class SD3Adapter:
             )
         x_in = torch.cat([x, x]) if use_cfg else x
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
-        timestep = timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep])
+        timestep = timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep]) if use_cfg else timestep
         out = (model or self.transformer)(
             hidden_states=x_in.to(self.compute_dtype),
             timestep=timestep,
@@ -439,6 +595,8 @@ class SD3Adapter:
 
             trained = SD3Transformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.transformer.dtype)
             self.pipe.transformer = trained.to(self.device)
+            if self.attention_backend is not None:
+                set_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
             return "fine-tuned transformer"
         return None
 

@@ -425,11 +425,14 @@ class WeightedReward:
         batch = len(prompts)
         total = torch.zeros(batch)
         components: dict[str, torch.Tensor] = {}
+        calls: dict[str, int] = {}
         for name, (reward, weight) in self.rewards.items():
             out = check_scores(name, self._call_one(name, reward, media, prompts, metadata), batch)
             components[name] = out.scores
+            calls[name] = int(out.details.get("comparisons", batch)) if isinstance(out.details, Mapping) else batch
             total += weight * out.scores
-        return RewardOutput(scores=total, details={"components": components})
+        # calls: each reward's evaluations (its samples, or a pairwise reward's comparisons)
+        return RewardOutput(scores=total, details={"components": components, "calls": calls})
 
 
 # ---------------------------------------------------------------------------------------------- media helpers
@@ -493,6 +496,8 @@ class PairwiseReward:
     every unordered pair within each prompt group (C(G, 2) comparisons, ``compare_batch`` at a time) and
     returns the win rates (``win_rates``). The trainer must hand over complete groups (gather across
     processes first), or the rates are computed within partial groups (Pref-GRPO issue #18).
+    ``both_orders``: judge each pair as (a, b) and as (b, a) and average, P = (P(a > b) + 1 - P(b > a)) / 2,
+    which cancels a judge's bias for one position at twice the comparisons.
     """
 
     name = "pairwise"
@@ -500,6 +505,7 @@ class PairwiseReward:
     score_range = (0.0, 1.0)
     group_key = "group"
     compare_batch = 16
+    both_orders = False
 
     def compare(self, media_a: Any, media_b: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
         raise NotImplementedError
@@ -511,6 +517,15 @@ class PairwiseReward:
         metadata = metadata or [{} for _ in prompts]
         groups = prompt_groups(prompts, metadata, self.group_key)
         pairs = [pair for group in groups for pair in itertools.combinations(group, 2)]
+        p_first = self._judge(media, prompts, metadata, pairs)
+        if self.both_orders:
+            p_swapped = self._judge(media, prompts, metadata, [(b, a) for a, b in pairs])
+            p_first = (p_first + (1.0 - p_swapped)) / 2
+        scores = win_rates(num, pairs, p_first)
+        return RewardOutput(scores=scores, details={"comparisons": len(pairs) * (2 if self.both_orders else 1)})
+
+    def _judge(self, media: Any, prompts: list[str], metadata: list[dict], pairs: list[tuple[int, int]]) -> torch.Tensor:
+        """P(first beats second) of every pair, ``compare_batch`` pairs a call; (len(pairs),)."""
         probs = []
         for start in range(0, len(pairs), self.compare_batch):
             chunk = pairs[start : start + self.compare_batch]
@@ -522,6 +537,4 @@ class PairwiseReward:
                 [metadata[a] for a in first],
             )
             probs.append(torch.as_tensor(p, dtype=torch.float32).reshape(len(chunk)).clamp(0, 1))
-        p_first = torch.cat(probs) if probs else torch.zeros(0)
-        scores = win_rates(num, pairs, p_first)
-        return RewardOutput(scores=scores, details={"comparisons": len(pairs)})
+        return torch.cat(probs) if probs else torch.zeros(0)

@@ -400,11 +400,15 @@ class UnifiedRewardReward(PairwiseReward):
         video_frames: int = 8,
         fallback: float = 0.0,
         parse: Literal["lenient", "flow_grpo"] = "lenient",
+        both_orders: bool = False,
         backend: ChatBackend | None = None,
         **backend_options: Any,
     ):
         if mode not in ("pointwise", "pairwise"):
             raise RewardError(f"unifiedreward: mode={mode!r}; allowed: pointwise, pairwise")
+        if both_orders and mode != "pairwise":
+            raise RewardError("unifiedreward: both_orders=true needs mode=pairwise")
+        self.both_orders = bool(both_orders)
         check_choice(self.name, "parse", parse, tuple(SCORE_PARSERS))
         self.parse = parse
         self.mode, self.pairwise = mode, mode == "pairwise"

@@ -5,7 +5,7 @@ import pytest
 
 from flowrl.cli import build_parser, main
 
-COMMANDS = ["train", "sample", "ls", "validate", "env", "rewards", "serve-reward", "eval"]
+COMMANDS = ["train", "sample", "ls", "validate", "env", "report", "rewards", "serve-reward", "eval"]
 
 
 def test_help_for_every_command(capsys):

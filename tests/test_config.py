@@ -127,3 +127,15 @@ def test_a_recipe_can_start_from_a_base_recipe(tmp_path):
     loop.write_text(f"base: {loop}\n")
     with pytest.raises(ConfigError, match="base recipes form a cycle"):
         resolve_config(str(loop))
+
+
+def test_a_key_added_since_the_checkpoint_counts_as_its_default():
+    """A run saved before a config key existed ran with that key's default: resuming it is no change,
+    unless the new config sets something else."""
+    from flowrl.config import Config, math_changes
+
+    new = Config().to_dict()
+    old = {**new, "train": {k: v for k, v in new["train"].items() if not k.startswith("lr_")}}
+    assert math_changes(old, new) == []
+    new["train"]["lr_schedule"] = "cosine"
+    assert math_changes(old, new) == ["train.lr_schedule ('constant' -> 'cosine')"]

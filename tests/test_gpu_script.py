@@ -130,3 +130,20 @@ def test_smoke_measures_one_iteration_of_every_method(capsys):
     assert all(r["seconds"] > 0 and r["nfe"] > 0 and r["reward_calls"] > 0 for r in rows)
     assert rows[0]["vs_flow_grpo"] == 1.0
     assert "| method iteration | setting | s | vs flow_grpo |" in capsys.readouterr().out
+
+
+def test_smoke_compares_attention_backends_and_compile(capsys):
+    """--what attention: today's path, each backend that runs here (on a CPU: native; a CUDA-only one is
+    skipped with a note), torch.compile with today's attention and with the fastest backend."""
+    rows = gpu.main(["--smoke", "--what", "attention", "--attention-backends", "native,_native_cudnn"])
+    printed = capsys.readouterr().out
+    assert [r["model"] for r in rows] == [f"SD3.5-M attention {label}"
+                                          for label in ("today", "native", "compile", "native + compile")]
+    assert [(r["attention"], r["compile"]) for r in rows] == [("default", False), ("native", False),
+                                                             ("default", True), ("native", True)]
+    assert "attention _native_cudnn: skipped (model.attention_backend='_native_cudnn' cannot run on this cpu" in printed
+    assert rows[0]["vs_today"] == 1.0 and all(r["vs_today"] == r["seconds"] / rows[0]["seconds"] for r in rows)
+    assert all(r["seconds"] > 0 and r["first_seconds"] > 0 for r in rows)
+    # fp32 on a CPU: every variant's update recomputes its rollout's log-probs
+    assert all(r["onpolicy_logp_diff"] <= r["onpolicy_tol"] for r in rows)
+    assert "| attention / compile | setting | s | vs today | first iteration s | on-policy log-prob gap |" in printed

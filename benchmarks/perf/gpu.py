@@ -24,6 +24,15 @@ Two models, each figure printed as it is measured, then Markdown tables:
   reward calls and peak GiB. G²RPO and E-GRPO roll out one prompt group (6) per batch; DenseGRPO's
   calibration rounds are left out of its figure. ``--what methods --max-seconds 400`` fits one device
   call; methods that would overrun are skipped with a note.
+* **Attention backends and torch.compile** (``--what attention``, not in the default): one iteration of the
+  same SD3.5-M (after a warm-up iteration, which also pays any compilation) with today's attention, then
+  ``model.attention_backend`` set to each backend of ``ATTENTION_BACKENDS`` (or ``--attention-backends``)
+  that runs on this GPU, then ``train.compile=true`` with today's attention and with the fastest backend:
+  seconds, the ratio to today's, and the first update's rollout-vs-update log-prob gap
+  (``policy/onpolicy_logp_diff``) side by side. The target is 0.8 of today's time with the gap within
+  ``train.onpolicy_tol``. ``--what attention --max-seconds 540`` fits one device call. With ``--smoke`` the
+  compiled variants use torch.compile's ``aot_eager`` backend (graph capture, no kernel builds), so that
+  the stage runs in seconds on a CPU: it checks the code path, not the speed.
 
 Stages that would overrun ``--max-seconds`` are skipped with a note, so the script ends in time.
 """
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import math
@@ -293,7 +303,7 @@ def _trainer_with(cfg, pipe, device: torch.device):
 
     def make(model_cfg, device=device, seed=0):
         return SD3Adapter(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
-                          prompt_cache=model_cfg.prompt_cache)
+                          prompt_cache=model_cfg.prompt_cache, attention_backend=model_cfg.attention_backend)
 
     # the folder holds configs only (the weights are in memory): skip the model.path check too
     with mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))), \
@@ -413,6 +423,115 @@ def bench_methods(scale: Scale, device: torch.device, clock: Clock, precision: s
         if flow:
             r["vs_flow_grpo"] = r["seconds"] / flow["seconds"]
     del pipe
+    _reset_peak(device)
+    return rows
+
+
+# attention backends with a backward pass, about fastest first on a Hopper GPU: FlashAttention-3 and -2 (their
+# packages), cuDNN's and PyTorch's own fused kernels, and the dispatcher's plain SDPA (SageAttention has no
+# backward pass: it cannot train)
+ATTENTION_BACKENDS = ("_flash_3", "flash", "_native_cudnn", "_native_flash", "_native_efficient", "native")
+
+
+def _reset_transformer(transformer, processors: dict) -> None:
+    """The shared transformer as built, for the next variant: its own attention processors, its class's forward
+    (no compiled or autocast forward left by an earlier Trainer), no forward hooks (NFE counts) and no LoRA."""
+    transformer.set_attn_processor(dict(processors))
+    for attr in ("forward", "_original_forward"):
+        transformer.__dict__.pop(attr, None)
+    transformer._forward_pre_hooks.clear()
+    transformer._forward_pre_hooks_with_kwargs.clear()
+    if "default" in (getattr(transformer, "peft_config", None) or {}):
+        transformer.delete_adapters("default")
+
+
+def _runnable_backends(transformer, names, device: torch.device, dtype: torch.dtype, clock: Clock) -> list[str]:
+    """The backends among ``names`` that run (and backpropagate) here, each said as it is checked."""
+    from flowrl.pipelines.sd3 import set_attention_backend
+
+    processors = dict(transformer.attn_processors)
+    runnable = []
+    for name in names:
+        try:
+            if set_attention_backend(transformer, name, device, dtype):
+                runnable.append(name)
+            else:
+                clock.say(f"attention {name}: skipped (inference-only: no backward pass)")
+        except (RuntimeError, ValueError) as exc:
+            clock.say(f"attention {name}: skipped ({exc})")
+        finally:
+            transformer.set_attn_processor(dict(processors))
+    return runnable
+
+
+def bench_attention(scale: Scale, device: torch.device, clock: Clock, precision: str,
+                    backends: list[str] | None = None, smoke: bool = False) -> list[dict]:
+    """One SD3.5-M-size iteration (after a warm-up iteration) for today's path, each attention backend that
+    runs here, and torch.compile with today's attention and with the fastest backend: seconds, ratio to
+    today's, and the first update's on-policy log-prob gap."""
+    from flowrl.config import config_from_dict, merge_overrides
+    from flowrl.pipelines.sd3 import DTYPES
+
+    clock.say(f"attention: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
+    pipe = build_sd35m(scale, device, DTYPES[precision])
+    transformer = pipe.transformer
+    processors = dict(transformer.attn_processors)
+    runnable = _runnable_backends(transformer, backends or ATTENTION_BACKENDS, device, DTYPES[precision], clock)
+    clock.say(f"attention backends that run here: {', '.join(runnable) or 'none'}")
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        _save_configs(pipe, folder)
+        base = _sd35m_config(scale, folder, 2, precision).to_dict()
+
+        def run(label: str, backend: str | None, compiled: bool) -> None:
+            # two iterations; a compiled variant's first one also builds its kernels (minutes at full size)
+            need = (4 if compiled else 2.5) * rows[0]["seconds"] + (150 if compiled and not smoke else 0) if rows else 0
+            if clock.left() < need:
+                clock.say(f"skipping {label}: time budget")
+                return
+            overrides = [f"output_dir={folder / label.replace(' ', '_')}", f"train.compile={str(compiled).lower()}"]
+            if backend is not None:
+                overrides.append(f"model.attention_backend={backend}")
+            cfg = config_from_dict(merge_overrides(json.loads(json.dumps(base)), overrides))
+            _reset_transformer(transformer, processors)
+            torch._dynamo.reset()
+            # --smoke checks the code path: graph capture without inductor's kernel builds (minutes on a CPU)
+            capture_only = mock.patch.object(torch, "compile", functools.partial(torch.compile, backend="eager"))
+            with capture_only if compiled and smoke else contextlib.nullcontext():
+                trainer = _trainer_with(cfg, pipe, device)
+            _reset_peak(device)
+            first = trainer.step(0)  # warm-up (and compilation)
+            _reset_peak(device)
+            m = trainer.step(1)
+            gap = first.get("policy/onpolicy_logp_diff", float("nan"))
+            rows.append({"model": f"SD3.5-M attention {label}",
+                         "setting": f"{backend or 'default'} attention, compile {'on' if compiled else 'off'}; "
+                                    f"{scale.resolution}px, {cfg.sample.prompts_per_iteration * cfg.sample.group_size} "
+                                    f"samples, batch {cfg.sample.batch_size}, {scale.num_steps} steps, {precision}",
+                         "attention": backend or "default", "compile": compiled,
+                         "seconds": m["timing_s/iteration"], "first_seconds": first["timing_s/iteration"],
+                         "images_per_s": m["throughput/images_per_s"], "peak_gib": m["memory/peak_gib"],
+                         "onpolicy_logp_diff": gap, "onpolicy_tol": cfg.train.onpolicy_tol,
+                         "vs_today": m["timing_s/iteration"] / rows[0]["seconds"] if rows else 1.0})
+            clock.say(f"{label}: {m['timing_s/iteration']:.2f} s ({rows[-1]['vs_today']:.3f} x today's), first "
+                      f"iteration {first['timing_s/iteration']:.2f} s, on-policy gap {gap:.3g}, "
+                      f"peak {m['memory/peak_gib']:.2f} GiB")
+            del trainer
+            _reset_transformer(transformer, processors)
+            torch._dynamo.reset()
+
+        run("today", None, False)
+        for name in runnable:
+            run(name, name, False)
+        run("compile", None, True)
+        measured = [r for r in rows if r["attention"] in runnable and not r["compile"]]
+        if measured:
+            best = min(measured, key=lambda r: r["seconds"])["attention"]
+            run(f"{best} + compile", best, True)
+    for r in rows:
+        r["meets_target"] = bool(r["vs_today"] <= 0.8 and r["onpolicy_logp_diff"] <= r["onpolicy_tol"])
+    pipe = transformer = processors = None  # (run() holds pipe in its closure: no del)
     _reset_peak(device)
     return rows
 
@@ -550,7 +669,7 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if "ratio" in r or "nfe" in r:
+        if "ratio" in r or "nfe" in r or "vs_today" in r:
             continue
         lines.append(
             f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['images_per_s'])} | "
@@ -568,6 +687,14 @@ def markdown(rows: list[dict]) -> str:
         lines += [f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r.get('vs_flow_grpo', math.nan))} | "
                   f"{r['nfe']:.0f} | {num(r['nfe_per_s'], 0)} | {r['reward_calls']:.0f} | {num(r['peak_gib'])} |"
                   for r in methods]
+    attention = [r for r in rows if "vs_today" in r]
+    if attention:
+        header = ("| attention / compile | setting | s | vs today | first iteration s | on-policy log-prob gap | "
+                  "peak GiB | 0.8 x today, check passing |")
+        lines += ["", header, "|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['vs_today'], 3)} | "
+                  f"{num(r['first_seconds'])} | {r['onpolicy_logp_diff']:.3g} | {num(r['peak_gib'])} | "
+                  f"{'yes' if r['meets_target'] else 'no'} |" for r in attention]
     return "\n".join(lines)
 
 
@@ -583,7 +710,9 @@ def environment(device: torch.device) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf.gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="toy sizes, on a CPU in seconds (tests run this)")
-    p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan, methods")
+    p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan, methods, attention")
+    p.add_argument("--attention-backends", default=None,
+                   help=f"comma-separated, for --what attention (default: {','.join(ATTENTION_BACKENDS)})")
     p.add_argument("--iterations", type=int, default=2, help="flowrl iterations of SD3.5-M (the first warms up)")
     p.add_argument("--repeats", type=int, default=3, help="timed Wan calls (median), after one warm-up")
     p.add_argument(
@@ -616,6 +745,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if "methods" in what:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
         rows += bench_methods(scale, device, clock, precision)
+    if "attention" in what:
+        precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
+        backends = args.attention_backends.split(",") if args.attention_backends else None
+        rows += bench_attention(scale, device, clock, precision, backends, smoke=args.smoke)
     if "wan" in what:
         precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
         rows += bench_wan(scale, device, args.repeats, clock, precision)

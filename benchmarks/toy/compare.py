@@ -52,6 +52,11 @@ METHOD_SETTINGS: dict[str, list[str]] = {
                "method.options.active_steps=[0,1,2,3]", "train.clip_range=1.0e-3"],
     "grpo_guard": FLOW_SDE,
     "dense_grpo": ["method.options.calibration_max_rounds=3"],
+    "pref_grpo": ["method.options.win_rate_from=[toy_geneval]"],
+    # the forward-process methods sample endpoints with the recipe's ODE (no SDE to match); a deterministic
+    # sampler needs a group's members to start from different noise, or they are one image
+    "ram": ["sample.same_noise_in_group=false"],
+    "diffusion_nft": ["sample.same_noise_in_group=false"],
 }  # fmt: skip
 # (GRPO-Guard's paper clips 50x tighter than Flow-GRPO, 2e-6 against 1e-4. On the toy that changes nothing:
 # one optimizer step per iteration leaves every ratio at exactly 1, and a run at 2e-5 was bit-identical.)
@@ -70,26 +75,49 @@ def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
     return runs
 
 
-def curves(metrics: list[dict]) -> dict[str, list[float]]:
-    """Per-iteration training reward and the held-out accuracy at each evaluation, with wall times.
+def curves(metrics: list[dict], steps_per_iteration: float = 1.0) -> dict[str, list[float]]:
+    """Per-iteration training reward and the held-out accuracy at each evaluation, with the training wall
+    time, optimizer steps and scored images (reward calls) spent before each.
 
     Wall time is the cumulative ``timing_s/iteration`` (evaluation excluded); an evaluation made before
-    iteration k is placed at the time iterations 0..k-1 took.
+    iteration k is placed at the cost iterations 0..k-1 took. Optimizer steps are ``cost/optimizer_steps``
+    (``steps_per_iteration`` for runs from before that metric).
     """
     out: dict[str, list[float]] = {"iteration": [], "time_s": [], "reward": [], "eval_iteration": [],
-                                   "eval_time_s": [], "accuracy": []}  # fmt: skip
-    elapsed = 0.0
+                                   "eval_time_s": [], "accuracy": [], "eval_steps": [], "eval_images": []}  # fmt: skip
+    elapsed, steps, images = 0.0, 0.0, 0.0
     for row in metrics:
         if ACCURACY in row:
             out["eval_iteration"].append(row["iteration"])
             out["eval_time_s"].append(elapsed)
+            out["eval_steps"].append(steps)
+            out["eval_images"].append(images)
             out["accuracy"].append(row[ACCURACY])
         if "reward/mean" in row:
             elapsed += row.get("timing_s/iteration", 0.0)
+            steps += row.get("cost/optimizer_steps", steps_per_iteration)
+            images += row.get("cost/reward_calls", 0.0)
             out["iteration"].append(row["iteration"])
             out["time_s"].append(elapsed)
             out["reward"].append(row["reward/mean"])
     return out
+
+
+def to_reach(c: dict[str, list[float]], target: float) -> dict[str, float] | None:
+    """The first evaluation at or above ``target``: its iteration, and the optimizer steps, scored images
+    and training seconds spent before it; None if no evaluation reaches it."""
+    for i, acc in enumerate(c["accuracy"]):
+        if acc >= target:
+            return {"iteration": c["eval_iteration"][i], "steps": c["eval_steps"][i], "images": c["eval_images"][i],
+                    "time_s": c["eval_time_s"][i], "accuracy": acc}
+    return None
+
+
+def _steps_per_iteration(cfg) -> float:
+    from flowrl.methods import build_method
+
+    s = cfg.sample
+    return float(len(build_method(cfg).schedule(-(-s.prompts_per_iteration * s.group_size // s.batch_size))))
 
 
 def run_one(
@@ -109,6 +137,7 @@ def run_one(
         previous = json.loads(done.read_text())
         if previous.get("settings") == [*common, *overrides]:
             print(f"[{name}] reusing the finished run in {run_dir}", flush=True)
+            previous["curves"] = curves(read_metrics(run_dir / "metrics.jsonl"), _steps_per_iteration(cfg))
             return previous
     print(f"[{name}] training {cfg.train.iterations} iterations into {run_dir}", flush=True)
     cfg.overwrite = True  # the folder is this comparison's own: an unfinished or other-settings run is replaced
@@ -119,7 +148,7 @@ def run_one(
                                    out=str(run_dir / "toy_eval"), json=False)  # fmt: skip
     report = _evaluate_run(eval_args, run_dir, base_cache)
     metrics = read_metrics(run_dir / "metrics.jsonl")
-    c = curves(metrics)
+    c = curves(metrics, _steps_per_iteration(cfg))
     result = {
         "name": name, "overrides": overrides, "settings": [*common, *overrides], "iterations": cfg.train.iterations,
         "samples_per_iteration": cfg.sample.prompts_per_iteration * cfg.sample.group_size,
@@ -146,6 +175,26 @@ def markdown(results: list[dict[str, Any]], note: str) -> str:
             f"{r['trained']['accuracy']:.3f} | {r['gain']:+.3f} |"
         )
     ok = [r for r in results if "error" not in r]
+    base = next((r for r in ok if r["name"] == "flow_grpo" and r["curves"]["accuracy"]), None)
+    if base is not None:
+        target = base["curves"]["accuracy"][-1]
+        ref = to_reach(base["curves"], target)
+        lines += ["", f"To reach Flow-GRPO's final held-out accuracy during training ({target:.3f}, the "
+                      f"in-training evaluation; cost spent before the first evaluation at or above it):", "",
+                  "| method | iteration | optimizer steps | scored images | train time (s) | steps vs flow_grpo | images vs flow_grpo | time vs flow_grpo |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in ok:
+            hit = to_reach(r["curves"], target)
+            if hit is None:
+                best = max(r["curves"]["accuracy"]) if r["curves"]["accuracy"] else float("nan")
+                lines.append(f"| {r['name']} | not reached (best {best:.3f}) | | | | | | |")
+                continue
+
+            def ratio(key):
+                return f"{ref[key] / hit[key]:.2f}x fewer" if hit[key] > 0 else "at once"
+
+            lines.append(f"| {r['name']} | {hit['iteration']} | {hit['steps']:.0f} | {hit['images']:.0f} | "
+                         f"{hit['time_s']:.0f} | {ratio('steps')} | {ratio('images')} | {ratio('time_s')} |")
     if ok:
         tasks = list(ok[0]["trained"]["tasks"])
         lines += ["", "| method | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
@@ -161,17 +210,21 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7), dpi=110)
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7), dpi=110)
     for r in (r for r in results if "error" not in r):
         c = r["curves"]
         axes[0, 0].plot(c["iteration"], c["reward"], label=r["name"])
         axes[0, 1].plot(c["time_s"], c["reward"], label=r["name"])
+        axes[0, 2].plot(c["eval_images"], c["accuracy"], marker="o", label=r["name"])
         axes[1, 0].plot(c["eval_iteration"], c["accuracy"], marker="o", label=r["name"])
         axes[1, 1].plot(c["eval_time_s"], c["accuracy"], marker="o", label=r["name"])
+        axes[1, 2].plot(c["eval_steps"], c["accuracy"], marker="o", label=r["name"])
     for ax, (x, y) in zip(axes.flat, [("iteration", "training reward (partial credit)"),
                                       ("training wall time (s)", "training reward (partial credit)"),
+                                      ("scored images", "held-out accuracy"),
                                       ("iteration", "held-out accuracy"),
-                                      ("training wall time (s)", "held-out accuracy")]):  # fmt: skip
+                                      ("training wall time (s)", "held-out accuracy"),
+                                      ("optimizer steps", "held-out accuracy")]):  # fmt: skip
         ax.set_xlabel(x)
         ax.set_ylabel(y)
         ax.grid(alpha=0.3)

@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -250,6 +251,8 @@ def load_dataset_prompts(name: str, split: str = "test", config: str | None = No
         table = datasets.load_dataset(name, config, split=split)
     except Exception as exc:  # noqa: BLE001 - offline hub, unknown name, missing split: one line either way
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            reason = f"the hub is offline (HF_HUB_OFFLINE=1): {reason}"
         raise RuntimeError(
             f"cannot load dataset {name!r} (split {split!r}): {reason[:200]}; download it first or pass a CSV path"
         ) from None

@@ -17,6 +17,9 @@ _METHODS = Registry("method", "flowrl.methods", {
     "g2rpo": "flowrl.methods.g2rpo:G2RPO",
     "e_grpo": "flowrl.methods.e_grpo:EGRPO",
     "grpo_guard": "flowrl.methods.grpo_guard:GRPOGuard",
+    "pref_grpo": "flowrl.methods.pref_grpo:PrefGRPO",
+    "ram": "flowrl.methods.ram:RAM",
+    "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
 })
 
 

@@ -50,7 +50,10 @@ class PromptBatch:
 class Experience:
     """What a method's exploration of one ``PromptBatch`` produced.
 
-    traj:   the trajectory that trains (rows: the batch's samples)
+    traj:   the training unit (rows: the batch's samples): a ``Trajectory``, or any object with the
+            same unit interface (``trained_indices``, ``row_mask``, ``prompt_ids``, ``len``,
+            ``select(rows)``, ``trained_only()``), e.g. the re-noised ``Endpoints`` of forward-process
+            methods, whose "transitions" are a sample's K noisings
     score:  latents to decode and score by name. ``"final"`` (B, C, H, W) is required and is the
             sample's reward; any other entry (B, K, C, H, W) becomes a (N, K) reward column.
     info:   per-row facts of the exploration that credit needs, (B,) or (B, K) numbers (a row's window
@@ -67,10 +70,11 @@ class Experience:
 class TransitionLoss:
     loss: torch.Tensor  # scalar, with grad
     policy_loss: torch.Tensor  # detached scalars from here on
-    kl: torch.Tensor
-    clip_frac: torch.Tensor
-    approx_kl: torch.Tensor
-    ratio_mean: torch.Tensor
+    # None: a figure the method's loss does not have (a forward-process loss has no ratio); not logged
+    kl: torch.Tensor | None = None
+    clip_frac: torch.Tensor | None = None
+    approx_kl: torch.Tensor | None = None
+    ratio_mean: torch.Tensor | None = None
     # max |recomputed - rollout log-prob| for the on-policy check; None: the check does not apply
     logp_gap: float | None = None
 
@@ -161,6 +165,27 @@ class Context:
         with self.reference_weights() as model:
             return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next, model=model)
 
+    def velocity(self, x: torch.Tensor, sigma: torch.Tensor | float, cond: Conditioning, *,
+                 guidance_scale: float | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:
+        """v(x, sigma | cond) under the current policy (or ``model``: inside ``reference_weights()`` or
+        ``average_weights(name)``), with grad when grad is on. ``sigma``: a float or (B,) per row;
+        ``guidance_scale`` defaults to ``sample.guidance_scale`` (1.0: the conditional prediction alone)."""
+        g = self.guidance_scale if guidance_scale is None else guidance_scale
+        inputs = self.model_inputs(cond) if g == self.guidance_scale else self.adapter.model_inputs(cond, g)
+        return self.adapter.velocity(x, sigma, inputs, g, model=model or self._trainer.model)
+
+    @contextmanager
+    def average_weights(self, name: str) -> Iterator[torch.nn.Module]:
+        """The policy with the method's parameter average ``name`` (``Method.averages``) swapped in,
+        restored on exit; no grad inside. Before its first update the average is the initial policy."""
+        trainer = self._trainer
+        average = trainer.averages.get(name)
+        if average is None:
+            raise RuntimeError(f"method {self.cfg.method.name} asked for the average {name!r}, which it does "
+                               f"not declare in Method.averages ({sorted(trainer.averages) or 'none'})")
+        with torch.no_grad(), trainer._swapped_in(average.shadow):
+            yield trainer.model
+
     @contextmanager
     def ema_weights(self) -> Iterator[torch.nn.Module]:
         """The policy with its EMA weights swapped in (``train.ema``), restored on exit; no grad inside."""
@@ -214,6 +239,29 @@ class Method:
 
     # every rollout batch holds whole prompt groups (a method that explores per group: an anchor, branches)
     whole_groups: bool = False
+
+    # rows whose advantage is 0 at every transition a step trains carry no signal and are left out of it;
+    # False for a loss that still pulls them somewhere (RAM's regression to the reference velocity)
+    drops_flat_rows: bool = True
+
+    # the loss recomputes the rollout's per-step log-probs, so the run's first update checks that they
+    # match (``train.onpolicy_check``); False for methods without log-probs, where the trainer says so
+    checks_onpolicy: bool = True
+
+    # the names of the run's pairwise rewards (their scores are win rates), set by the trainer
+    pairwise_rewards: frozenset[str] = frozenset()
+
+    def averages(self) -> dict[str, Any]:
+        """Parameter averages the method needs, by name: a function of the update count k (from 1) to
+        the decay d_k (``shadow <- d_k shadow + (1 - d_k) params``). The trainer keeps each one from the
+        initial weights, updates it after each iteration's optimizer steps, saves it in checkpoints and
+        swaps it in through ``Context.average_weights(name)``. Default: none."""
+        return {}
+
+    @property
+    def needs_reference(self) -> bool:
+        """The loss evaluates the reference weights (full fine-tuning then keeps a frozen copy)."""
+        return self.cfg.train.beta > 0
 
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
         """The iteration's optimizer steps over its ``num_units`` training units (the rollout batches of

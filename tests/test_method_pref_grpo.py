@@ -1,0 +1,162 @@
+"""Pref-GRPO on the method seam (specs/addon_methods.md §5): the win-rate oracles, credit with pairwise and
+score-derived win rates z-scored per component, the exact judge-call count, the per-sample subset of
+trained transitions forwarding only its rows, two processes against one."""
+
+import itertools
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flowrl.config import ConfigError, resolve_config
+from flowrl.methods import build_method
+from flowrl.methods.pref_grpo import score_win_rates
+from flowrl.reward_models.base import win_rates
+from flowrl.trainer import Trainer
+
+SMALL = ["sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
+         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0", "train.beta=0"]
+PAIRWISE = ["reward={'pairwise_rewards:Brighter': 1.0}"]
+
+
+def _cfg(tmp_path, *overrides):
+    return resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "method.name=pref_grpo", *overrides])
+
+
+def _pair_rates(scores: list[float]) -> torch.Tensor:
+    """Win rates of one group from a judge that prefers the higher score (ties 1/2)."""
+    pairs = list(itertools.combinations(range(len(scores)), 2))
+    p = torch.tensor([1.0 if scores[a] > scores[b] else 0.5 if scores[a] == scores[b] else 0.0 for a, b in pairs])
+    return win_rates(len(scores), pairs, p)
+
+
+@pytest.mark.parametrize("scores", [[0.3, 0.3, 0.9, 0.1, 0.3], [1, 2, 3, 4, 5, 6, 7, 8], [2.0] * 6])
+def test_win_rates_sum_to_half_the_group(scores):
+    """§5 oracle: the rates of a group of G sum to G/2, ties included; pairwise and score-derived agree."""
+    for rates in (_pair_rates(scores), score_win_rates(torch.tensor(scores), torch.zeros(len(scores), dtype=torch.long))):
+        assert float(rates.sum()) == pytest.approx(len(scores) / 2)
+    torch.testing.assert_close(_pair_rates(scores), score_win_rates(torch.tensor(scores, dtype=torch.float32),
+                                                                    torch.zeros(len(scores), dtype=torch.long)))
+
+
+def test_a_strict_order_gives_a_permutation_of_the_grid():
+    scores = torch.tensor([0.4, 0.9, 0.1, 0.7, 0.2, 0.5, 0.3, 0.8])
+    rates = score_win_rates(scores, torch.zeros(8, dtype=torch.long))
+    assert sorted(rates.tolist()) == pytest.approx([k / 7 for k in range(8)])
+
+
+def test_score_derived_win_rates_ignore_monotone_transforms():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(24, generator=g)
+    groups = torch.arange(24) // 6
+    base = score_win_rates(scores, groups)
+    for f in (torch.exp, lambda x: 3 * x - 1, lambda x: x**3, torch.sigmoid):
+        assert torch.equal(score_win_rates(f(scores), groups), base)
+
+
+def test_all_ties_give_zero_advantages_without_nan(tmp_path):
+    method = build_method(_cfg(tmp_path, *PAIRWISE))
+    method.pairwise_rewards = frozenset({"pairwise_rewards:Brighter"})
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    adv = method.credit({"final": torch.full((8,), 0.5), "final/pairwise_rewards:Brighter": torch.full((8,), 0.5)}, groups)
+    assert torch.equal(adv, torch.zeros(8))
+    assert method.metrics() == {"pref/win_rate_mean": 0.5, "pref/win_rate_std": 0.0}
+
+
+def test_credit_z_scores_each_component_with_the_sample_std(tmp_path):
+    """Two rewards, one turned into score-derived win rates: A = w1 z(winrate(r1)) + w2 z(r2), each z
+    within its group with the unbiased std and eps 1e-8, then clipped."""
+    cfg = _cfg(tmp_path, "reward={jpeg_compressibility: 2.0, aesthetic: 0.5}",
+               "method.options.win_rate_from=[jpeg_compressibility]")
+    method = build_method(cfg)
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    r1, r2 = torch.tensor([0.1, 0.4, 0.2, 5.0, 5.0, 1.0]), torch.tensor([1.0, 2.0, 4.0, 0.0, 1.0, 1.0])
+    adv = method.credit({"final": r1, "final/jpeg_compressibility": r1, "final/aesthetic": r2}, groups)
+
+    def z(v):
+        out = torch.zeros_like(v)
+        for g in (0, 1):
+            m = groups == g
+            out[m] = (v[m] - v[m].mean()) / (v[m].std(unbiased=True) + 1e-8)
+        return out
+
+    w1 = torch.tensor([0.0, 1.0, 0.5, 0.75, 0.75, 0.0])
+    torch.testing.assert_close(adv, (2.0 * z(w1) + 0.5 * z(r2)).clamp(-5, 5))
+    assert method.metrics()["pref/win_rate_mean"] == pytest.approx(0.5)
+
+
+def test_judge_calls_are_the_pairs_of_each_group(tmp_path, one_thread):
+    """C(G, 2) comparisons per group (twice with both_orders), counted in cost/reward_calls."""
+    for both, per_group in ((False, 6), (True, 12)):
+        tr = Trainer(_cfg(tmp_path / str(both), *PAIRWISE, "train.iterations=1",
+                          f"reward_args={{'pairwise_rewards:Brighter': {{both_orders: {str(both).lower()}}}}}"))
+        (row,) = tr.train()
+        assert row["cost/reward_calls"] == 2 * per_group
+        assert row["cost/reward_calls/pairwise_rewards:Brighter"] == 2 * per_group
+        assert row["method/pref/win_rate_mean"] == pytest.approx(0.5)
+        assert row["method/pref/win_rate_std"] > 0
+
+
+def test_both_orders_cancel_a_position_bias():
+    from pairwise_rewards import Brighter
+
+    images = torch.stack([torch.full((3, 4, 4), v) for v in (0.1, 0.2, 0.3)])
+    biased = Brighter(bias=0.15)(images, ["p"] * 3, [{}] * 3).scores  # the first shown wins close calls
+    fair = Brighter(bias=0.15, both_orders=True)(images, ["p"] * 3, [{}] * 3).scores
+    assert biased.tolist() == pytest.approx([0.5, 0.5, 0.5])
+    assert fair.tolist() == pytest.approx([0.25, 0.5, 0.75])
+
+
+def test_each_sample_trains_its_own_subset_and_only_its_rows_are_forwarded(tmp_path, one_thread):
+    """subset_fraction 0.5 of 4 transitions: every row trains exactly 2, drawn per row; the update's
+    forwards are the trained (row, transition) pairs times the CFG rows, and its first update is on-policy."""
+    tr = Trainer(_cfg(tmp_path, "method.options.subset_fraction=0.5", "train.iterations=1",
+                      "reward={jpeg_compressibility: 1.0}", "train.optimizer_steps_per_iteration=1"))
+    batches, group_ids = tr.collect(0, tr.context(0))
+    masks = torch.cat([b.traj.row_mask for b in batches])
+    assert masks.shape == (8, 4) and masks.sum(dim=1).tolist() == [2] * 8
+    assert len({tuple(m.tolist()) for m in masks}) > 1  # not one draw for all
+    scored = tr.score(batches)
+    adv = tr.method.credit(scored.columns, group_ids)
+    tr._nfe = 0
+    upd = tr.update(batches, adv, first=True, ctx=tr.context(0))
+    kept = (adv != 0)
+    assert tr._nfe == 2 * int(masks[kept].sum())
+    assert upd["onpolicy_logp_diff"] <= 1e-4
+
+
+def test_bad_options_are_one_line_errors(tmp_path):
+    for override, message in (("method.options.subset_fraction=0", "method.options.subset_fraction: must be in (0, 1]"),
+                              ("method.options.win_rate_from=[ocr]", "method.options.win_rate_from: 'ocr' is not a configured reward"),
+                              ("method.options.std_eps=0", "method.options.std_eps: must be > 0")):
+        with pytest.raises(ConfigError) as err:
+            Trainer(_cfg(tmp_path, override))
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="gloo on linux")
+def test_two_processes_give_one_processs_win_rates(tmp_path):
+    """The pairwise judge sees whole groups on each process: the same win rates, advantages and losses."""
+    import subprocess
+
+    from test_distributed import ENV, TORCHRUN, _assert_same_metrics
+
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), ENV.get("PYTHONPATH", "")])}
+    common = [*SMALL, "method.name=pref_grpo", *PAIRWISE, "train.iterations=2", "log.monitors=false"]
+
+    def run(command, out):
+        done = subprocess.run([*command, f"output_dir={out}", *common], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        import json
+
+        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+    one = run([sys.executable, "-m", "flowrl", "train"], tmp_path / "one")
+    two = run([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two")
+    _assert_same_metrics(one, two)
+    for a, b in zip(one, two):
+        for key in ("method/pref/win_rate_std", "cost/reward_calls"):
+            assert a[key] == pytest.approx(b[key], rel=1e-6)
