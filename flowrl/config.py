@@ -484,7 +484,8 @@ def parse_override(text: str) -> tuple[str, Any]:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError:
         value = raw
-    if isinstance(value, str) and _looks_numeric(value):
+    quoted = raw.strip()[:1] in ("'", '"')  # a quoted value stays the string it spells ('"2024"')
+    if isinstance(value, str) and not quoted and _looks_numeric(value):
         value = float(value)
     return key, value
 

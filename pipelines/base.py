@@ -70,6 +70,7 @@ class PipelineAdapter(Protocol):
 
 _ADAPTERS: dict[str, str] = {
     "sd3": "flowrl.pipelines.sd3:SD3Adapter",
+    "flux": "flowrl.pipelines.flux:FluxAdapter",
 }
 
 

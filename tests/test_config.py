@@ -139,3 +139,11 @@ def test_a_key_added_since_the_checkpoint_counts_as_its_default():
     assert math_changes(old, new) == []
     new["train"]["lr_schedule"] = "cosine"
     assert math_changes(old, new) == ["train.lr_schedule ('constant' -> 'cosine')"]
+
+
+def test_a_quoted_number_on_the_command_line_stays_a_string():
+    from flowrl.config import parse_override
+
+    assert parse_override('run_name="2024"') == ("run_name", "2024")  # the shell's run_name='"2024"'
+    assert parse_override('model.revision="1e3"') == ("model.revision", "1e3")
+    assert parse_override("train.learning_rate=1e-4") == ("train.learning_rate", 1e-4)
