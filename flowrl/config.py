@@ -623,7 +623,9 @@ def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     a, b = _flatten(old), _flatten(new)
     defaults = _flatten(Config().to_dict())
     for key, value in defaults.items():  # a key added after the old run was saved: it ran with the default
-        a.setdefault(key, value)
+        nested = any(k.startswith(key + ".") for k in (*a, *b))  # e.g. an empty default mapping, set in one run
+        if not nested:
+            a.setdefault(key, value)
     changes = []
     for key in sorted(set(a) | set(b)):
         if any(key == f or (f.endswith(".") and key.startswith(f)) or key.startswith(f + ".") for f in RESUME_FREE_KEYS):

@@ -191,7 +191,10 @@ def markdown(results: list[dict[str, Any]], note: str) -> str:
                 continue
 
             def ratio(key):
-                return f"{ref[key] / hit[key]:.2f}x fewer" if hit[key] > 0 else "at once"
+                if hit[key] <= 0:
+                    return "at once"
+                r = ref[key] / hit[key]
+                return f"{r:.2f}x fewer" if r >= 1 else f"{1 / r:.2f}x more"
 
             lines.append(f"| {r['name']} | {hit['iteration']} | {hit['steps']:.0f} | {hit['images']:.0f} | "
                          f"{hit['time_s']:.0f} | {ratio('steps')} | {ratio('images')} | {ratio('time_s')} |")
