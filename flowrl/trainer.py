@@ -873,11 +873,11 @@ class Trainer:
             from flowrl.reward_models.monitors import image_monitors
 
             local_groups = torch.cat([b.traj.prompt_ids for b in batches])
-            metrics.update(self._mean_over_processes(image_monitors(self._last_images_of(batches), local_groups)))
+            metrics.update(self._over_processes(image_monitors(self._last_images_of(batches), local_groups), "mean"))
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
         metrics.update(self._cost_metrics(scored.calls, metrics["timing_s/iteration"]))
         if len(scored.calls_by_reward) > 1 or self.reward.pairwise:  # each reward's own count
-            by_reward = self._sum_over_processes(scored.calls_by_reward)
+            by_reward = self._over_processes(scored.calls_by_reward, "sum")
             metrics.update({f"cost/reward_calls/{r}": v for r, v in by_reward.items()})
         metrics["memory/peak_gib"] = _peak_memory_gib(self.acc.device)
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
@@ -890,22 +890,13 @@ class Trainer:
     def _last_images_of(batches: list[RolloutBatch]) -> torch.Tensor:
         return torch.cat([b.images for b in batches])
 
-    def _sum_over_processes(self, values: dict[str, float]) -> dict[str, float]:
-        if self.acc.num_processes == 1 or not values:
-            return values
-        keys = sorted(values)
-        t = self.acc.reduce(torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.acc.device),
-                            reduction="sum")
-        return dict(zip(keys, t.tolist()))
-
-    def _mean_over_processes(self, values: dict[str, float]) -> dict[str, float]:
-        """Average per-process update statistics (each process holds an equal share of the samples)."""
+    def _over_processes(self, values: dict[str, float], reduction: str) -> dict[str, float]:
+        """``values`` reduced over processes ("mean": per-process statistics of equal shares; "sum": counts)."""
         if self.acc.num_processes == 1 or not values:
             return values
         keys = sorted(values)
         t = torch.tensor([values[k] for k in keys], dtype=torch.float64, device=self.acc.device)
-        t = self.acc.reduce(t, reduction="mean")
-        return dict(zip(keys, t.tolist()))
+        return dict(zip(keys, self.acc.reduce(t, reduction=reduction).tolist()))
 
     @staticmethod
     def _reward_metrics(scores, comps, group_ids) -> dict[str, float]:

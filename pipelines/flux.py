@@ -35,11 +35,12 @@ from flowrl.pipelines.sd3 import (
     _first_line,
     _offline,
     _probe_attention,
-    _set_as_list,
     attention_backend_names,
+    cached_rows,
     is_single_file,
     local_or_hub,
     looks_local,
+    lora_metadata,
 )
 
 logger = logging.getLogger(__name__)
@@ -192,19 +193,8 @@ class FluxAdapter:
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
     def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row embeddings of each prompt through the LRU cache (distinct missing prompts encoded in one batch)."""
-        missing = sorted({p for p in prompts if p not in self._cache})
-        found = {p: self._cache[p] for p in prompts if p in self._cache}
-        if missing:
-            fresh = self._encode(missing)
-            found.update({p: {k: v[i : i + 1].clone() for k, v in fresh.items()} for i, p in enumerate(missing)})
-        if self.prompt_cache:
-            for p in dict.fromkeys(prompts):
-                self._cache[p] = found[p]
-                self._cache.move_to_end(p)
-            while len(self._cache) > self.prompt_cache:
-                self._cache.popitem(last=False)
-        return [found[p] for p in prompts]
+        """One-row embeddings of each prompt through the prompt cache (``sd3.cached_rows``)."""
+        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
 
     def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
         """T5 embeddings (B, L, D) and CLIP pooled embeddings (B, P) of ``prompts``, cached per prompt.
@@ -330,17 +320,5 @@ class FluxAdapter:
         from diffusers import FluxPipeline
 
         FluxPipeline.save_lora_weights(
-            str(directory), transformer_lora_layers=state_dict, transformer_lora_adapter_metadata=self._lora_metadata()
+            str(directory), transformer_lora_layers=state_dict, transformer_lora_adapter_metadata=lora_metadata(self.transformer)
         )
-
-    def _lora_metadata(self) -> dict | None:
-        import json
-
-        config = getattr(self.transformer, "peft_config", {}).get("default")
-        if config is None:
-            return None
-        try:
-            return json.loads(json.dumps(config.to_dict(), default=_set_as_list))
-        except (TypeError, ValueError):
-            logger.warning("the LoRA config is not JSON: exported without it (diffusers will assume alpha = rank)")
-            return None

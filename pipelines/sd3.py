@@ -372,6 +372,38 @@ def _set_as_list(value: Any) -> list:
     raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
+def lora_metadata(transformer: torch.nn.Module) -> dict | None:
+    """The transformer's peft ``LoraConfig`` as JSON-able metadata for a diffusers LoRA export (None without
+    one, or if it is not JSON). Without it diffusers assumes alpha = rank on loading, which halves a LoRA
+    trained with alpha = 2 x rank."""
+    config = getattr(transformer, "peft_config", {}).get("default")
+    if config is None:
+        return None
+    try:
+        return json.loads(json.dumps(config.to_dict(), default=_set_as_list))
+    except (TypeError, ValueError):
+        logger.warning("the LoRA config is not JSON: exported without it (diffusers will assume alpha = rank)")
+        return None
+
+
+def cached_rows(cache: OrderedDict, capacity: int, prompts: list[str], encode) -> list[Conditioning]:
+    """One-row embeddings of each of ``prompts`` through the LRU ``cache`` (least recently used first): each
+    distinct prompt of the call that is not cached is encoded once, in one batch (``encode(prompts)`` ->
+    conditioning); the ``capacity`` most recently used ones are kept (0: none)."""
+    missing = sorted({p for p in prompts if p not in cache})
+    found = {p: cache[p] for p in prompts if p in cache}
+    if missing:
+        fresh = encode(missing)
+        found.update({p: {k: v[i : i + 1].clone() for k, v in fresh.items()} for i, p in enumerate(missing)})
+    if capacity:
+        for p in dict.fromkeys(prompts):
+            cache[p] = found[p]
+            cache.move_to_end(p)
+        while len(cache) > capacity:
+            cache.popitem(last=False)
+    return [found[p] for p in prompts]
+
+
 class SD3Adapter:
     """SD3/SD3.5 for RL. ``pipe`` is a ``StableDiffusion3Pipeline``; the transformer is the policy."""
 
@@ -456,20 +488,8 @@ class SD3Adapter:
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
     def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row embeddings of each of ``prompts``, through the cache: each distinct prompt of the call that
-        is not cached is encoded once (in one batch); the ``prompt_cache`` most recently used ones are kept."""
-        missing = sorted({p for p in prompts if p not in self._cache})
-        found = {p: self._cache[p] for p in prompts if p in self._cache}
-        if missing:
-            fresh = self._encode(missing)
-            found.update({p: {k: v[i : i + 1].clone() for k, v in fresh.items()} for i, p in enumerate(missing)})
-        if self.prompt_cache:
-            for p in dict.fromkeys(prompts):
-                self._cache[p] = found[p]
-                self._cache.move_to_end(p)
-            while len(self._cache) > self.prompt_cache:
-                self._cache.popitem(last=False)
-        return [found[p] for p in prompts]
+        """One-row embeddings of each of ``prompts``, through the prompt cache (``cached_rows``)."""
+        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
 
     def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
         """Embeddings of ``prompts`` (B, L, D) and (B, P). Each distinct prompt of the call is encoded once;
@@ -607,16 +627,6 @@ class SD3Adapter:
         from diffusers import StableDiffusion3Pipeline
 
         StableDiffusion3Pipeline.save_lora_weights(
-            str(directory), transformer_lora_layers=state_dict, transformer_lora_adapter_metadata=self._lora_metadata()
+            str(directory), transformer_lora_layers=state_dict,
+            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
         )
-
-    def _lora_metadata(self) -> dict | None:
-        """The transformer's peft ``LoraConfig`` as JSON-able metadata (None without one, or if it is not JSON)."""
-        config = getattr(self.transformer, "peft_config", {}).get("default")
-        if config is None:
-            return None
-        try:
-            return json.loads(json.dumps(config.to_dict(), default=_set_as_list))
-        except (TypeError, ValueError):
-            logger.warning("the LoRA config is not JSON: exported without it (diffusers will assume alpha = rank)")
-            return None

@@ -93,7 +93,7 @@ class Context:
         self.cfg = trainer.cfg
         self.iteration = iteration
         self.device = trainer.acc.device
-        self._inputs: tuple[Conditioning, Conditioning] | None = None
+        self._inputs: tuple[Conditioning, float, Conditioning] | None = None
 
     @property
     def guidance_scale(self) -> float:
@@ -114,12 +114,14 @@ class Context:
     def sigmas(self, num_steps: int | None = None) -> torch.Tensor:
         return self.adapter.sigmas(num_steps or self.cfg.sample.num_steps)
 
-    def model_inputs(self, cond: Conditioning) -> Conditioning:
-        """The adapter's transformer-ready conditioning of ``cond`` (CFG rows stacked), built once per
-        ``cond`` object (the latest one is cached: a unit's transitions share it)."""
-        if self._inputs is None or self._inputs[0] is not cond:
-            self._inputs = (cond, self.adapter.model_inputs(cond, self.guidance_scale))
-        return self._inputs[1]
+    def model_inputs(self, cond: Conditioning, guidance_scale: float | None = None) -> Conditioning:
+        """The adapter's transformer-ready conditioning of ``cond`` (CFG rows stacked) at ``guidance_scale``
+        (default ``sample.guidance_scale``), built once per ``cond`` object and scale (the latest one is
+        cached: a unit's transitions share it)."""
+        g = self.guidance_scale if guidance_scale is None else guidance_scale
+        if self._inputs is None or self._inputs[0] is not cond or self._inputs[1] != g:
+            self._inputs = (cond, g, self.adapter.model_inputs(cond, g))
+        return self._inputs[2]
 
     @torch.no_grad()
     def rollout(self, plan: StepPlan, noise: torch.Tensor, cond: Conditioning, group_ids: torch.Tensor,
@@ -171,8 +173,7 @@ class Context:
         ``average_weights(name)``), with grad when grad is on. ``sigma``: a float or (B,) per row;
         ``guidance_scale`` defaults to ``sample.guidance_scale`` (1.0: the conditional prediction alone)."""
         g = self.guidance_scale if guidance_scale is None else guidance_scale
-        inputs = self.model_inputs(cond) if g == self.guidance_scale else self.adapter.model_inputs(cond, g)
-        return self.adapter.velocity(x, sigma, inputs, g, model=model or self._trainer.model)
+        return self.adapter.velocity(x, sigma, self.model_inputs(cond, g), g, model=model or self._trainer.model)
 
     @contextmanager
     def average_weights(self, name: str) -> Iterator[torch.nn.Module]:
