@@ -44,6 +44,16 @@ class ModelConfig:
     config_path: str | None = None
     dtype: str = "fp32"  # dtype of the frozen weights: fp32 | fp16 | bf16
     resolution: int = 512  # square image side in pixels (a multiple of 16)
+    height: int | None = None  # image or video height in pixels (a multiple of 16); null: model.resolution
+    width: int | None = None  # image or video width in pixels (a multiple of 16); null: model.resolution
+    # video pipelines (wan): frames a clip (Wan: 4k + 1) and their rate in the written MP4s; null: the family's
+    # default (Wan: 81 frames at 16 fps)
+    num_frames: int | None = None
+    fps: float | None = None
+    duration_s: float | None = None  # audio pipelines (stable_audio): seconds a clip; null: the family's default
+    # two-expert video models (Wan 2.2 A14B): which experts train, the high-noise one (t >= boundary), the
+    # low-noise one, or both; an expert that does not train stays frozen and samples as it is
+    trained_experts: str = "both"
     max_sequence_length: int = 128  # T5 tokens
     # distinct prompts whose embeddings stay on the device (least recently used dropped); 0: none kept
     prompt_cache: int = 1024
@@ -61,11 +71,26 @@ class ModelConfig:
         _positive("model.resolution", self.resolution)
         if self.resolution % 16:
             raise ConfigError(f"model.resolution: must be a multiple of 16, got {self.resolution}")
+        for side in ("height", "width"):
+            value = getattr(self, side)
+            if value is not None:
+                _positive(f"model.{side}", value)
+                if value % 16:
+                    raise ConfigError(f"model.{side}: must be a multiple of 16, got {value}")
+        for name in ("num_frames", "fps", "duration_s"):
+            if getattr(self, name) is not None:
+                _positive(f"model.{name}", getattr(self, name))
+        _choice("model.trained_experts", self.trained_experts, ("both", "high_noise", "low_noise"))
         _positive("model.max_sequence_length", self.max_sequence_length)
         if self.attention_backend is not None:
             from diffusers.models.attention_dispatch import AttentionBackendName
 
             _choice("model.attention_backend", self.attention_backend, tuple(m.value for m in AttentionBackendName))
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(height, width) in pixels: ``model.height`` / ``model.width``, each defaulting to ``model.resolution``."""
+        return (self.height or self.resolution, self.width or self.resolution)
 
 
 @dataclass
@@ -175,6 +200,9 @@ class TrainConfig:
     std_eps: float = 1e-4  # group advantage (r - mean) / (std + std_eps)
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
     gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
+    # keep the rollout's stored states (the latents of the transitions that train) on the CPU until the update
+    # moves each rollout batch's back to the device for its own loss: video latents are large
+    offload_states: bool = False
     ema: bool = False  # keep an EMA of the trained weights (evaluation, export, `flowrl sample --ema`)
     ema_decay: float = 0.9  # EMA decay per EMA update
     ema_every: int = 8  # optimizer steps between EMA updates
@@ -605,6 +633,7 @@ RESUME_FREE_KEYS = (
     "sample.eval_num_steps", "sample.eval_guidance_scale",
     # kernels, not the algorithm: a resume on other hardware may need another attention backend
     "model.attention_backend", "train.compile", "train.compile_mode",
+    "train.offload_states",  # where states wait, not what they are
 )
 
 

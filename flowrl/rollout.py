@@ -3,12 +3,29 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
+from flowrl.media import cat_media, to_cpu
 from flowrl.pipelines.base import Conditioning, PipelineAdapter
 from flowrl.plan import StepPlan, ode_plan
 from flowrl.sde import StepOutput, step
+
+
+def states_moved(unit, names: tuple[str, ...], device: torch.device):
+    """A dataclass training unit (a ``Trajectory``, ``Endpoints``) with its fields ``names`` (tensors, dicts of
+    tensors or None) on ``device``: the large per-sample states that ``train.offload_states`` keeps on the CPU
+    between the rollout and the update. Everything else stays where it is."""
+
+    def move(value):
+        if isinstance(value, torch.Tensor):
+            return value.to(device)
+        if isinstance(value, dict):
+            return {k: move(v) for k, v in value.items()}
+        return value
+
+    return replace(unit, **{name: move(getattr(unit, name)) for name in names})
 
 
 @dataclass
@@ -78,13 +95,18 @@ class Trajectory:
     def trained_only(self) -> Trajectory:
         """The same trajectory holding only the states its trained transitions read or write: ODE-only
         stretches of a chain keep nothing (a 2-step window of 10 keeps 3 states of 11)."""
-        if self.next_states is not None or self.state_index is not None:
+        if self.next_states is not None:
             return self
         keep = sorted({i for j in self.plan.trained_indices for i in (j, j + 1)})
-        if len(keep) == self.states.shape[1]:
+        held = list(self.state_index) if self.state_index is not None else list(range(self.states.shape[1]))
+        if keep == held:
             return self
-        index = torch.tensor(keep, device=self.states.device)
+        index = torch.tensor([held.index(i) for i in keep], device=self.states.device)
         return replace(self, states=self.states.index_select(1, index).contiguous(), state_index=tuple(keep))
+
+    def states_to(self, device: torch.device) -> Trajectory:
+        """The same trajectory with its states (and branch ends, means) on ``device`` (``train.offload_states``)."""
+        return states_moved(self, ("states", "next_states", "means"), device)
 
     def select(self, rows: torch.Tensor) -> Trajectory:
         """The samples at ``rows`` (a (B,) bool mask or an index tensor)."""
@@ -144,24 +166,36 @@ def rollout(
     generator: torch.Generator | None = None,
     model: torch.nn.Module | None = None,
     keep_means: bool = False,
+    keep_all_states: bool = True,
 ) -> Trajectory:
     """Sample ``noise.shape[0]`` trajectories along ``plan``. ``cond`` rows align with ``noise`` rows.
 
     ``model`` replaces the adapter's transformer (the trainer passes its accelerate-wrapped module, so
     that sharded models such as FSDP run their forward as they must). ``keep_means``: also keep each
-    transition's mean (``Trajectory.means``)."""
+    transition's mean (``Trajectory.means``). ``keep_all_states=False`` keeps only the states the trained
+    transitions read or write, and the final one (``state_index`` says which): the others are never held
+    together on the device, which matters for video latents."""
     x = noise.float()
     inputs = adapter.model_inputs(cond, guidance_scale)
-    states, log_probs, means = [x], [], []
+    kept = None if keep_all_states else {i for j in plan.trained_indices for i in (j, j + 1)} | {len(plan)}
+    states, index, log_probs, means = [], [], [], []
+
+    def hold(i: int, state: torch.Tensor) -> None:
+        if kept is None or i in kept:
+            states.append(state)
+            index.append(i)
+
+    hold(0, x)
     for i in range(len(plan)):
         out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model)
         x = out.x_next
-        states.append(x)
+        hold(i + 1, x)
         log_probs.append(out.log_prob)
         if keep_means:
             means.append(out.mean)
     return Trajectory(torch.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan,
-                      means=torch.stack(means, dim=1) if keep_means else None)
+                      means=torch.stack(means, dim=1) if keep_means else None,
+                      state_index=None if kept is None else tuple(index))
 
 
 @torch.no_grad()
@@ -174,8 +208,9 @@ def sample_images(
     batch_size: int,
     model: torch.nn.Module | None = None,
     negative_prompts: list[str] | None = None,
-) -> torch.Tensor:
-    """Decoded deterministic (ODE) samples of ``prompts`` from ``noise``, ``batch_size`` at a time, on the CPU.
+) -> Any:
+    """Decoded deterministic (ODE) samples of ``prompts`` from ``noise``, ``batch_size`` at a time, on the CPU:
+    the adapter's media (images, or a video or audio mapping, ``flowrl.media``).
 
     The evaluation sampler: the same prompts and noise give the same images, so two models (or two
     iterations of one) are compared like with like. ``negative_prompts``: each prompt's CFG negative
@@ -191,6 +226,6 @@ def sample_images(
         else:
             cond = adapter.encode_prompts(chunk)
         traj = rollout(adapter, cond, plan, noise[start : start + len(chunk)], torch.arange(len(chunk)),
-                       guidance_scale, model=model)  # fmt: skip
-        images.append(adapter.decode(traj.final).cpu())
-    return torch.cat(images)
+                       guidance_scale, model=model, keep_all_states=False)  # fmt: skip
+        images.append(to_cpu(adapter.decode(traj.final)))
+    return cat_media(images)

@@ -1,8 +1,10 @@
-"""``flowrl sample``: images from a run folder (its exported weights), a checkpoint, or a recipe.
+"""``flowrl sample``: images, video or audio from a run folder (its exported weights), a checkpoint, or a recipe.
 
-Each call writes into a new numbered folder (``RUN/samples_cli/0001/``, ``0002/``, ... or under ``--out``)
-with a ``sample.json`` recording the prompts, seed, steps, guidance and the weights used; nothing already
-there is overwritten.
+The adapter's ``generate`` (its diffusers pipeline's own call) makes the samples. Each call writes into a new
+numbered folder (``RUN/samples_cli/0001/``, ``0002/``, ... or under ``--out``): one file per sample
+(``0000.png`` for images, ``0000.mp4`` for video, ``0000.wav`` for audio), beside video ``frames.png`` (a row
+of frames per clip) and beside audio ``waveforms.png``, and a ``sample.json`` recording the prompts, seed,
+steps, guidance, the weights used and the files written; nothing already there is overwritten.
 """
 
 from __future__ import annotations
@@ -128,17 +130,45 @@ def next_sample_folder(base: Path) -> Path:
             continue
 
 
-def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, steps: int, images: list[str],
+SHEETS = {"video": "frames.png", "audio": "waveforms.png", "audio_video": "frames.png"}
+
+
+def write_samples(media: Any, folder: Path) -> dict[str, Any]:
+    """One file per sample in ``folder`` (``0000.png`` images; ``0000.mp4`` video; ``0000.wav`` audio; both for
+    audio_video) and, beside video or audio, one picture of them all (``frames.png``: a row of frames per clip;
+    ``waveforms.png``). Returns what ``sample.json`` records of them."""
+    from flowrl.media import audio_of, media_kind, save_clips, save_sheet, video_of
+
+    kind = media_kind(media)
+    files = [p.name for p in save_clips(media, folder)]
+    record: dict[str, Any] = {"media_kind": kind, "files": files}
+    if kind == "image":
+        record["images"] = files
+        return record
+    record["sheet"] = save_sheet(media, folder / SHEETS[kind]).name
+    if kind in ("video", "audio_video"):
+        video, fps = video_of(media)
+        record.update(videos=[f for f in files if f.endswith(".mp4")], fps=fps, num_frames=int(video.shape[1]))
+    if kind in ("audio", "audio_video"):
+        wave, rate = audio_of(media)
+        record.update(audio=[f for f in files if f.endswith(".wav")], sample_rate=rate,
+                      duration_s=wave.shape[-1] / rate)
+    return record
+
+
+def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, steps: int, written: dict[str, Any],
             negative: str = "") -> None:
     record = {
         "prompts": [args.prompt] * args.num,
         "negative_prompt": negative,
-        "images": images,
+        **written,
         "seed": args.seed,
         "steps": steps,
         "guidance_scale": cfg.sample.eval_guidance_scale,
         "resolution": cfg.model.resolution,
+        **({"size": list(cfg.model.size)} if written["media_kind"] != "audio" else {}),  # (height, width)
         "model": cfg.model.path,
+        "pipeline": cfg.model.pipeline,
         "target": args.target,
         "weights": weights,
         "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -150,7 +180,7 @@ def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, ste
 def cmd_sample(args: argparse.Namespace) -> int:
     import torch
 
-    from flowrl.logs import save_grid
+    from flowrl.media import num_samples, to_cpu
     from flowrl.pipelines.base import adapter_class
 
     _check_args(args)
@@ -178,29 +208,25 @@ def cmd_sample(args: argparse.Namespace) -> int:
     base = Path(args.out) if args.out else (home / "samples_cli" if home is not None else Path("samples"))
     steps = args.steps or cfg.sample.eval_num_steps
     negative = cfg.data.negative_prompt if args.negative_prompt is None else args.negative_prompt
-    images = adapter.pipe(
-        prompt=[args.prompt] * args.num,
-        negative_prompt=[negative] * args.num if negative else None,  # None: the empty prompt
-        num_inference_steps=steps,
-        guidance_scale=cfg.sample.eval_guidance_scale,
-        height=cfg.model.resolution,
-        width=cfg.model.resolution,
-        max_sequence_length=cfg.model.max_sequence_length,
-        generator=torch.Generator("cpu").manual_seed(args.seed),
-        output_type="pt",
-    ).images
+    media = to_cpu(adapter.generate(
+        [args.prompt] * args.num, steps, cfg.sample.eval_guidance_scale,
+        torch.Generator("cpu").manual_seed(args.seed),
+        negative_prompts=[negative] * args.num if negative else None,  # None: the empty prompt
+    ))
     out = next_sample_folder(base)
-    names = [f"{i:04d}.png" for i in range(len(images))]
-    for name, img in zip(names, images):
-        save_grid(img[None], out / name)
-    _record(out, args, cfg, weights, steps, names, negative)
-    print(f"wrote {len(images)} images and {SAMPLE_FILE} to {out}")
+    written = write_samples(media, out)
+    _record(out, args, cfg, weights, steps, written, negative)
+    kind, n = written["media_kind"], num_samples(media)
+    what = {"image": "images", "video": "videos (MP4)", "audio": "clips (WAV)", "audio_video": "clips (MP4 + WAV)"}
+    print(f"wrote {n} {what[kind]}{' and ' + written['sheet'] if 'sheet' in written else ''} "
+          f"and {SAMPLE_FILE} to {out}")
     return 0
 
 
 def add_commands(sub: Any) -> None:
     """Register ``flowrl sample`` on an argparse subparsers object."""
-    p = sub.add_parser("sample", help="generate images from a run folder (with its LoRA), a checkpoint or a recipe")
+    p = sub.add_parser("sample", help="generate images, video or audio from a run folder (with its LoRA), "
+                       "a checkpoint or a recipe")
     p.add_argument("target", nargs="?", default=None,
                    help="run folder or recipe (default with --checkpoint: the run two levels above it)")
     p.add_argument("--prompt", required=True)

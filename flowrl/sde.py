@@ -101,19 +101,27 @@ def _sample_or_score(mean, std, x_next, noise, generator, log_prob_fn):
     return x_next, log_prob_fn(x_next)
 
 
+# sigmas within this of 1 count as the schedule's start: Wan's UniPC flow sigmas begin at 0.99999899, where
+# 1 - s is 1e-6 and g would come out near 700 instead of Flow-GRPO's substitute value
+SIGMA_ONE_TOL = 1e-4
+
+
 def flow_sde_g(sigma: torch.Tensor | float, noise_level: torch.Tensor | float, sigma_at_one: float | None = None):
     """Flow-GRPO diffusion coefficient g = a * sqrt(s / (1 - s~)) (arXiv 2505.05470, Eq. 8).
 
-    ``s~ = s`` except where ``s == 1``: there it is replaced by ``sigma_at_one`` (Flow-GRPO uses the
-    schedule's first sigma below 1) to avoid dividing by zero.
+    ``s~ = s`` except at the schedule's start, ``s >= 1 - SIGMA_ONE_TOL``: there it is replaced by
+    ``sigma_at_one`` (Flow-GRPO uses the schedule's first sigma below 1) to avoid dividing by (nearly) zero.
+    Flow-GRPO tests ``s == 1`` exactly; a tolerance gives the same value wherever sigma_0 is exactly 1 and the
+    intended one where a schedule starts just below it (Wan).
     """
     if isinstance(sigma, (int, float)) and isinstance(noise_level, (int, float)):
-        denom = sigma_at_one if (sigma >= 1.0 and sigma_at_one is not None) else sigma
+        denom = sigma_at_one if (sigma >= 1.0 - SIGMA_ONE_TOL and sigma_at_one is not None) else sigma
         return float(noise_level) * math.sqrt(sigma / (1 - denom))
     sigma = torch.as_tensor(sigma, dtype=torch.float32)
     denom_sigma = sigma
     if sigma_at_one is not None:
-        denom_sigma = torch.where(sigma >= 1.0, torch.as_tensor(sigma_at_one, dtype=torch.float32), sigma)
+        denom_sigma = torch.where(sigma >= 1.0 - SIGMA_ONE_TOL, torch.as_tensor(sigma_at_one, dtype=torch.float32),
+                                  sigma)
     return torch.as_tensor(noise_level, dtype=torch.float32) * torch.sqrt(sigma / (1 - denom_sigma))
 
 

@@ -19,6 +19,7 @@ from concurrent.futures import wait as futures_wait
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -29,11 +30,13 @@ from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_
 from flowrl.data import GroupSampler, load_eval_prompts, load_train_prompts, uses_negatives
 from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.lr import lr_factor
-from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, save_grid, timed
+from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, timed
+from flowrl.media import cat_media, media_monitors, monitor_names, num_samples, save_media, select_media, to_cpu
 from flowrl.methods import build_method
 from flowrl.methods.base import Context, PromptBatch
 from flowrl.pipelines.base import Conditioning, adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
+from flowrl.reward_models.base import reward_target
 from flowrl.rollout import Trajectory, sample_images
 
 logger = logging.getLogger(__name__)
@@ -53,8 +56,9 @@ class RolloutBatch:
     cond: Conditioning
     prompts: list[str]
     metadata: list[dict]
-    images: torch.Tensor  # (B, 3, H, W) in [0, 1], CPU: the final samples
-    extra: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, K, 3, H, W): more to score
+    media: Any  # the final samples as the adapter decodes them (``flowrl.media``: images, video, audio), CPU
+    # name -> media of B x K samples (sample-major: sample i's K are rows i K .. i K + K - 1): more to score
+    extra: dict[str, Any] = field(default_factory=dict)
     info: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) or (B, K): facts for credit
     pending: Future | None = None  # its reward calls, running in the background (``train.reward_overlap``)
 
@@ -164,11 +168,25 @@ class EMA(ParamAverage):
 
 def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> WeightedReward:
     weights = cfg.reward if weights is None else weights
-    return WeightedReward(
-        {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()},
-        timeout_s=cfg.train.reward_timeout_s,
-        report_every_s=cfg.train.reward_report_s,
-    )
+    rewards = {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()}
+    kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
+    for name, (reward, _) in rewards.items():
+        check_reward_modality(name, reward, cfg.model.pipeline, kind)
+    return WeightedReward(rewards, timeout_s=cfg.train.reward_timeout_s, report_every_s=cfg.train.reward_report_s)
+
+
+def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
+    """Refuse, in one line, a reward that scores another kind of media than the pipeline makes (an image reward
+    on video points to the per-frame ``video`` reward). A remote reward, whose modality its server says, is
+    checked by the server on each call instead."""
+    cls = reward if isinstance(reward, type) else type(reward)
+    declared = getattr(reward, "__dict__", {}).get("modality", getattr(cls, "modality", "image"))
+    if isinstance(declared, property) or kind in getattr(cls, "modalities", (declared,)):
+        return
+    hint = ""
+    if declared == "image" and kind == "video":
+        hint = f"; score it per frame with reward.video=<weight> and reward_args.video={{reward: {name}}}"
+    raise ConfigError(f"reward {name!r} scores {declared} media, but model.pipeline={pipeline} makes {kind}{hint}")
 
 
 def preflight(cfg: Config) -> None:
@@ -179,9 +197,13 @@ def preflight(cfg: Config) -> None:
     check_model_path(cfg.model)
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
+    kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
     for section in (cfg.reward, cfg.eval_reward or {}):
         for name in section:
             check_reward_args(name, cfg.reward_args.get(name, {}))
+            target = reward_target(name)
+            if isinstance(target, type):  # a function reward declares nothing
+                check_reward_modality(name, target, cfg.model.pipeline, kind)
     if all(w == 0 for w in cfg.reward.values()):
         logger.warning("every reward weight is 0: every advantage will be 0 and nothing can be learned")
     for rule in cfg.log.stop_if:
@@ -223,9 +245,7 @@ def logged_metric_names(cfg: Config) -> set[str]:
     for name in cfg.reward:
         names |= {f"reward/{name}/mean", f"reward/{name}/std", f"cost/reward_calls/{name}"}
     if cfg.log.monitors:
-        from flowrl.reward_models.monitors import image_monitors
-
-        names |= set(image_monitors(torch.rand(2, 3, 8, 8), torch.zeros(2, dtype=torch.long)))  # their names
+        names |= monitor_names(getattr(adapter_class(cfg.model.pipeline), "media_kind", "image"))
     if cfg.log.eval_every > 0:
         names |= {"eval/reward/mean", "eval/reward/std", "monitor/heldout_gap"}
         names |= {f"eval/reward/{n}/mean" for n in (cfg.eval_reward or cfg.reward)}
@@ -534,13 +554,16 @@ class Trainer:
                     else self.adapter.encode_prompts(prompts))
             batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows], noise[rows], cond)
             exp = self.method.explore(ctx, batch)
-            images = self.adapter.decode(exp.score["final"]).cpu()
+            media = to_cpu(self.adapter.decode(exp.score["final"]))
             extra = {name: self._decode_many(lat) for name, lat in exp.score.items() if name != "final"}
             clash = set(exp.info) & set(exp.score)
             if clash:
                 raise ValueError(f"method {self.method.name}: {sorted(clash)[0]!r} is both scored and an info column")
             # only the states that train are kept until the update
-            rb = RolloutBatch(exp.traj.trained_only(), batch.cond, prompts, metadata, images, extra, exp.info)
+            traj = exp.traj.trained_only()
+            if self.cfg.train.offload_states:  # kept on the CPU until the update needs them
+                traj = traj.states_to(torch.device("cpu"))
+            rb = RolloutBatch(traj, batch.cond, prompts, metadata, media, extra, exp.info)
             if self._overlap_rewards:
                 if self._reward_worker is None:
                     self._reward_worker = BackgroundWorker("flowrl-rewards")
@@ -548,11 +571,9 @@ class Trainer:
             batches.append(rb)
         return batches, samples.group_ids
 
-    def _decode_many(self, latents: torch.Tensor) -> torch.Tensor:
-        """(B, K, C, h, w) latents -> (B, K, 3, H, W) media on the CPU."""
-        b, k = latents.shape[:2]
-        media = self.adapter.decode(latents.flatten(0, 1)).cpu()
-        return media.view(b, k, *media.shape[1:])
+    def _decode_many(self, latents: torch.Tensor) -> Any:
+        """(B, K, ...) latents -> media of B x K samples on the CPU, sample-major."""
+        return to_cpu(self.adapter.decode(latents.flatten(0, 1)))
 
     def context(self, iteration: int) -> Context:
         return Context(self, iteration)
@@ -580,10 +601,9 @@ class Trainer:
         name -> (weighted scores (n K,), each reward's scores). Raises ``RewardError`` (the reward's name)."""
         prompts = [p for b in batches for p in b.prompts]
         metadata = [m for b in batches for m in b.metadata]
-        jobs = {"final": (torch.cat([b.images for b in batches]), 1)}
+        jobs = {"final": (cat_media([b.media for b in batches]), 1)}
         for name in batches[0].extra:
-            media = torch.cat([b.extra[name] for b in batches])  # (n, K, 3, H, W)
-            jobs[name] = (media.flatten(0, 1), media.shape[1])
+            jobs[name] = (cat_media([b.extra[name] for b in batches]), self._extra_k(batches[0], name))
         out = {}
         for name, (media, k) in jobs.items():
             result = self.reward(media, [p for p in prompts for _ in range(k)], [m for m in metadata for _ in range(k)])
@@ -617,7 +637,7 @@ class Trainer:
         outputs = {name: (torch.cat([part[name][0] for part in parts]),
                           {c: torch.cat([part[name][1][c] for part in parts]) for c in parts[0][name][1]})
                    for name in names} if error is None else {}
-        ks = {"final": 1, **{name: batches[0].extra[name].shape[1] for name in batches[0].extra}}
+        ks = {"final": 1, **{name: self._extra_k(batches[0], name) for name in batches[0].extra}}
         device = self.acc.device
         failed = self.acc.gather(torch.tensor([error is not None], device=device)).any()
         if bool(failed):
@@ -741,7 +761,7 @@ class Trainer:
         if len(idx) < n:
             b = RolloutBatch(b.traj.select(idx), {k: v[idx.to(v.device)] for k, v in b.cond.items()},
                              [b.prompts[i] for i in idx.tolist()], [b.metadata[i] for i in idx.tolist()],
-                             b.images[idx])
+                             select_media(b.media, idx))
             adv = adv[idx]
         return b, adv, float(len(idx))
 
@@ -754,7 +774,7 @@ class Trainer:
         With a ``row_mask`` (a per-row subset of the transitions) each transition forwards only the rows
         that train it, and every trained (row, transition) pair weighs the same; a transition no row
         trains still makes one zero-weight pass, so processes run the same passes."""
-        traj = b.traj
+        traj = b.traj.states_to(self.acc.device) if self.cfg.train.offload_states else b.traj
         max_diff = None
         mask = traj.row_mask
         pairs = int(mask[:, transitions].sum()) if mask is not None else 0
@@ -818,20 +838,20 @@ class Trainer:
         gen = torch.Generator(self.acc.device).manual_seed(_seed_of(cfg.seed, "eval"))
         noise = self.adapter.initial_noise(len(items), gen)[rank * share : (rank + 1) * share]
         with self._ema_weights():
-            images = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
-                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model,
-                                   negative_prompts=[it.negative_prompt for it in mine])  # fmt: skip
-        out = self.eval_reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
+            media = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
+                                  cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model,
+                                  negative_prompts=[it.negative_prompt for it in mine])  # fmt: skip
+        out = self.eval_reward(media, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
         device = self.acc.device
         total = self.acc.gather(out.scores.to(device)).cpu()[:n]
         metrics = {"eval/reward/mean": float(total.mean()), "eval/reward/std": float(total.std(unbiased=False))}
         if self.eval_reward is not self.reward:  # the trained reward on held-out prompts, for the gap
-            trained = self.reward(images, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
+            trained = self.reward(media, [it.prompt for it in mine], [dict(it.metadata) for it in mine])
             metrics["eval/train_reward/mean"] = float(self.acc.gather(trained.scores.to(device)).cpu()[:n].mean())
         for name, v in out.details["components"].items():
             metrics[f"eval/reward/{name}/mean"] = float(self.acc.gather(v.to(device)).cpu()[:n].mean())
         if self.acc.is_main_process:
-            save_grid(images[: log.num_sample_images], self.out / "samples" / f"eval-{iteration:06d}.png")
+            save_media(media, self.out / "samples" / f"eval-{iteration:06d}", max_samples=log.num_sample_images)
         return metrics
 
     def _due_for_eval(self, iteration: int) -> bool:
@@ -870,10 +890,8 @@ class Trainer:
             metrics["cost/optimizer_steps"] = float(self.optimizer_steps - steps_before)
         metrics.update(self._reward_metrics(scores, comps, group_ids))
         if self.cfg.log.monitors:
-            from flowrl.reward_models.monitors import image_monitors
-
             local_groups = torch.cat([b.traj.prompt_ids for b in batches])
-            metrics.update(self._over_processes(image_monitors(self._last_images_of(batches), local_groups), "mean"))
+            metrics.update(self._over_processes(media_monitors(self._last_media_of(batches), local_groups), "mean"))
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
         metrics.update(self._cost_metrics(scored.calls, metrics["timing_s/iteration"]))
         if len(scored.calls_by_reward) > 1 or self.reward.pairwise:  # each reward's own count
@@ -883,12 +901,17 @@ class Trainer:
         metrics.update({f"policy/{k}": v for k, v in upd.items() if k != "kept_frac"})
         metrics["adv/kept_frac"] = upd["kept_frac"]
         metrics["adv/abs_mean"] = float(adv_all.abs().mean())
-        self._last_images = self._last_images_of(batches)
+        self._last_media = self._last_media_of(batches)
         return metrics
 
     @staticmethod
-    def _last_images_of(batches: list[RolloutBatch]) -> torch.Tensor:
-        return torch.cat([b.images for b in batches])
+    def _last_media_of(batches: list[RolloutBatch]) -> Any:
+        return cat_media([b.media for b in batches])
+
+    @staticmethod
+    def _extra_k(b: RolloutBatch, name: str) -> int:
+        """K of the extra scored name ``name``: its samples per rollout sample."""
+        return num_samples(b.extra[name]) // len(b.prompts)
 
     def _over_processes(self, values: dict[str, float], reduction: str) -> dict[str, float]:
         """``values`` reduced over processes ("mean": per-process statistics of equal shares; "sum": counts)."""
@@ -1094,8 +1117,8 @@ class Trainer:
         iteration, whose end ``checkpoints/iter-N`` saves (the first, every ``log.sample_every``, the last)."""
         log, done = self.cfg.log, iteration + 1
         if done == 1 or done % log.sample_every == 0 or done == self.cfg.train.iterations:
-            path = self.out / "samples" / f"iter-{done:06d}.png"
-            save_grid(self._last_images[: log.num_sample_images], path)
+            path = save_media(self._last_media, self.out / "samples" / f"iter-{done:06d}",
+                              max_samples=log.num_sample_images)[0]
             self._tracking.log_image(path, step=iteration)  # at the step of the metrics of these rollouts
 
     def save(self, iterations_done: int) -> None:

@@ -1,25 +1,38 @@
 """The pipeline-adapter contract and the registry of adapters.
 
 An adapter wraps one diffusers pipeline family and exposes only what the RL loop needs, built from the
-pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler's sigmas, the VAE):
+pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler's sigmas, the VAE). The RL
+core never looks inside a latent: states, noise and velocities are tensors of the family's own layout
+(SD3 ``(B, C, H/8, W/8)``, FLUX packed tokens ``(B, N, 64)``, Wan ``(B, 16, F', H/8, W/8)``, audio
+``(B, D, L)``), batch first.
 
 * ``encode_prompts(prompts, negative_prompts=None)`` -> conditioning, a dict of tensors with the batch first
   (cached per prompt); with ``negative_prompts``, each row's CFG negative is rows of it too (SD3:
   ``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``), so ``select`` and ``concat`` keep them aligned;
 * ``negative_conditioning(n)`` -> the unconditional branch for CFG (the empty prompt) where ``cond`` holds no
   negatives of its own;
-* ``sigmas(num_steps)`` -> the schedule (T+1 values from 1 to 0), shift included;
-* ``initial_noise(n, generator)`` -> x at sigma = 1;
+* ``sigmas(num_steps)`` -> the schedule (T+1 values from about 1 down to 0), computed the pipeline's way (its
+  shift, FLUX's resolution-dependent ``mu``, Wan's flow shift); sigma_0 need not be exactly 1;
+* ``initial_noise(n, generator)`` -> x at sigma_0;
+* ``guidance(scale)`` -> ``Guidance``: how a scale is applied and how many transformer rows a sample costs per
+  velocity (``cost/nfe``, the estimate);
 * ``model_inputs(cond, guidance_scale)`` -> transformer-ready conditioning (CFG rows stacked), once a batch;
-* ``velocity(x, sigma, inputs, guidance_scale)`` -> v, one batched forward for both CFG branches;
-* ``decode(latents)`` -> images (B, 3, H, W) in [0, 1];
-* ``transformer`` (the trained module) and ``lora_target_modules``.
+* ``velocity(x, sigma, inputs, guidance_scale, model=None)`` -> v, one batched forward for every pass;
+* ``media_kind`` ("image", "video" or "audio") and ``decode(latents)`` -> media of that kind (``flowrl.media``):
+  images ``(B, 3, H, W)`` in [0, 1]; video ``{"video": (B, F, 3, H, W) in [0, 1], "fps": float}``; audio
+  ``{"audio": (B, C, N) in [-1, 1], "sample_rate": int}``;
+* ``transformer`` (the trained module: one diffusers model, or a module holding a family's experts) and
+  ``lora_target_modules``; ``save_lora(directory, state_dict)`` writes a LoRA the family's diffusers pipeline
+  loads with ``load_lora_weights``; ``load_trained(run_dir)`` loads a run's export back;
+* ``generate(prompts, num_steps, guidance_scale, generator, negative_prompts=None)`` -> media of the family's
+  own diffusers pipeline call (``flowrl sample``).
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
@@ -39,6 +52,22 @@ def concat(conds: list[Conditioning]) -> Conditioning:
         if set(c) != keys:
             raise ValueError(f"cannot concatenate conditionings with different keys: {sorted(keys)} and {sorted(c)}")
     return {k: torch.cat([c[k] for c in conds]) for k in conds[0]}
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """How an adapter applies a guidance scale. ``kind``: ``"cfg"`` (two branches, ``v_u + w (v_c - v_u)``),
+    ``"embedded"`` (the scale is an input of the transformer, FLUX.1-dev) or ``"none"`` (the conditional
+    prediction alone); ``passes``: transformer rows per sample and velocity (2 for CFG, else 1)."""
+
+    kind: str
+    scale: float
+    passes: int
+
+
+def cfg_guidance(scale: float) -> Guidance:
+    """Two-branch classifier-free guidance, off (one pass) at scale 1."""
+    return Guidance("cfg", float(scale), 2) if scale != 1.0 else Guidance("none", float(scale), 1)
 
 
 class PipelineAdapter(Protocol):
@@ -65,12 +94,18 @@ class PipelineAdapter(Protocol):
         model: torch.nn.Module | None = None,
     ) -> torch.Tensor: ...
 
-    def decode(self, latents: torch.Tensor) -> torch.Tensor: ...
+    media_kind: str
+
+    def guidance(self, scale: float) -> Guidance: ...
+
+    def decode(self, latents: torch.Tensor) -> Any: ...
 
 
 _ADAPTERS: dict[str, str] = {
     "sd3": "flowrl.pipelines.sd3:SD3Adapter",
     "flux": "flowrl.pipelines.flux:FluxAdapter",
+    "wan": "flowrl.pipelines.wan:WanAdapter",
+    "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
 }
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flowrl.pipelines.base import Conditioning
+from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.sd3 import (
     DTYPES,
     HubUnavailableError,
@@ -117,22 +117,25 @@ class FluxAdapter:
 
     lora_target_modules = FLUX_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
+    media_kind = "image"
 
     def __init__(
         self,
         pipe,
-        resolution: int = 512,
+        resolution: int | tuple[int, int] = 512,
         max_sequence_length: int = 128,
         device: torch.device | str = "cpu",
         vae_dtype: torch.dtype = torch.float32,
         prompt_cache: int = 1024,
         attention_backend: str | None = None,
     ):
-        if resolution % (pipe.vae_scale_factor * 2):
-            raise ValueError(f"model.resolution: FLUX needs a multiple of {pipe.vae_scale_factor * 2}, got {resolution}")
+        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        for side, value in (("height", self.height), ("width", self.width)):
+            if value % (pipe.vae_scale_factor * 2):
+                raise ValueError(f"model.{side}: FLUX needs a multiple of {pipe.vae_scale_factor * 2}, got {value}")
         self.pipe = pipe
         self.device = torch.device(device)
-        self.resolution = resolution
+        self.resolution = self.height if self.height == self.width else (self.height, self.width)
         self.max_sequence_length = max_sequence_length
         pipe.set_progress_bar_config(disable=True)
         for name in ("text_encoder", "text_encoder_2", "vae"):
@@ -150,9 +153,10 @@ class FluxAdapter:
         self.guidance_embeds = bool(pipe.transformer.config.guidance_embeds)
         # the packed layout: one token per 2x2 patch of the (H/8, W/8) latent
         self.latent_channels = pipe.transformer.config.in_channels // 4
-        side = 2 * (resolution // (pipe.vae_scale_factor * 2))  # the unpacked latent side, as prepare_latents has it
-        self.image_seq_len = (side // 2) ** 2
-        self._image_ids = pipe._prepare_latent_image_ids(1, side // 2, side // 2, self.device, self.compute_dtype)
+        # the unpacked latent sides, as prepare_latents has them
+        h, w = (2 * (value // (pipe.vae_scale_factor * 2)) for value in (self.height, self.width))
+        self.image_seq_len = (h // 2) * (w // 2)
+        self._image_ids = pipe._prepare_latent_image_ids(1, h // 2, w // 2, self.device, self.compute_dtype)
         self._text_ids: dict[int, torch.Tensor] = {}
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
@@ -176,12 +180,17 @@ class FluxAdapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
+        return cls(pipe, model_cfg.size, model_cfg.max_sequence_length, device,
                    prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
 
     @property
     def transformer(self) -> torch.nn.Module:
         return self.pipe.transformer
+
+    def guidance(self, scale: float) -> Guidance:
+        """FLUX.1-dev's embedded guidance: the scale is the transformer's ``guidance`` input, one pass a step
+        (``"none"`` for a transformer without a guidance embedding, FLUX.1-schnell)."""
+        return Guidance("embedded" if self.guidance_embeds else "none", float(scale), 1)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
@@ -242,7 +251,7 @@ class FluxAdapter:
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Packed Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32): (n, N, 64)."""
-        latents, _ = self.pipe.prepare_latents(n, self.latent_channels, self.resolution, self.resolution,
+        latents, _ = self.pipe.prepare_latents(n, self.latent_channels, self.height, self.width,
                                                torch.float32, self.device, generator)
         return latents
 
@@ -292,7 +301,7 @@ class FluxAdapter:
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Packed latents (B, N, 64) -> images (B, 3, H, W) float in [0, 1]."""
         vae = self.pipe.vae
-        z = self.pipe._unpack_latents(latents, self.resolution, self.resolution, self.pipe.vae_scale_factor)
+        z = self.pipe._unpack_latents(latents, self.height, self.width, self.pipe.vae_scale_factor)
         z = z.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
         images = vae.decode(z, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
@@ -322,3 +331,18 @@ class FluxAdapter:
         FluxPipeline.save_lora_weights(
             str(directory), transformer_lora_layers=state_dict, transformer_lora_adapter_metadata=lora_metadata(self.transformer)
         )
+
+    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator,
+                 negative_prompts: list[str] | None = None) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``): ``guidance_scale`` is the
+        embedded guidance, as in training; ``negative_prompts`` are not used (FLUX.1 has no two-branch CFG here)."""
+        return self.pipe(
+            prompt=list(prompts),
+            num_inference_steps=num_steps,
+            guidance_scale=guidance_scale,
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            generator=generator,
+            output_type="pt",
+        ).images

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from flowrl.pipelines.base import Conditioning
+from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
 
 logger = logging.getLogger(__name__)
 
@@ -409,11 +409,12 @@ class SD3Adapter:
 
     lora_target_modules = SD3_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
+    media_kind = "image"
 
     def __init__(
         self,
         pipe,
-        resolution: int = 512,
+        resolution: int | tuple[int, int] = 512,
         max_sequence_length: int = 128,
         device: torch.device | str = "cpu",
         vae_dtype: torch.dtype = torch.float32,
@@ -422,7 +423,9 @@ class SD3Adapter:
     ):
         self.pipe = pipe
         self.device = torch.device(device)
-        self.resolution = resolution
+        # (height, width) in pixels; an int is a square
+        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        self.resolution = self.height if self.height == self.width else (self.height, self.width)
         self.max_sequence_length = max_sequence_length
         pipe.set_progress_bar_config(disable=True)
         # text encoders and VAE are frozen; the VAE decodes in fp32 (as Flow-GRPO does)
@@ -457,7 +460,7 @@ class SD3Adapter:
         if model_cfg.path == "tiny":
             from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
 
-            pipe = build_tiny_sd3_pipeline(model_cfg.resolution, model_cfg.tiny_size, seed=seed)
+            pipe = build_tiny_sd3_pipeline(max(model_cfg.size), model_cfg.tiny_size, seed=seed)
         else:
             check_model_path(model_cfg)
             pipe = load_sd3_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision,
@@ -467,12 +470,16 @@ class SD3Adapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
+        return cls(pipe, model_cfg.size, model_cfg.max_sequence_length, device,
                    prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
 
     @property
     def transformer(self) -> torch.nn.Module:
         return self.pipe.transformer
+
+    def guidance(self, scale: float) -> Guidance:
+        """Two-branch CFG (both branches in one batched forward: 2 rows a sample), off at scale 1."""
+        return cfg_guidance(scale)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
@@ -535,7 +542,7 @@ class SD3Adapter:
     def latent_shape(self) -> tuple[int, int, int]:
         factor = self.pipe.vae_scale_factor
         c = self.transformer.config.in_channels
-        return (c, self.resolution // factor, self.resolution // factor)
+        return (c, self.height // factor, self.width // factor)
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32)."""
@@ -630,3 +637,19 @@ class SD3Adapter:
             str(directory), transformer_lora_layers=state_dict,
             transformer_lora_adapter_metadata=lora_metadata(self.transformer),
         )
+
+    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator,
+                 negative_prompts: list[str] | None = None) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``); ``negative_prompts``
+        None: the empty prompt."""
+        return self.pipe(
+            prompt=list(prompts),
+            negative_prompt=negative_prompts,
+            num_inference_steps=num_steps,
+            guidance_scale=guidance_scale,
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            generator=generator,
+            output_type="pt",
+        ).images

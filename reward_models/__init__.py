@@ -40,6 +40,7 @@ _BUILTIN_REWARDS = {
     "video": "flowrl.reward_models.video:VideoFrameReward",
     "clap": "flowrl.reward_models.audio:ClapReward",
     "speech": "flowrl.reward_models.audio:SpeechReward",
+    "band_energy": "flowrl.reward_models.audio:BandEnergyReward",
     "av_sync": "flowrl.reward_models.av:AvSyncReward",
     "remote": "flowrl.reward_models.remote:RemoteReward",
     "toy_geneval": "flowrl.benchmarks.toy.reward:ToyGenEvalReward",

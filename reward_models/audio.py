@@ -1,4 +1,5 @@
-"""Audio rewards: ``speech`` (Silero VAD, bundled ONNX) and ``clap`` (text-audio similarity, transformers CLAP).
+"""Audio rewards: ``speech`` (Silero VAD, bundled ONNX), ``clap`` (text-audio similarity, transformers CLAP) and
+``band_energy`` (the share of spectral energy in a frequency band, no model).
 
 Audio arrives as (B, C, N) or (B, N) float in [-1, 1] with a sample rate: a tensor plus the reward's
 ``sample_rate`` argument, or a mapping ``{"audio": tensor, "sample_rate": int}`` (``media.unwrap_audio``).
@@ -12,6 +13,13 @@ details ``speech_frac`` (chunks with P > 0.5).
 clap: ``r = cos(text_embedding, audio_embedding)`` of a CLAP model (default ``laion/clap-htsat-unfused``,
 48 kHz, the processor's log-mel features and padding rules; clips longer than the extractor's
 ``max_length_s`` keep their first part, so that its random crop never runs); details none.
+
+band_energy: ``r = sum of P(f) over low_hz <= f <= high_hz / sum of P(f) over all f``, in [0, 1], where P is
+the power spectrum ``|rfft|^2`` of the mono mix (channels averaged) of the whole clip, Hann-windowed by
+default (``window: none`` for the plain rectangular one), at the audio's own sample rate (no resampling).
+A ``high_hz`` above the Nyquist frequency (half the sample rate) is clipped to it; a ``low_hz`` at or above
+it is an error (the band would be empty). Silence (zero energy) scores 0. Details none. No model, no
+download: a cheap reward for tests and tiny audio models.
 """
 
 from __future__ import annotations
@@ -19,12 +27,12 @@ from __future__ import annotations
 import math
 import os
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from flowrl.reward_models.base import RewardError, RewardOutput
+from flowrl.reward_models.base import RewardError, RewardOutput, check_choice, check_type
 from flowrl.reward_models.loading import load_pretrained, pick_device
 from flowrl.reward_models.media import unwrap_audio
 
@@ -151,6 +159,57 @@ class ClapReward:
         if len(audio) != len(prompts):
             raise RewardError(f"clap: {len(audio)} clips but {len(prompts)} prompts")
         return RewardOutput(scores=(audio * text).sum(dim=-1).cpu())
+
+
+def band_fraction(mono: torch.Tensor, rate: int, low_hz: float, high_hz: float, window: str = "hann") -> torch.Tensor:
+    """(B, N) mono audio at ``rate`` Hz -> (B,) float32: the share of its power spectrum (rfft) in
+    [low_hz, high_hz] (inclusive, ``high_hz`` clipped to Nyquist); 0 where the clip has no energy."""
+    n = mono.shape[-1]
+    x = mono.detach().to(torch.float64).cpu()
+    if window == "hann":
+        x = x * torch.hann_window(n, periodic=False, dtype=torch.float64)
+    power = torch.fft.rfft(x, dim=-1).abs().square()  # (B, n // 2 + 1)
+    freqs = torch.fft.rfftfreq(n, d=1.0 / rate, dtype=torch.float64)
+    band = (freqs >= low_hz) & (freqs <= min(high_hz, rate / 2))
+    total = power.sum(dim=-1)
+    inside = (power * band).sum(dim=-1)
+    frac = torch.where(total > 0, inside / total.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(total))
+    return frac.clamp(0.0, 1.0).float()
+
+
+class BandEnergyReward:
+    """Share of the mono mix's spectral energy in ``[low_hz, high_hz]`` (see module docstring)."""
+
+    name = "band_energy"
+    modality = "audio"
+    score_range = (0.0, 1.0)
+
+    def __init__(self, low_hz: float, high_hz: float, sample_rate: int | None = None,
+                 window: Literal["hann", "none"] = "hann"):
+        for arg, value in (("low_hz", low_hz), ("high_hz", high_hz)):
+            check_type(self.name, arg, value, float)
+            if not math.isfinite(value) and not (arg == "high_hz" and value == math.inf):
+                raise RewardError(f"{self.name}: {arg}={value!r}; expected a finite number of Hz")
+        if low_hz < 0:
+            raise RewardError(f"{self.name}: low_hz={low_hz!r}; expected 0 <= low_hz < high_hz")
+        if not low_hz < high_hz:
+            raise RewardError(f"{self.name}: high_hz={high_hz!r} must exceed low_hz={low_hz!r}")
+        if sample_rate is not None:
+            check_type(self.name, "sample_rate", sample_rate, int)
+            if sample_rate <= 0:
+                raise RewardError(f"{self.name}: sample_rate={sample_rate!r}; expected a positive integer")
+        check_choice(self.name, "window", window, ("hann", "none"))
+        self.low_hz, self.high_hz = float(low_hz), float(high_hz)
+        self.sample_rate, self.window = sample_rate, window
+
+    def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
+        wave, rate = unwrap_audio(self.name, media, self.sample_rate)  # (B, C, N)
+        if wave.shape[-1] == 0:
+            raise RewardError(f"{self.name}: the audio is empty")
+        if self.low_hz >= rate / 2:
+            raise RewardError(f"{self.name}: low_hz={self.low_hz:g} is at or above the Nyquist frequency "
+                              f"{rate / 2:g} Hz of this {rate} Hz audio: the band is empty")
+        return RewardOutput(scores=band_fraction(wave.mean(dim=1), rate, self.low_hz, self.high_hz, self.window))
 
 
 def _pooled(output: Any) -> torch.Tensor:

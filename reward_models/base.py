@@ -11,9 +11,11 @@ installed package adds names through the entry-point group ``flowrl.reward_model
 "module:attr"``), read once, lazily, the first time a name is looked up.
 
 Optional attributes a reward may declare (read by ``flowrl rewards test`` and the reward server):
-``modality`` (``"image"`` default, ``"video"``, ``"audio"``, ``"audio_video"``), ``score_range``
-(``(low, high)``, either may be ``None``) and ``pairwise`` (True for rewards built on ``compare``; see
-``PairwiseReward``: they score whole prompt groups at once).
+``modality`` (``"image"`` default, ``"video"``, ``"audio"``, ``"audio_video"``), ``modalities`` (every kind
+of media it scores, where more than one: the VLM judges take images and videos; the trainer refuses a reward
+whose kinds do not include its pipeline's), ``score_range`` (``(low, high)``, either may be ``None``) and
+``pairwise`` (True for rewards built on ``compare``; see ``PairwiseReward``: they score whole prompt groups
+at once).
 """
 
 from __future__ import annotations
@@ -172,16 +174,20 @@ def check_reward_name(name: str) -> None:
     raise RewardError(f"unknown reward {name!r}{hint}")
 
 
+def reward_target(name: str) -> Any:
+    """The class (or function) registered as ``name`` or named ``module:attr``, imported but not built."""
+    check_reward_name(name)
+    target = _REGISTRY.get(name, name)
+    return _import_attr(target) if isinstance(target, str) else target
+
+
 def build_reward(name: str, **kwargs: Any) -> RewardModel:
     """Build the reward registered as ``name`` (or a ``module:attr`` callable) with ``kwargs``.
 
     A ``module:attr`` that names a plain function (not a class) is used as the reward itself; it may
     return a ``RewardOutput``, a tensor, a numpy array or a list of floats.
     """
-    check_reward_name(name)
-    target = _REGISTRY.get(name, name)
-    if isinstance(target, str):
-        target = _import_attr(target)
+    target = reward_target(name)
     if isinstance(target, type):
         return target(**kwargs)
     if kwargs:

@@ -296,6 +296,7 @@ class VlmJudgeReward:
 
     name = "vlm_judge"
     score_range = (0.0, 1.0)
+    modalities = ("image", "video")  # a video is judged on sampled frames
 
     def __init__(
         self,
@@ -388,6 +389,7 @@ class UnifiedRewardReward(PairwiseReward):
 
     name = "unifiedreward"
     score_range = (0.0, 1.0)
+    modalities = ("image", "video")  # a video is judged on sampled frames
 
     def __init__(
         self,

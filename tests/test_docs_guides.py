@@ -121,7 +121,7 @@ def test_every_config_key_a_guide_names_exists(doc):
 def test_recipes_named_are_the_shipped_ones(capsys):
     text = _doc("recipes.md")
     table = _section(text, "## Shipped recipes")
-    named = {t for t in _ticked(table) if re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)+|tiny-cpu", t)}
+    named = {t for t in _ticked(table) if re.fullmatch(r"[a-z0-9.]+(-[a-z0-9.]+)+|tiny-cpu", t)}
     assert named == set(recipe_names()), set(recipe_names()) ^ named
     assert main(["ls", "recipes"]) == 0
     assert capsys.readouterr().out.split() == recipe_names()
@@ -344,6 +344,8 @@ def test_every_metric_the_guide_names_is_logged_and_every_logged_one_is_explaine
         cfg = resolve_config("tiny-cpu", ["log.eval_every=1", "eval_reward={jpeg_incompressibility: 1.0}",
                                           f"method.name={method}"])
         logged |= logged_metric_names(cfg)
+    for recipe in ("tiny-wan", "tiny-audio"):  # the monitors of video and audio media
+        logged |= logged_metric_names(resolve_config(recipe))
     rewards = _reward_names()
     documented = {_normalise(n, rewards) for n in _doc_metrics()}
     assert len(documented) > 40
@@ -368,7 +370,11 @@ def test_a_tiny_run_logs_the_guide_s_metrics_with_the_exact_values_it_states(tmp
     assert len(trained) == 2
     rewards = _reward_names()
     logged = {_normalise(n, rewards) for r in rows for n in r}
+    from flowrl.media import monitor_names
+
+    other_media = {_normalise(m, rewards) for m in (monitor_names("video") | monitor_names("audio")) - monitor_names("image")}
     expected = {_normalise(m, rewards) for m in _doc_metrics() if not m.startswith("method/") and m != "skipped"}
+    expected -= other_media  # an image run watches images only
     assert expected <= logged, sorted(expected - logged)
     s = cfg.sample
     n, steps, trained_steps = s.prompts_per_iteration * s.group_size, s.num_steps, int(s.num_steps * s.timestep_fraction)

@@ -76,7 +76,7 @@ def test_e_grpo_with_unit_merges_is_g2rpo_bitwise(tmp_path, one_thread):
     for a, b in zip(g2, e1, strict=True):
         assert torch.equal(a.traj.states, b.traj.states) and torch.equal(a.traj.next_states, b.traj.next_states)
         assert torch.equal(a.traj.log_probs, b.traj.log_probs)
-        assert torch.equal(a.images, b.images) and torch.equal(a.extra["branch"], b.extra["branch"])
+        assert torch.equal(a.media, b.media) and torch.equal(a.extra["branch"], b.extra["branch"])
 
 
 def _branch_nfes(num_steps, pairs, granularities, groups, members, cfg_rows=2) -> int:

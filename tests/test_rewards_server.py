@@ -40,6 +40,28 @@ def order_dependent(media, prompts, metadata):
     return torch.arange(len(prompts), dtype=torch.float32)  # depends on position, not content
 
 
+class VideoStats:
+    """A served video reward: mean brightness; details say what arrived (fps, frames)."""
+
+    modality = "video"
+
+    def __call__(self, media, prompts, metadata):
+        video, fps = media["video"], media["fps"]
+        return RewardOutput(scores=video.mean(dim=(1, 2, 3, 4)),
+                            details={"fps": [fps] * len(video), "frames": [video.shape[1]] * len(video)})
+
+
+class AudioStats:
+    """A served audio reward: RMS; details say what arrived (sample rate, channels)."""
+
+    modality = "audio"
+
+    def __call__(self, media, prompts, metadata):
+        audio, rate = media["audio"], media["sample_rate"]
+        return RewardOutput(scores=audio.pow(2).mean(dim=(1, 2)).sqrt(),
+                            details={"sample_rate": [rate] * len(audio), "channels": [audio.shape[1]] * len(audio)})
+
+
 def _env() -> dict:
     paths = [str(TESTS), *(p for p in sys.path if p)]
     return dict(os.environ, PYTHONPATH=os.pathsep.join(paths), HF_HUB_OFFLINE="1")
@@ -157,6 +179,68 @@ def test_killing_the_server_mid_run_gives_retries_then_a_clear_error(caplog):
     message = str(result["error"])
     assert "failed after 3 attempts" in message and slow.url in message and "\n" not in message
     assert len([r for r in caplog.records if "retrying" in r.getMessage()]) == 2
+
+
+def test_remote_video_reward_gets_the_trainer_s_video_mapping_at_its_fps():
+    served = _Server(f"{__name__}:VideoStats")
+    try:
+        remote = build_reward("remote", url=served.url, batch_size=2)  # fps=8 is for bare tensors only
+        gen = torch.Generator().manual_seed(0)
+        video = (torch.rand(3, 4, 3, 8, 8, generator=gen) * 255).round() / 255  # uint8 values: PNG frames are exact
+        out = remote({"video": video, "fps": 16.0}, ["a", "b", "c"], [{}] * 3)  # the adapters' decode form
+        assert remote.modality == "video"
+        assert out.scores.tolist() == pytest.approx(video.mean(dim=(1, 2, 3, 4)).tolist(), abs=1e-6)
+        assert out.details == {"fps": [16.0] * 3, "frames": [4] * 3}
+        audio = torch.zeros(3, 1, 400)
+        both = remote({"video": video, "fps": 24.0, "audio": audio, "sample_rate": 16000}, ["a", "b", "c"], [{}] * 3)
+        assert both.details["fps"] == [24.0] * 3  # an LTX-2 mapping: the video reward gets its video part
+        mp4 = build_reward("remote", url=served.url, media_format="mp4")(
+            {"video": video[:1], "fps": 12.0}, ["a"], [{}])
+        assert mp4.details["fps"] == [12.0] and mp4.details["frames"] == [4]
+        assert torch.equal(remote(video, ["a", "b", "c"], [{}] * 3).scores, out.scores)  # a bare tensor too
+    finally:
+        served.stop()
+
+
+def test_remote_audio_reward_gets_the_trainer_s_audio_mapping_at_its_rate():
+    served = _Server(f"{__name__}:AudioStats")
+    try:
+        remote = build_reward("remote", url=served.url, batch_size=2)
+        t = torch.arange(8000) / 22050
+        audio = torch.stack([a * torch.sin(2 * torch.pi * 440 * t) for a in (0.1, 0.5, 0.9)])[:, None].repeat(1, 2, 1)
+        out = remote({"audio": audio, "sample_rate": 22050}, ["a", "b", "c"], [{}] * 3)
+        assert remote.modality == "audio"
+        assert out.scores.tolist() == pytest.approx(audio.pow(2).mean(dim=(1, 2)).sqrt().tolist(), abs=1e-4)  # WAV
+        assert out.details == {"sample_rate": [22050] * 3, "channels": [2] * 3}
+        exact = build_reward("remote", url=served.url, media_format="array")
+        assert exact({"audio": audio, "sample_rate": 22050}, ["a", "b", "c"], [{}] * 3).scores.tolist() == (
+            pytest.approx(audio.pow(2).mean(dim=(1, 2)).sqrt().tolist(), rel=1e-6))
+        both = remote({"video": torch.rand(3, 2, 3, 8, 8), "fps": 8.0, "audio": audio, "sample_rate": 22050},
+                      ["a", "b", "c"], [{}] * 3)
+        assert both.details["sample_rate"] == [22050] * 3  # an LTX-2 mapping: the audio reward gets its audio part
+    finally:
+        served.stop()
+
+
+def test_remote_audio_video_reward_gets_both_parts():
+    from flowrl.media import cat_media
+
+    served = _Server("av_sync")
+    try:
+        remote = build_reward("remote", url=served.url)
+        frames, per_frame = 8, 200
+        video = 0.1 * torch.ones(2, frames, 3, 8, 8)
+        audio = torch.zeros(2, 1, frames * per_frame)
+        for f in (2, 5):  # a flash and a click together
+            video[:, f] = 0.9
+            audio[:, 0, f * per_frame: f * per_frame + 50] = 0.8
+        media = cat_media([{"video": video, "fps": 8.0, "audio": audio, "sample_rate": 1600}] * 2)
+        out = remote(media, ["a"] * 4, [{}] * 4)
+        local = build_reward("av_sync")(media, ["a"] * 4, [{}] * 4)
+        assert remote.modality == "audio_video"
+        assert out.scores.tolist() == pytest.approx(local.scores.tolist(), abs=1e-4)
+    finally:
+        served.stop()
 
 
 def test_remote_to_nowhere_is_one_line():

@@ -150,3 +150,45 @@ def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter
                                              "sample.prompts_per_iteration=2", "sample.batch_size=4"]))
     batches, _ = tr.collect(0)
     assert all(b.traj.states.shape[1] == 3 for b in batches)
+
+
+def test_a_rollout_can_hold_only_the_trained_states_and_the_final_one(adapter):
+    """``keep_all_states=False`` (Flow-GRPO's exploration, evaluation) never stacks the untrained states: the
+    same draws, log-probs, trained pairs and final state as the full rollout, with 4 of 7 states held."""
+    cond = adapter.encode_prompts(["a red cube", "a blue ball"])
+    plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
+
+    def run(keep_all):
+        return rollout(adapter, cond, plan, adapter.initial_noise(2, torch.Generator().manual_seed(0)),
+                       torch.arange(2), 4.5, torch.Generator().manual_seed(1), keep_all_states=keep_all)
+
+    full, lean = run(True), run(False)
+    s = plan.trained_indices[0]
+    assert lean.state_index == (s, s + 1, s + 2, len(plan)) and lean.states.shape[1] == 4
+    assert torch.equal(lean.log_probs, full.log_probs) and torch.equal(lean.final, full.final)
+    for j in plan.trained_indices:
+        assert all(torch.equal(a, b) for a, b in zip(lean.pair(j), full.pair(j)))
+    trained = lean.trained_only()  # what the trainer keeps until the update: the final state goes
+    assert trained.state_index == (s, s + 1, s + 2) and torch.equal(trained.states, full.trained_only().states)
+
+
+def test_offloaded_states_wait_on_the_cpu_and_train_exactly_the_same(tmp_path):
+    """``train.offload_states``: the rollout batches hold their states on the CPU; the update moves each one's
+    back for its own loss, so the trained weights are bitwise those of a run without offloading."""
+    from flowrl.config import resolve_config
+    from flowrl.trainer import Trainer
+
+    base = ["sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4", "train.iterations=1",
+            "log.save_every=1000", "log.sample_every=1000"]
+    trained = {}
+    for offload in (False, True):
+        tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / str(offload)}", *base,
+                                                 f"train.offload_states={str(offload).lower()}"]))
+        if offload:
+            batches, _ = tr.collect(0)
+            assert all(b.traj.states.device.type == "cpu" for b in batches)
+            moved = batches[0].traj.states_to(torch.device("meta"))
+            assert moved.states.device.type == "meta" and moved.log_probs.device.type == "cpu"
+        tr.train()
+        trained[offload] = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    assert all(torch.equal(trained[False][n], trained[True][n]) for n in trained[False])

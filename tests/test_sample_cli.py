@@ -1,6 +1,8 @@
-"""``flowrl sample``: numbered output folders that never overwrite, sample.json, --checkpoint and --ema."""
+"""``flowrl sample``: numbered output folders that never overwrite, sample.json, --checkpoint and --ema; the
+adapter's ``generate`` for every media kind (PNG images, MP4 video with a frame sheet, WAV audio with waveforms)."""
 
 import json
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -108,3 +110,89 @@ def test_a_rank_mismatch_names_the_tensor_and_writes_nothing(run, tmp_path, caps
     assert err == (f"flowrl: error: checkpoint {last}: tensor 'transformer_blocks.0.attn.to_q.lora_A.default.weight' "
                    "has shape (16, 32) in the checkpoint but (4, 32) in the model; check train.lora.rank")
     assert not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------------------ every media kind
+def test_generate_is_the_pipeline_call_sample_made_before():
+    import torch
+    from flowrl.pipelines.sd3 import SD3Adapter
+
+    from flowrl.config import resolve_config
+
+    cfg = resolve_config("tiny-cpu", [])
+    adapter = SD3Adapter.from_config(cfg.model, seed=cfg.seed)
+    ours = adapter.generate(["a red cat"] * 2, 2, 4.5, torch.Generator("cpu").manual_seed(3))
+    before = adapter.pipe(prompt=["a red cat"] * 2, negative_prompt=None, num_inference_steps=2, guidance_scale=4.5,
+                          height=cfg.model.resolution, width=cfg.model.resolution,
+                          max_sequence_length=cfg.model.max_sequence_length,
+                          generator=torch.Generator("cpu").manual_seed(3), output_type="pt").images
+    assert ours.shape == (2, 3, 32, 32) and torch.equal(ours, before)
+
+
+class _FakeAdapter:
+    """Stands in for the Wan / Stable Audio adapters: ``generate`` returns their media forms."""
+
+    calls: ClassVar[list] = []
+    media_kind = "video"
+
+    @classmethod
+    def from_config(cls, model_cfg, seed=0):
+        return cls()
+
+    def load_trained(self, run_dir):
+        return None
+
+    def generate(self, prompts, num_steps, guidance_scale, generator, negative_prompts=None):
+        import torch
+
+        type(self).calls.append((list(prompts), num_steps, guidance_scale, negative_prompts))
+        n = len(prompts)
+        if self.media_kind == "video":  # smooth ramps that brighten over 9 frames (H.264 is lossy)
+            ramp = torch.linspace(0, 1, 32).view(1, 1, 1, 1, 32) * torch.linspace(0.3, 1, 9).view(1, 9, 1, 1, 1)
+            return {"video": ramp.expand(n, 9, 3, 16, 32).contiguous(), "fps": 16.0}
+        t = torch.arange(4000) / 8000
+        return {"audio": (0.5 * torch.sin(2 * torch.pi * 440 * t)).view(1, 1, -1).repeat(n, 2, 1),
+                "sample_rate": 8000}
+
+
+@pytest.fixture()
+def fake(monkeypatch):
+    from flowrl.pipelines import base
+
+    monkeypatch.setattr(base, "adapter_class", lambda name: _FakeAdapter)
+    _FakeAdapter.calls = []
+    yield _FakeAdapter
+
+
+def test_video_samples_are_mp4s_with_a_frame_sheet(fake, tmp_path, capsys):
+    from flowrl.reward_models.media import mp4_to_video
+
+    fake.media_kind = "video"
+    assert main(["sample", "tiny-cpu", *PROMPT, "--negative-prompt", "blurry", "--out", str(tmp_path)]) == 0
+    assert fake.calls == [(["a red cat"] * 2, 2, 4.5, ["blurry"] * 2)]
+    folder = tmp_path / "0001"
+    assert sorted(p.name for p in folder.iterdir()) == ["0000.mp4", "0001.mp4", "frames.png", "sample.json"]
+    rec = _record(folder)
+    assert rec["media_kind"] == "video" and rec["videos"] == ["0000.mp4", "0001.mp4"] and rec["sheet"] == "frames.png"
+    assert rec["files"] == rec["videos"] and rec["fps"] == 16.0 and rec["num_frames"] == 9
+    assert rec["negative_prompt"] == "blurry" and rec["weights"]["source"] == "none" and "images" not in rec
+    clip = mp4_to_video((folder / "0000.mp4").read_bytes(), "clip")
+    assert clip.shape == (9, 3, 16, 32) and clip[-1].mean() > clip[0].mean()
+    with Image.open(folder / "frames.png") as sheet:  # 2 clips x 8 frames
+        assert sheet.size == (8 * 34 + 2, 2 * 18 + 2)
+    assert "wrote 2 videos (MP4) and frames.png and sample.json" in capsys.readouterr().out
+
+
+def test_audio_samples_are_wavs_with_waveforms(fake, tmp_path):
+    from flowrl.reward_models.media import wav_to_audio
+
+    fake.media_kind = "audio"
+    assert main(["sample", "tiny-cpu", *PROMPT, "--out", str(tmp_path)]) == 0
+    assert fake.calls[0][3] is None  # no negative prompt: the empty one
+    folder = tmp_path / "0001"
+    assert sorted(p.name for p in folder.iterdir()) == ["0000.wav", "0001.wav", "sample.json", "waveforms.png"]
+    rec = _record(folder)
+    assert rec["media_kind"] == "audio" and rec["audio"] == ["0000.wav", "0001.wav"] and rec["sample_rate"] == 8000
+    assert rec["duration_s"] == 0.5 and rec["sheet"] == "waveforms.png"
+    wave, rate = wav_to_audio((folder / "0001.wav").read_bytes(), "clip")
+    assert rate == 8000 and wave.shape == (2, 4000) and abs(float(wave.abs().max()) - 0.5) < 1e-3

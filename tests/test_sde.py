@@ -1,5 +1,7 @@
 import math
 
+import numpy as np
+
 import pytest
 import torch
 
@@ -117,3 +119,33 @@ def test_gaussian_log_prob_reduction():
     x = torch.zeros(2, 4)
     lp = gaussian_log_prob(x, torch.zeros(2, 4), torch.ones(2, 1))
     assert torch.allclose(lp, torch.full((2,), -0.5 * math.log(2 * math.pi)))
+
+
+def test_the_first_step_substitute_does_not_need_sigma_to_be_exactly_one():
+    """Wan's UniPC flow sigmas start at 0.99999899: the substitute applies there too (within SIGMA_ONE_TOL),
+    so g is Flow-GRPO's a sqrt(s0 / (1 - s1)), not a sqrt(s0 / 1e-6) ~ 700; an exact 1 gives the same value
+    as before, and a sigma just outside the tolerance is left alone."""
+    from flowrl.sde import SIGMA_ONE_TOL
+
+    s0, s1, a = 0.99999899, 0.97, 0.7
+    expected = a * math.sqrt(s0 / (1 - s1))
+    assert flow_sde_g(s0, a, sigma_at_one=s1) == pytest.approx(expected, rel=1e-12)
+    assert float(flow_sde_g(torch.tensor([s0]), a, sigma_at_one=s1)[0]) == pytest.approx(expected, rel=1e-6)
+    assert flow_sde_g(1.0, a, sigma_at_one=s1) == pytest.approx(a * math.sqrt(1 / (1 - s1)), rel=1e-12)
+    outside = 1 - 2 * SIGMA_ONE_TOL
+    assert flow_sde_g(outside, a, sigma_at_one=s1) == pytest.approx(a * math.sqrt(outside / (1 - outside)))
+    # every family's own schedule: the first transition's g stays Flow-GRPO's substitute value
+    from flowrl.pipelines.tiny_families import build_tiny_flux, build_tiny_wan
+    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+
+    wan = build_tiny_wan().scheduler
+    wan.set_timesteps(20)
+    sd3 = __import__("diffusers").FlowMatchEulerDiscreteScheduler(shift=3.0)
+    sd3.set_timesteps(10)
+    flux = build_tiny_flux().scheduler
+    flux.set_timesteps(sigmas=np.linspace(1.0, 1 / 6, 6), mu=calculate_shift(4))
+    for sigmas in (wan.sigmas, sd3.sigmas, flux.sigmas):
+        sigmas = sigmas.float()
+        g = flow_sde_g(float(sigmas[0]), a, sigma_at_one=float(sigmas[1]))
+        assert g == pytest.approx(a * math.sqrt(float(sigmas[0]) / (1 - float(sigmas[1]))), rel=1e-6) and g < 10
+    assert float(wan.sigmas[0]) < 1.0  # the case the exact test missed

@@ -99,6 +99,16 @@ class Context:
     def guidance_scale(self) -> float:
         return self.cfg.sample.guidance_scale
 
+    @property
+    def conditional_scale(self) -> float:
+        """The scale of the conditional velocity alone, one pass and no CFG branches (what RAM and DiffusionNFT
+        regress): 1.0 under two-branch CFG; under guidance embedded in the transformer (FLUX.1-dev) the
+        sampling scale itself, which costs no pass and is the input the guidance-distilled model was trained
+        with (its prediction at guidance 1 is off its training distribution)."""
+        guidance = getattr(self.adapter, "guidance", None)
+        embedded = guidance is not None and guidance(self.guidance_scale).kind == "embedded"
+        return self.guidance_scale if embedded else 1.0
+
     def seed(self, purpose: str, position: int) -> int:
         """The seed of the named random stream ``purpose`` at global sample ``position``."""
         from flowrl.trainer import _seed_of
@@ -125,11 +135,13 @@ class Context:
 
     @torch.no_grad()
     def rollout(self, plan: StepPlan, noise: torch.Tensor, cond: Conditioning, group_ids: torch.Tensor,
-                generator: torch.Generator | None, keep_means: bool = False) -> Trajectory:
+                generator: torch.Generator | None, keep_means: bool = False,
+                keep_all_states: bool = True) -> Trajectory:
         """Walk ``plan`` from ``noise`` with the current policy, recording states and log-probs (and each
-        transition's mean with ``keep_means``)."""
+        transition's mean with ``keep_means``); ``keep_all_states=False`` records only the states the trained
+        transitions need and the final one (``flowrl.rollout.rollout``)."""
         return rollout(self.adapter, cond, plan, noise, group_ids, self.guidance_scale, generator,
-                       model=self._trainer.model, keep_means=keep_means)
+                       model=self._trainer.model, keep_means=keep_means, keep_all_states=keep_all_states)
 
     @torch.no_grad()
     def complete(self, x: torch.Tensor, sigmas: torch.Tensor, cond: Conditioning) -> torch.Tensor:

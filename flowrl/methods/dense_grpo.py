@@ -73,6 +73,8 @@ class DenseGRPO(FlowGRPO):
         return StepPlan(sigma=sigmas[:-1].clone(), sigma_next=sigmas[1:].clone(), kinds=("dance_sde",) * n,
                         noise_levels=self._psi(ctx), train=torch.arange(n) < n_train, sigma_at_one=float(sigmas[1]))
 
+    keep_all_states = True  # intermediate states are completed and scored
+
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         exp = super().explore(ctx, batch)
         sigmas = ctx.sigmas()

@@ -81,7 +81,7 @@ class DiffusionNFT(ForwardProcess):
                         advantages: torch.Tensor) -> TransitionLoss:
         o = self.options
         x_t, t = traj.x_t(j), traj.t[:, j]
-        v = ctx.velocity(x_t, t, cond, guidance_scale=1.0)
+        v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)
         r = optimality_weight(advantages, self.cfg.train.adv_clip_max)
         policy = nft_loss(v, traj.velocities["old"][:, j], x_t, t, traj.x0, r, o.beta).mean()
         loss, kl = policy, None

@@ -33,10 +33,14 @@ class FlowGRPO(Method):
 
     # keep each transition's rollout mean in the trajectory (a loss that needs it, e.g. GRPO-Guard's)
     keep_means = False
+    # keep every state of the rollout, not only those of the trained transitions and the final one (a method
+    # that completes or scores intermediate states: DenseGRPO, TP-GRPO)
+    keep_all_states = False
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         traj = ctx.rollout(self.plan(ctx, batch), batch.noise, batch.cond, batch.group_ids,
-                           ctx.generator("sde", batch.position), keep_means=self.keep_means)
+                           ctx.generator("sde", batch.position), keep_means=self.keep_means,
+                           keep_all_states=self.keep_all_states)
         return Experience(traj, {"final": traj.final})
 
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:

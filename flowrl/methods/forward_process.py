@@ -21,6 +21,7 @@ import torch
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, Experience, Method, PromptBatch
 from flowrl.plan import ode_plan
+from flowrl.rollout import states_moved
 
 
 @dataclass
@@ -59,6 +60,10 @@ class Endpoints:
 
     def trained_only(self) -> Endpoints:
         return self
+
+    def states_to(self, device: torch.device) -> Endpoints:
+        """The endpoints, noise and stored velocities on ``device`` (``train.offload_states``)."""
+        return states_moved(self, ("x0", "noise", "velocities"), device)
 
     def select(self, rows: torch.Tensor) -> Endpoints:
         if rows.dtype == torch.bool:
@@ -152,9 +157,10 @@ class ForwardProcess(Method):
         t = sample_times(o.time_alpha, (b, k), gen, ctx.device)
         noise = torch.randn((b, k, *x0.shape[1:]), generator=gen, device=ctx.device, dtype=torch.float32)
         unit = Endpoints(x0.float(), t, noise, batch.group_ids)
+        scale = ctx.conditional_scale
         for name in self.target_weights():
             with torch.no_grad(), self._weights(ctx, name) as model:
                 unit.velocities[name] = torch.stack(
-                    [ctx.velocity(unit.x_t(j), unit.t[:, j], batch.cond, guidance_scale=1.0, model=model)
+                    [ctx.velocity(unit.x_t(j), unit.t[:, j], batch.cond, guidance_scale=scale, model=model)
                      for j in range(k)], dim=1)
         return Experience(unit, {"final": x0})

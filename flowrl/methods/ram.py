@@ -79,6 +79,6 @@ class RAM(ForwardProcess):
         x_t, t = traj.x_t(j), traj.t[:, j]
         y = ram_target(traj.velocities["ref"][:, j], traj.velocities[o.target_velocity][:, j], traj.x0,
                        traj.noise[:, j], advantages, o.reward_multiplier)
-        v = ctx.velocity(x_t, t, cond, guidance_scale=1.0)
+        v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)
         loss = (v - y).pow(2).mean()
         return TransitionLoss(loss, loss.detach())

@@ -107,6 +107,8 @@ class TPGRPO(FlowGRPO):
     def window_start(plan: StepPlan) -> int:
         return plan.trained_indices[0]
 
+    keep_all_states = True  # intermediate states are completed and scored
+
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         exp = super().explore(ctx, batch)  # the rollout along self.plan, SDE draws from ("sde", position)
         traj, w = exp.traj, self.window_size

@@ -1,0 +1,594 @@
+"""Wan 2.1 T2V and Wan 2.2 T2V-A14B (two experts) adapter, built from ``WanPipeline``'s public pieces.
+
+What differs from SD3 (``flowrl.pipelines.sd3``), and how the adapter keeps the pipeline's own math:
+
+* **Media** is video: ``decode`` returns ``{"video": (B, F, 3, H, W) in [0, 1], "fps": model.fps or 16}``
+  through the Wan VAE, with the pipeline's ``latents_mean`` / ``latents_std`` de-normalisation and its
+  ``video_processor.postprocess_video(..., output_type="pt")`` (in chunks of whole clips: the causal VAE's
+  memory grows with the batch; a real 81-frame clip decodes alone). ``model.num_frames`` (default 81) must be 4k + 1; ``model.height`` / ``model.width``
+  (default ``model.resolution``) multiples of 16.
+* **Latents** are Wan's 5-D ``(B, 16, 1 + (F - 1)/4, H/8, W/8)`` fp32 from ``prepare_latents``; no packing.
+* **Sigmas** are the pipeline scheduler's own (``scheduler.set_timesteps(T)``; the Wan Diffusers checkpoints use
+  UniPC with flow sigmas and ``flow_shift``): sigma_0 = 0.99999899, not 1, and the schedule ends at 0.
+  flowrl steps that schedule with its own (Euler-based) SDE and ODE steps: UniPC is a multistep solver, so with
+  UniPC only the schedule is shared with ``WanPipeline``, not the update rule. With a one-step
+  ``FlowMatchEulerDiscreteScheduler`` on the same sigmas the pipeline's output is flowrl's ODE rollout.
+* **Timesteps**: the transformer gets ``timestep = sigma * num_train_timesteps`` (fp32), as ``WanPipeline`` feeds
+  ``scheduler.timesteps`` (FlowMatchEuler's are exactly these; UniPC's are the same truncated to integers).
+* **Guidance** is two-branch CFG (``cfg_guidance``), both branches in one batched forward, negatives stacked
+  first; per-row negative prompts as SD3's (``negative_prompt_embeds`` rows), the empty prompt by default.
+* **Two experts** (Wan 2.2 A14B: ``pipe.transformer_2`` and ``pipe.config.boundary_ratio``): ``transformer`` is
+  the high-noise expert, run where ``timestep >= boundary_ratio * num_train_timesteps``, ``transformer_2`` the
+  low-noise one below, as ``WanPipeline`` chooses. ``adapter.transformer`` is then a ``WanExperts`` module holding
+  both (``high_noise``, ``low_noise``) with the transformer's call signature: it picks the expert of each row
+  from its timestep (a batch whose rows straddle the boundary is split), so a transition's training forward uses
+  the expert that sampled it. ``model.trained_experts`` (both | high_noise | low_noise) says which train: an
+  expert that does not train gets no LoRA, never requires grad (``requires_grad_`` keeps it frozen, also for full
+  fine-tuning) and is shared, not copied, by a deep copy (the full fine-tuning reference).
+  One ``guidance_scale`` serves both experts (``WanPipeline``'s default for ``guidance_scale_2``); ``generate``
+  passes no ``guidance_scale_2`` either, so sampling and training agree.
+* **LoRA** targets the self- and cross-attention projections (``attn1`` / ``attn2``: ``to_q``, ``to_k``, ``to_v``,
+  ``to_out.0``); ``save_lora`` writes ``pytorch_lora_weights.safetensors`` for ``transformer`` (Wan 2.1, or the
+  high-noise expert) and ``pytorch_lora_weights_transformer_2.safetensors`` for the low-noise expert, which
+  ``WanPipeline.load_lora_weights(folder, weight_name=..., load_into_transformer_2=True)`` loads
+  (``load_trained`` does both).
+
+``model.path``: ``tiny`` builds the offline tiny Wan 2.1 T2V (``build_tiny_wan``), ``tiny-a14b`` the offline tiny
+Wan 2.2 T2V-A14B with its two experts (``build_tiny_wan(two_experts=True)``, boundary 0.875); else a hub id or a
+local diffusers folder (``WanPipeline.from_pretrained``). ``model.tiny_size`` does not apply.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.flux import set_flux_attention_backend
+from flowrl.pipelines.sd3 import (
+    DTYPES,
+    HubUnavailableError,
+    _check_folder,
+    _first_line,
+    _offline,
+    cached_rows,
+    is_single_file,
+    local_or_hub,
+    looks_local,
+    lora_metadata,
+)
+
+logger = logging.getLogger(__name__)
+
+# the self-attention (attn1) and text cross-attention (attn2) projections of every block
+WAN_LORA_TARGETS = [
+    "attn1.to_q",
+    "attn1.to_k",
+    "attn1.to_v",
+    "attn1.to_out.0",
+    "attn2.to_q",
+    "attn2.to_k",
+    "attn2.to_v",
+    "attn2.to_out.0",
+]
+TINY_PATHS = {"tiny": False, "tiny-a14b": True}  # model.path -> two experts
+DEFAULT_NUM_FRAMES = 81
+DEFAULT_FPS = 16.0
+DECODE_CHUNK_ELEMENTS = 1 << 20  # latent elements the VAE decodes at once (whole clips, at least one)
+EXPERTS = ("high_noise", "low_noise")
+LORA_FILES = {"high_noise": "pytorch_lora_weights.safetensors",
+              "low_noise": "pytorch_lora_weights_transformer_2.safetensors"}
+
+
+def check_model_path(model_cfg) -> None:
+    """Refuse, before any model is built, a ``model.path`` that cannot load as a Wan pipeline (a missing local
+    path, a folder that is not a diffusers pipeline folder, a single file: not supported for Wan here), a
+    ``model.num_frames`` that is not 4k + 1, and ``model.trained_experts`` other than both for the one-expert
+    ``tiny``."""
+    path = model_cfg.path
+    num_frames = getattr(model_cfg, "num_frames", None)
+    if num_frames is not None:
+        check_num_frames(num_frames)
+    if path in TINY_PATHS:
+        experts = getattr(model_cfg, "trained_experts", "both")
+        if not TINY_PATHS[path] and experts != "both":
+            raise ValueError(f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 A14B, "
+                             "model.path: tiny-a14b for the tiny one); model.path: tiny is Wan 2.1 (one transformer)")
+        return
+    local = Path(path).expanduser()
+    if local.is_dir():
+        _check_folder("model.path", path, local)
+    elif local.is_file() or is_single_file(path):
+        raise ValueError(f"model.path: {path!r} is a file; the wan pipeline loads a diffusers folder or a hub id "
+                         "(single-file Wan checkpoints are not supported)")
+    elif looks_local(path) and not path.startswith(("http://", "https://")):
+        raise FileNotFoundError(f"model.path: no such file or folder {path!r}")
+
+
+def load_wan_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
+    """``WanPipeline.from_pretrained`` from a hub id or a local folder, with a one-line error."""
+    from diffusers import WanPipeline
+
+    try:
+        return WanPipeline.from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype], revision=revision)
+    except (OSError, ValueError, KeyError) as exc:
+        if Path(path).expanduser().is_dir():
+            raise HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
+                                      f"({_first_line(exc)})") from exc
+        why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
+        raise HubUnavailableError(f"model.path={path!r}: not a local folder and {why}; download it first "
+                                  f"(hf download {path}) or set model.path to a local folder") from exc
+
+
+def check_num_frames(num_frames: int, temporal: int = 4) -> None:
+    if num_frames < 1 or (num_frames - 1) % temporal:
+        raise ValueError(f"model.num_frames: Wan needs {temporal}k + 1 frames (e.g. 5, 33, 81), got {num_frames}")
+
+
+class WanExperts(torch.nn.Module):
+    """Wan 2.2 A14B's two experts as the one trained module.
+
+    ``forward`` has the Wan transformer's signature and runs, for each row, ``high_noise`` where its
+    ``timestep >= boundary_timestep`` and ``low_noise`` below (``WanPipeline``'s choice); rows that straddle the
+    boundary are split and put back in order. ``trained`` names the experts that train: ``add_adapter`` and
+    ``enable_gradient_checkpointing`` reach only them, ``requires_grad_`` never unfreezes the others, and a deep
+    copy shares the frozen ones instead of copying them.
+
+    Under grad, every trained parameter of an expert a forward did not run joins the output with weight 0, so
+    every trained parameter gets a (zero) gradient from every backward: DDP needs no ``find_unused_parameters``,
+    and a transition sampled by a frozen expert still has a differentiable (zero-gradient) loss.
+    """
+
+    _no_split_modules = ("WanTransformerBlock",)  # FSDP auto-wrap: the experts' blocks
+
+    def __init__(self, high_noise: torch.nn.Module, low_noise: torch.nn.Module, boundary_timestep: float,
+                 trained: tuple[str, ...] = EXPERTS):
+        super().__init__()
+        self.high_noise = high_noise
+        self.low_noise = low_noise
+        self.boundary_timestep = float(boundary_timestep)
+        unknown = set(trained) - set(EXPERTS)
+        if unknown or not trained:
+            raise ValueError(f"WanExperts: trained experts must be some of {', '.join(EXPERTS)}, got {trained}")
+        self.trained = tuple(e for e in EXPERTS if e in trained)
+        for name in EXPERTS:
+            if name not in self.trained:
+                getattr(self, name).requires_grad_(False)
+
+    # ------------------------------------------------------------------ what the trainer calls
+    def experts(self, trained: bool | None = None) -> list[tuple[str, torch.nn.Module]]:
+        """(name, expert) pairs, high noise first: all, the trained ones, or (``trained=False``) the frozen ones."""
+        return [(n, getattr(self, n)) for n in EXPERTS if trained is None or (n in self.trained) == trained]
+
+    @property
+    def config(self):
+        """The experts' shared architecture (patch size, channels, heads): the high-noise expert's config."""
+        return self.high_noise.config
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.high_noise.dtype
+
+    def requires_grad_(self, requires_grad: bool = True) -> WanExperts:
+        for name, expert in self.experts():
+            expert.requires_grad_(requires_grad and name in self.trained)
+        return self
+
+    def add_adapter(self, adapter_config, adapter_name: str = "default") -> None:
+        for _, expert in self.experts(trained=True):
+            expert.add_adapter(adapter_config, adapter_name=adapter_name)
+
+    @property
+    def peft_config(self) -> dict:
+        """The trained experts' LoRA configs (one config for both; ``peft.get_peft_model_state_dict`` reads it)."""
+        for _, expert in self.experts(trained=True):
+            config = getattr(expert, "peft_config", None)
+            if config:
+                return config
+        raise AttributeError("peft_config: no expert holds a LoRA")
+
+    def _with_lora(self) -> list[torch.nn.Module]:
+        return [e for _, e in self.experts() if getattr(e, "_hf_peft_config_loaded", False)]
+
+    def disable_adapters(self) -> None:
+        for expert in self._with_lora():
+            expert.disable_adapters()
+
+    def enable_adapters(self) -> None:
+        for expert in self._with_lora():
+            expert.enable_adapters()
+
+    def enable_gradient_checkpointing(self, *args, **kwargs) -> None:
+        for _, expert in self.experts(trained=True):
+            expert.enable_gradient_checkpointing(*args, **kwargs)
+
+    def disable_gradient_checkpointing(self) -> None:
+        for _, expert in self.experts():
+            expert.disable_gradient_checkpointing()
+
+    def save_config(self, directory: str | Path) -> None:
+        """``config.json`` of a full fine-tuning export (the trainer writes the state dict beside it, keys
+        ``high_noise.*`` and ``low_noise.*``): both experts' configs and the boundary (``WanAdapter.load_trained``)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        record = {"_class_name": type(self).__name__, "boundary_timestep": self.boundary_timestep,
+                  "trained_experts": list(self.trained),
+                  **{name: dict(expert.config) for name, expert in self.experts()}}
+        (directory / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+
+    def __deepcopy__(self, memo: dict) -> WanExperts:
+        """A copy that shares the frozen experts (they never change) and copies the trained ones."""
+        for _, expert in self.experts(trained=False):
+            memo[id(expert)] = expert
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return new
+
+    # ------------------------------------------------------------------ the forward
+    def is_high_noise(self, timestep: torch.Tensor) -> torch.Tensor:
+        """(B,) bool: the rows the high-noise expert runs (``timestep >= boundary``, as ``WanPipeline``)."""
+        return timestep >= self.boundary_timestep
+
+    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
+                return_dict: bool = False, **kwargs):
+        timestep = timestep.reshape(-1).expand(hidden_states.shape[0]) if timestep.numel() == 1 else timestep
+        high = self.is_high_noise(timestep)
+        parts, used = [], []
+        for name, rows in (("high_noise", high), ("low_noise", ~high)):
+            if not rows.any():
+                continue
+            index = None if rows.all() else rows.nonzero().flatten()
+            inputs = [hidden_states, timestep, encoder_hidden_states]
+            if index is not None:
+                inputs = [t.index_select(0, index) for t in inputs]
+            out = getattr(self, name)(hidden_states=inputs[0], timestep=inputs[1], encoder_hidden_states=inputs[2],
+                                      return_dict=False, **kwargs)[0]
+            parts.append((index, out))
+            used.append(name)
+        if len(parts) == 1:
+            out = parts[0][1]
+        else:  # rows straddle the boundary: put them back in order
+            order = torch.cat([index for index, _ in parts])
+            out = torch.cat([o for _, o in parts]).index_select(0, torch.argsort(order))
+        if torch.is_grad_enabled():
+            anchors = [p.reshape(-1)[:1].float().sum() for name, expert in self.experts(trained=True) if name not in used
+                       for p in expert.parameters() if p.requires_grad and type(p.data) is torch.Tensor]
+            if anchors:
+                out = out + (torch.stack(anchors).sum() * 0.0).to(out.dtype)
+        if return_dict:
+            from diffusers.models.modeling_outputs import Transformer2DModelOutput
+
+            return Transformer2DModelOutput(sample=out)
+        return (out,)
+
+
+class WanAdapter:
+    """Wan 2.1 T2V / Wan 2.2 T2V-A14B for RL. ``pipe`` is a ``WanPipeline``; the policy is its transformer, or
+    (two experts) a ``WanExperts`` holding ``transformer`` and ``transformer_2``."""
+
+    lora_target_modules = WAN_LORA_TARGETS
+    check_model_path = staticmethod(check_model_path)
+    media_kind = "video"
+
+    def __init__(
+        self,
+        pipe,
+        resolution: int | tuple[int, int] = (480, 832),
+        num_frames: int | None = None,
+        fps: float | None = None,
+        max_sequence_length: int = 512,
+        device: torch.device | str = "cpu",
+        vae_dtype: torch.dtype = torch.float32,
+        prompt_cache: int = 1024,
+        attention_backend: str | None = None,
+        trained_experts: str = "both",
+    ):
+        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        multiple = pipe.vae_scale_factor_spatial * 2  # the VAE's down-sampling times the transformer's 2x2 patches
+        for side, value in (("height", self.height), ("width", self.width)):
+            if value % multiple:
+                raise ValueError(f"model.{side}: Wan needs a multiple of {multiple}, got {value}")
+        self.num_frames = DEFAULT_NUM_FRAMES if num_frames is None else int(num_frames)
+        check_num_frames(self.num_frames, pipe.vae_scale_factor_temporal)
+        self.fps = DEFAULT_FPS if fps is None else float(fps)
+        self.pipe = pipe
+        self.device = torch.device(device)
+        self.resolution = self.height if self.height == self.width else (self.height, self.width)
+        self.max_sequence_length = max_sequence_length
+        pipe.set_progress_bar_config(disable=True)
+        for name in ("text_encoder", "vae"):
+            module = getattr(pipe, name, None)
+            if module is not None:
+                module.requires_grad_(False).eval()
+                module.to(self.device)
+        if pipe.vae.dtype != vae_dtype:
+            pipe.vae.to(dtype=vae_dtype)
+        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
+        self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
+        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
+        self.prompt_cache = prompt_cache
+        self._negative: Conditioning | None = None
+        two = getattr(pipe, "transformer_2", None) is not None and pipe.config.boundary_ratio is not None
+        self.two_experts = two
+        if two:
+            self.boundary_ratio = float(pipe.config.boundary_ratio)
+            trained = EXPERTS if trained_experts == "both" else (trained_experts,)
+            self._transformer = WanExperts(pipe.transformer, pipe.transformer_2,
+                                           self.boundary_ratio * self._num_train_timesteps, trained)
+        else:
+            if trained_experts != "both":
+                raise ValueError(f"model.trained_experts: {trained_experts!r} needs a two-expert model (Wan 2.2 "
+                                 "A14B); this Wan pipeline has one transformer: leave it at 'both'")
+            self.boundary_ratio = None
+            self._transformer = pipe.transformer
+        self._transformer.to(self.device)
+        self.compute_dtype = pipe.transformer.dtype  # ModelMixin.dtype walks every parameter: ask once
+        self.latent_channels = int(pipe.transformer.config.in_channels)
+        self.attention_backend = attention_backend
+        self.attention_backpropagates = True
+        if attention_backend is not None:
+            self.attention_backpropagates = all(
+                set_flux_attention_backend(t, attention_backend, self.device, self.compute_dtype)
+                for t in self._transformers()
+            )
+
+    @classmethod
+    def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> WanAdapter:
+        """Build from ``ModelConfig``: ``path="tiny"`` builds the offline tiny Wan 2.1 T2V, ``"tiny-a14b"`` the
+        offline tiny Wan 2.2 T2V-A14B (``build_tiny_wan``), else ``WanPipeline.from_pretrained`` of a hub id or a
+        local folder."""
+        if model_cfg.path in TINY_PATHS:
+            from flowrl.pipelines.tiny_families import build_tiny_wan
+
+            pipe = build_tiny_wan(seed=seed, two_experts=TINY_PATHS[model_cfg.path])
+        else:
+            check_model_path(model_cfg)
+            pipe = load_wan_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
+        dtype = DTYPES[model_cfg.dtype]
+        for name in ("text_encoder", "transformer", "transformer_2"):
+            module = getattr(pipe, name, None)
+            if module is not None and module.dtype != dtype:
+                module.to(dtype=dtype)
+        return cls(pipe, model_cfg.size, model_cfg.num_frames, model_cfg.fps, model_cfg.max_sequence_length, device,
+                   prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None),
+                   trained_experts=getattr(model_cfg, "trained_experts", "both"))
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self._transformer
+
+    def _transformers(self) -> list[torch.nn.Module]:
+        return [self.pipe.transformer] + ([self.pipe.transformer_2] if self.two_experts else [])
+
+    def guidance(self, scale: float) -> Guidance:
+        """Two-branch CFG (both branches in one batched forward: 2 rows a sample), off at scale 1; one scale
+        for both experts."""
+        return cfg_guidance(scale)
+
+    # ------------------------------------------------------------------ experts
+    def expert_of(self, sigma: float | torch.Tensor) -> str | list[str]:
+        """The expert that runs at ``sigma`` ("high_noise" or "low_noise"; always "high_noise" for Wan 2.1)."""
+        if not self.two_experts:
+            return "high_noise" if isinstance(sigma, float) else ["high_noise"] * torch.as_tensor(sigma).numel()
+        t = torch.as_tensor(sigma, dtype=torch.float32) * self._num_train_timesteps
+        high = self._transformer.is_high_noise(t.reshape(-1)).tolist()
+        names = ["high_noise" if h else "low_noise" for h in high]
+        return names[0] if isinstance(sigma, float) else names
+
+    def trains_sigma(self, sigma: torch.Tensor | float) -> torch.Tensor:
+        """(T,) bool: whether a transition from each ``sigma`` runs a trained expert (all True for Wan 2.1 and
+        ``trained_experts=both``); a transition of a frozen expert has nothing to train."""
+        sigma = torch.as_tensor(sigma, dtype=torch.float32).reshape(-1)
+        if not self.two_experts:
+            return torch.ones(len(sigma), dtype=torch.bool)
+        names = self.expert_of(sigma)
+        return torch.tensor([n in self._transformer.trained for n in names], dtype=torch.bool)
+
+    # ------------------------------------------------------------------ conditioning
+    @torch.no_grad()
+    def _encode(self, prompts: list[str]) -> Conditioning:
+        embeds, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False, device=self.device,
+                                            max_sequence_length=self.max_sequence_length)
+        return {"prompt_embeds": embeds}
+
+    def _rows(self, prompts: list[str]) -> list[Conditioning]:
+        """One-row embeddings of each prompt through the prompt cache (``sd3.cached_rows``)."""
+        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
+
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
+        """UMT5 embeddings (B, L, D) of ``prompts`` (zero-padded to ``max_sequence_length``, as the pipeline),
+        cached per prompt. ``negative_prompts``: each row's CFG negative, kept as ``negative_prompt_embeds`` rows
+        ("" is the empty prompt); None: CFG uses the empty prompt (``model_inputs``)."""
+        if negative_prompts is not None and len(negative_prompts) != len(prompts):
+            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
+        given = [n for n in negative_prompts or [] if n]
+        rows = self._rows(list(prompts) + given)
+        cond = {"prompt_embeds": torch.cat([r["prompt_embeds"] for r in rows[: len(prompts)]])}
+        if negative_prompts is None:
+            return cond
+        empty = self._empty_negative()
+        own = iter(rows[len(prompts):])
+        negs = [next(own) if n else empty for n in negative_prompts]
+        cond["negative_prompt_embeds"] = torch.cat([r["prompt_embeds"] for r in negs])
+        return cond
+
+    def _empty_negative(self) -> Conditioning:
+        if self._negative is None:
+            self._negative = self._encode([""])
+        return self._negative
+
+    def negative_conditioning(self, n: int) -> Conditioning:
+        """The empty-prompt embedding used as the CFG negative, expanded to ``n`` rows."""
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ sampling pieces
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The pipeline scheduler's schedule with ``num_steps`` transitions: (T+1,) fp32 from sigma_0 (0.99999899
+        with UniPC flow sigmas, not 1) to 0."""
+        self._scheduler.set_timesteps(num_steps, device="cpu")
+        return self._scheduler.sigmas.detach().float().cpu().clone()
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int, int]:
+        """One sample's latent: (16, 1 + (F - 1)/4, H/8, W/8)."""
+        s, t = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
+        return (self.latent_channels, (self.num_frames - 1) // t + 1, self.height // s, self.width // s)
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Gaussian latents at sigma_0 through ``prepare_latents`` (fp32): (n, 16, F', H/8, W/8)."""
+        return self.pipe.prepare_latents(n, self.latent_channels, self.height, self.width, self.num_frames,
+                                         torch.float32, self.device, generator)
+
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
+        """Transformer-ready conditioning: cast to the model dtype and, with CFG, the negative rows stacked
+        before the prompt rows (each row's own negative where ``cond`` holds them, else the empty prompt)."""
+        embeds = cond["prompt_embeds"]
+        if guidance_scale != 1.0:
+            neg = cond.get("negative_prompt_embeds")
+            if neg is None:
+                neg = self.negative_conditioning(embeds.shape[0])["prompt_embeds"]
+            embeds = torch.cat([neg.to(embeds.device), embeds])
+        return {"prompt_embeds": embeds.to(self.compute_dtype)}
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor | float,
+        inputs: Conditioning,
+        guidance_scale: float,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
+        """v(x, sigma | c) with CFG ``v_u + w (v_c - v_u)``; both branches (and, for two experts, every row's
+        expert) in one call of the trained module. x: (B, 16, F', h, w); sigma: a float or (B,); returns fp32.
+
+        The transformer gets ``timestep = sigma * num_train_timesteps``. ``model`` defaults to
+        ``adapter.transformer`` (pass its DDP/FSDP wrapper, or a frozen reference copy)."""
+        use_cfg = guidance_scale != 1.0
+        rows = 2 * x.shape[0] if use_cfg else x.shape[0]
+        embeds = inputs["prompt_embeds"]
+        if embeds.shape[0] != rows:
+            raise ValueError(f"conditioning has {embeds.shape[0]} rows for {x.shape[0]} latents; "
+                             f"build it with model_inputs(cond, guidance_scale={guidance_scale})")
+        x_in = torch.cat([x, x]) if use_cfg else x
+        timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
+        if timestep.numel() == 1:
+            timestep = timestep.reshape(1).expand(rows)
+        else:
+            timestep = timestep.reshape(-1)
+            timestep = torch.cat([timestep, timestep]) if use_cfg else timestep
+        out = (model or self.transformer)(
+            hidden_states=x_in.to(self.compute_dtype),
+            timestep=timestep,
+            encoder_hidden_states=embeds,
+            return_dict=False,
+        )[0].float()
+        if use_cfg:
+            v_uncond, v_cond = out.chunk(2)
+            return v_uncond + guidance_scale * (v_cond - v_uncond)
+        return out
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> dict:
+        """Latents (B, 16, F', h, w) -> ``{"video": (B, F, 3, H, W) float in [0, 1], "fps": float}``, as
+        ``WanPipeline(output_type="pt")`` decodes: in chunks of at most ``DECODE_CHUNK_ELEMENTS`` latent elements
+        (at least one clip: the causal VAE's memory grows with the batch; one 81-frame 480x832 clip is 2.1M)."""
+        vae = self.pipe.vae
+        per_clip = max(1, latents[0].numel())
+        chunk = max(1, DECODE_CHUNK_ELEMENTS // per_clip)
+        mean = torch.tensor(vae.config.latents_mean).view(1, vae.config.z_dim, 1, 1, 1).to(vae.device, vae.dtype)
+        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, vae.config.z_dim, 1, 1, 1).to(vae.device,
+                                                                                                       vae.dtype)
+        videos = []
+        for z in latents.split(chunk):
+            z = z.to(vae.device, dtype=vae.dtype)
+            video = vae.decode(z / inv_std + mean, return_dict=False)[0]
+            videos.append(self.pipe.video_processor.postprocess_video(video, output_type="pt"))
+        return {"video": torch.cat(videos).float(), "fps": self.fps}
+
+    @torch.no_grad()
+    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator | None,
+                 negative_prompts: list[str] | None = None) -> dict:
+        """``WanPipeline``'s own sampling (its scheduler, UniPC for the Diffusers checkpoints): the video mapping.
+        One guidance scale for both experts (no ``guidance_scale_2``), as in training."""
+        frames = self.pipe(
+            prompt=list(prompts),
+            negative_prompt=list(negative_prompts) if negative_prompts is not None else None,
+            height=self.height,
+            width=self.width,
+            num_frames=self.num_frames,
+            num_inference_steps=num_steps,
+            guidance_scale=guidance_scale,
+            generator=generator,
+            max_sequence_length=self.max_sequence_length,
+            output_type="pt",
+        ).frames
+        return {"video": frames.float(), "fps": self.fps}
+
+    # ------------------------------------------------------------------ weights
+    def load_trained(self, run_dir: str | Path) -> str | None:
+        """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
+        run_dir = Path(run_dir)
+        lora = run_dir / "lora"
+        found = [e for e in EXPERTS if (lora / LORA_FILES[e]).is_file()]
+        if found:
+            for expert in found:
+                if expert == "low_noise" and not self.two_experts:
+                    raise ValueError(f"{lora / LORA_FILES[expert]}: a low-noise expert's LoRA (Wan 2.2 A14B), but "
+                                     "this Wan pipeline has one transformer")
+                self.pipe.load_lora_weights(str(lora), weight_name=LORA_FILES[expert],
+                                            load_into_transformer_2=expert == "low_noise")
+            return "LoRA" if not self.two_experts else f"LoRA ({', '.join(found)})"
+        folder = run_dir / "transformer"
+        if (folder / "config.json").is_file():
+            record = json.loads((folder / "config.json").read_text())
+            if record.get("_class_name") == WanExperts.__name__:
+                if not self.two_experts:
+                    raise ValueError(f"{folder}: two experts' weights (Wan 2.2 A14B), but this Wan pipeline has "
+                                     "one transformer")
+                from safetensors.torch import load_file
+
+                state: dict[str, torch.Tensor] = {}
+                for file in sorted(folder.glob("*.safetensors")):
+                    state.update(load_file(str(file)))
+                for name, expert in self._transformer.experts():
+                    part = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(f"{name}.")}
+                    expert.load_state_dict(part)
+                return "fine-tuned experts"
+            from diffusers import WanTransformer3DModel
+
+            trained = WanTransformer3DModel.from_pretrained(folder, torch_dtype=self.compute_dtype)
+            self.pipe.transformer = trained.to(self.device)
+            if not self.two_experts:
+                self._transformer = trained
+            else:  # a single transformer/ export for a two-expert pipeline: the high-noise expert
+                self._transformer.high_noise = trained
+            if self.attention_backend is not None:
+                set_flux_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
+            return "fine-tuned transformer"
+        return None
+
+    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
+        """Write a LoRA in diffusers format, loadable with ``WanPipeline.load_lora_weights(directory)``, with the
+        peft config (rank, alpha, targets) as metadata. Two experts: ``state_dict`` keys ``high_noise.*`` go to
+        ``pytorch_lora_weights.safetensors`` (``transformer``), ``low_noise.*`` to
+        ``pytorch_lora_weights_transformer_2.safetensors`` (``load_into_transformer_2=True``)."""
+        from diffusers import WanPipeline
+
+        if not self.two_experts:
+            WanPipeline.save_lora_weights(str(directory), transformer_lora_layers=state_dict,
+                                          transformer_lora_adapter_metadata=lora_metadata(self.transformer))
+            return
+        for name, expert in self._transformer.experts():
+            part = {k[len(name) + 1:]: v for k, v in state_dict.items() if k.startswith(f"{name}.")}
+            if part:
+                WanPipeline.save_lora_weights(str(directory), transformer_lora_layers=part,
+                                              weight_name=LORA_FILES[name],
+                                              transformer_lora_adapter_metadata=lora_metadata(expert))
