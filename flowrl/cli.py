@@ -76,10 +76,10 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.estimate:
         import torch
 
-        from flowrl.estimate import estimate, format_estimate
+        from flowrl.estimate import estimate, format_estimate, is_tiny
 
         # the tiny models are CPU recipes; anything else is planned for a GPU even from a machine without one
-        device = args.device or ("cuda" if torch.cuda.is_available() or cfg.model.path != "tiny" else "cpu")
+        device = args.device or ("cuda" if torch.cuda.is_available() or not is_tiny(cfg.model) else "cpu")
         print(format_estimate(estimate(cfg, world_size=args.world_size, device=device, strategy=args.strategy)))
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -263,3 +264,298 @@ def test_validate_estimate_cli_refuses_uneven_split(capsys):
     assert main(["validate", "tiny-cpu", "--estimate", "--world-size", "3"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "do not split evenly over 3 processes" in err[0]
+
+
+# ----------------------------------------------------------------------------------------------------
+# FLUX.1, Wan 2.1 / 2.2, Stable Audio 3
+
+# (recipe, overrides) of each family's tiny model as its adapter builds it
+TINY_FAMILIES = {
+    "flux": ("tiny-flux", []),
+    "wan": ("tiny-wan", []),
+    "wan-a14b": ("tiny-wan", ["model.path=tiny-a14b"]),
+    "stable_audio": ("tiny-audio", []),
+}
+# the built-in table's published architectures (model.path unreadable offline), at small sample sizes
+PUBLISHED = {
+    "FLUX.1-dev": ("tiny-flux", ["model.path=black-forest-labs/FLUX.1-dev", "model.resolution=512",
+                                 "model.max_sequence_length=512", "train.lora.target_modules=null"]),
+    "Wan2.1-1.3B": ("tiny-wan", ["model.path=Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "model.height=480",
+                                 "model.width=832", "model.num_frames=81", "model.max_sequence_length=512",
+                                 "train.lora.target_modules=null", "sample.batch_size=1"]),
+    "Wan2.1-14B": ("tiny-wan", ["model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers", "model.resolution=256",
+                                "model.num_frames=17", "train.lora.target_modules=null"]),
+    "Wan2.2-A14B": ("tiny-wan", ["model.path=Wan-AI/Wan2.2-T2V-A14B-Diffusers", "model.resolution=256",
+                                 "model.num_frames=17", "train.lora.target_modules=null"]),
+    "SA3-medium": ("tiny-audio", ["model.path=stabilityai/stable-audio-3-medium", "model.duration_s=null",
+                                  "train.lora.target_modules=null"]),
+}
+
+
+def _family_cfg(recipe: str, overrides: list[str], *extra: str):
+    return resolve_config(recipe, [*overrides, *extra])
+
+
+@pytest.mark.parametrize("name", list(TINY_FAMILIES) + list(PUBLISHED))
+def test_every_family_estimates_offline(name):
+    """Each family's tiny model and each published architecture of the built-in table: a finite estimate,
+    the family's own tokens and media in the report."""
+    recipe, overrides = {**TINY_FAMILIES, **PUBLISHED}[name]
+    cfg = _family_cfg(recipe, overrides)
+    est = estimate(cfg, device="cpu" if name in TINY_FAMILIES else "cuda", flops=1e14)
+    m = est.model
+    assert est.peak_gib > 0 and est.seconds_per_iteration > 0 and m.flops_per_row > 0 and m.act_bytes_per_row > 0
+    assert m.vae_decode_flops > 0 and m.vae_decode_bytes > 0 and m.rollout_bytes_per_row > 0
+    if name in PUBLISHED:
+        assert m.source == "built-in table (configs unreadable offline)"
+    word = {"flux": "image", "wan": "video", "stable_audio": "audio"}[cfg.model.pipeline]
+    assert f"{m.image_tokens} {word} + {m.text_tokens} text" in format_estimate(est)
+
+
+def test_published_family_parameter_counts():
+    """The built-in table, built on meta: FLUX.1-dev 11.90B with CLIP-L + T5-XXL (4.89B) and the 83.8M VAE;
+    Wan2.1 1.42B and 14.29B, Wan2.2 A14B two experts of 14.29B, UMT5-XXL 5.68B, the Wan VAE 126.9M; SA3 medium
+    1.45B with the T5Gemma-B encoder (0.28B) and SAME-L (107.5M). Tokens: FLUX 1024 image + 512 text at 512 px,
+    Wan 21 x 30 x 52 = 32,760 video tokens at 81 x 480 x 832, SA3 10 s = 108 latent frames + 64 memory tokens."""
+    flux = model_size(_family_cfg(*PUBLISHED["FLUX.1-dev"]))
+    assert (flux.transformer_params, flux.text_encoder_params, flux.vae_params) == (11_901_408_320, 4_885_371_136,
+                                                                                    83_819_683)
+    assert (flux.image_tokens, flux.text_tokens, flux.hidden, flux.layers, flux.passes) == (1024, 512, 3072, 57, 1)
+    wan = model_size(_family_cfg(*PUBLISHED["Wan2.1-1.3B"]))
+    assert (wan.transformer_params, wan.text_encoder_params, wan.vae_params) == (1_418_996_800, 5_680_910_336,
+                                                                                 126_892_531)
+    assert (wan.image_tokens, wan.text_tokens, wan.passes, wan.experts) == (32_760, 512, 2, 1)
+    assert wan.latent_elems == 16 * 21 * 60 * 104 and wan.media_bytes == 4 * 81 * 3 * 480 * 832
+    big = model_size(_family_cfg(*PUBLISHED["Wan2.1-14B"]))
+    a14b = model_size(_family_cfg(*PUBLISHED["Wan2.2-A14B"]))
+    assert big.transformer_params == 14_288_491_584 and (big.hidden, big.layers) == (5120, 40)
+    assert (a14b.experts, a14b.transformer_params, a14b.expert_params) == (2, 2 * 14_288_491_584, 14_288_491_584)
+    sa3 = model_size(_family_cfg(*PUBLISHED["SA3-medium"]))
+    assert (sa3.transformer_params, sa3.vae_params) == (1_453_170_944, 107_458_096)
+    assert sa3.text_encoder_params == pytest.approx(281.8e6, rel=1e-3)  # T5Gemma-B encoder + duration embedder
+    assert (sa3.image_tokens, sa3.text_tokens, sa3.passes) == (108 + 64, 257, 1)  # guidance 1: the distilled model
+
+
+def _lora_of(adapter, cfg) -> int:
+    """The LoRA parameters the trainer adds to ``adapter.transformer``, counted after adding them."""
+    from flowrl.trainer import lora_config
+
+    transformer = adapter.transformer
+    transformer.requires_grad_(False)
+    transformer.add_adapter(lora_config(cfg.train.lora, adapter.lora_target_modules))
+    return sum(p.numel() for p in transformer.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("name", list(TINY_FAMILIES))
+def test_tiny_family_counts_equal_the_built_modules(name):
+    """On each tiny model: transformer(s), text encoders, VAE and LoRA parameters equal those of the real
+    modules its adapter builds (the LoRA as the trainer adds it); FLOPs of a meta forward equal torch's counter
+    on a real CPU forward; tokens and latent elements equal the adapter's layout."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from flowrl.estimate import _family_inputs
+    from flowrl.pipelines.base import adapter_class
+
+    recipe, overrides = TINY_FAMILIES[name]
+    cfg = _family_cfg(recipe, overrides)
+    m = model_size(cfg)
+    adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model)
+    pipe = adapter.pipe
+
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    experts = [pipe.transformer] + ([pipe.transformer_2] if getattr(pipe, "transformer_2", None) is not None else [])
+    encoders = [pipe.components[k] for k in ("text_encoder", "text_encoder_2", "duration_embedder")
+                if pipe.components.get(k) is not None]
+    assert m.transformer_params == sum(count(e) for e in experts)
+    assert m.text_encoder_params == sum(count(e) for e in encoders)
+    assert m.vae_params == count(pipe.vae)
+    assert m.experts == len(experts)
+    assert m.latent_elems == math.prod(adapter.initial_noise(1, torch.Generator().manual_seed(0)).shape[1:])
+    # FLOPs: the estimate's meta forward (fused attention) against a CPU forward (math attention: visible matmuls)
+    grid = {"flux": lambda: (cfg.model.resolution // 16,) * 2, "wan": lambda: tuple(adapter.latent_shape[1:]),
+            "stable_audio": lambda: (adapter.latent_length,)}[cfg.model.pipeline]()
+    inputs = _family_inputs(cfg.model.pipeline, pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"),
+                            torch.float32)
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        pipe.transformer(**inputs, return_dict=False)
+    assert m.flops_per_row == counter.get_total_flops()
+    assert m.trainable_params == _lora_of(adapter, cfg) > 0
+
+
+def test_family_decode_flops_and_working_set_on_meta_match_the_cpu():
+    """The Wan and SAME decoders on meta (fused attention, live bytes tracked per storage) against the same
+    decode of real tensors on the CPU: the same FLOPs (attention counted from its shapes) and the same peak."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from flowrl.estimate import _LiveBytes, _meta_decode_cost
+    from flowrl.pipelines.tiny_families import build_tiny_stable_audio, build_tiny_wan
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for pipeline, vae, latent in (("wan", build_tiny_wan().vae, (16, 3, 8, 8)),
+                                  ("stable_audio", build_tiny_stable_audio().vae, (8, 32))):
+        flops, peak = _meta_decode_cost(pipeline, json.dumps(dict(vae.config), default=list), latent)
+        z = torch.randn(1, *latent)
+        with torch.no_grad(), FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
+            vae.decode(z, return_dict=False)  # math attention: its matmuls visible to the counter
+        with torch.no_grad(), _LiveBytes([*vae.parameters(), *vae.buffers(), z]) as live:
+            vae.decode(z, return_dict=False)  # the CPU's fused attention kernel, as a GPU's
+        assert flops == counter.get_total_flops(), pipeline
+        assert peak == live.peak > 0, pipeline
+
+
+def test_live_bytes_counts_each_storage_once_and_frees():
+    from flowrl.estimate import _LiveBytes
+
+    x = torch.ones(1024)
+    with _LiveBytes([x]) as live:
+        y = x * 2  # 4 kB
+        z = y.view(32, 32)  # a view: no new storage
+        del y, z
+        w = x + 1  # 4 kB again, after the first was freed
+        del w
+    assert live.peak == 4096 and live.live == 0
+
+
+_WIDE = {  # 4x the probe's width, other token counts
+    "flux": dict(num_attention_heads=4, attention_head_dim=64, joint_attention_dim=32, pooled_projection_dim=32,
+                 axes_dims_rope=(16, 24, 24), num_layers=2, num_single_layers=3),
+    "wan": dict(num_attention_heads=4, attention_head_dim=64, ffn_dim=512, text_dim=32, num_layers=3),
+    "stable_audio": dict(embed_dim=256, num_heads=4, cond_token_dim=32, global_cond_dim=32, depth=3),
+}
+_WIDE_GRID = {"flux": ((6, 6), 40), "wan": ((2, 12, 12), 40), "stable_audio": ((40,), 40)}
+
+
+@pytest.mark.parametrize("lora", [False, True])
+@pytest.mark.parametrize("name", ["flux", "wan", "stable_audio"])
+def test_family_activation_probe_scales_to_other_widths(name, lora):
+    """As the SD3 probe test: each family's width-64 probe, scaled by D, against the bytes autograd saves in a
+    real forward of a 4x wider copy of its tiny model at other token counts (full FT in fp32; LoRA in bf16
+    with bf16 autocast), within the same 5 %."""
+    from flowrl.estimate import (
+        _TRANSFORMER_CLASSES,
+        _component,
+        _family_inputs,
+        _family_parts,
+        _family_probe,
+        _family_width,
+        _grid_tokens,
+    )
+    from flowrl.pipelines.base import adapter_class
+
+    recipe, overrides = TINY_FAMILIES[name]
+    precision = ["model.dtype=bf16", "train.mixed_precision=bf16", "train.lora.rank=8"] if lora else \
+        ["train.lora.enabled=false"]
+    cfg = _family_cfg(recipe, overrides, *precision)
+    pipeline = cfg.model.pipeline
+    base = dict(_family_parts(pipeline, cfg.model.path, None).experts[0].config)  # the tiny model's config
+    wide = {k: v for k, v in {**base, **_WIDE[name]}.items() if not k.startswith("_")}
+    targets = list(adapter_class(pipeline).lora_target_modules) if lora else None
+    per_row, per_main, per_txt = _family_probe(pipeline, wide, cfg, targets)
+    torch.manual_seed(0)
+    model = _component(_TRANSFORMER_CLASSES[pipeline], wide)
+    weights = torch.bfloat16 if lora else torch.float32
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    for pname, p in model.named_parameters():
+        p.data = p.data.float() if any(k in pname.split(".") for k in keep) else p.data.to(weights)
+    model.requires_grad_(not lora)
+    if lora:
+        from peft import LoraConfig, inject_adapter_in_model
+
+        inject_adapter_in_model(LoraConfig(r=8, lora_alpha=8, target_modules=targets), model)
+        for p in model.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+    grid, n_txt = _WIDE_GRID[name]
+    width = _family_width(pipeline, model.config)[0]
+    assert width == 4 * 64
+    predicted = per_row + width / 64 * (per_main * _grid_tokens(pipeline, model.config, grid) + per_txt * n_txt)
+    measured = _saved_bytes(model, _family_inputs(pipeline, model.config, grid, n_txt, torch.device("cpu"), weights),
+                            torch.bfloat16 if lora else None)
+    assert predicted == pytest.approx(measured, rel=0.05)
+
+
+def test_wan_two_experts_weights_resident_optimizer_state_of_the_trained_only():
+    """Wan 2.2 A14B: both experts' weights are resident whatever trains; LoRA, AdamW moments and gradients
+    are the trained experts' only; the transitions the frozen expert takes run a forward and no backward."""
+    recipe, overrides = TINY_FAMILIES["wan-a14b"]
+    both = estimate(_family_cfg(recipe, overrides), device="cpu", flops=1e12)
+    high = estimate(_family_cfg(recipe, overrides, "model.trained_experts=high_noise"), device="cpu", flops=1e12)
+    low = estimate(_family_cfg(recipe, overrides, "model.trained_experts=low_noise"), device="cpu", flops=1e12)
+    assert both.model.transformer_params == high.model.transformer_params == 2 * high.model.expert_params
+    for one in (high, low):
+        assert one.memory_gib["2 experts (frozen)"] == both.memory_gib["2 experts (frozen)"]
+        assert one.model.trainable_params * 2 == both.model.trainable_params
+        assert one.memory_gib["AdamW moments"] * 2 == pytest.approx(both.memory_gib["AdamW moments"])
+        assert one.time_s["update"] < both.time_s["update"]
+    # every trained transition of the plan belongs to one expert or the other
+    assert high.model.trained_transitions + low.model.trained_transitions == both.model.trained_transitions
+    assert high.model.forward_only_transitions == low.model.trained_transitions
+    # full fine-tuning of the high-noise expert: it in fp32, the low-noise one frozen at model.dtype
+    full = estimate(_family_cfg(recipe, overrides, "model.trained_experts=high_noise", "train.lora.enabled=false"),
+                    device="cpu", flops=1e12)
+    expert = full.model.expert_params
+    assert full.memory_gib["transformer (trainable, fp32)"] == pytest.approx(4 * expert / 2**30)
+    assert full.memory_gib["frozen expert"] == pytest.approx(4 * expert / 2**30)  # fp32 model.dtype
+    assert full.memory_gib["AdamW moments"] == pytest.approx(8 * expert / 2**30)
+    # the published A14B: 2 x 14.29B frozen in bf16, LoRA moments of one expert
+    a14b = estimate(_family_cfg(*PUBLISHED["Wan2.2-A14B"], "model.trained_experts=high_noise", "model.dtype=bf16"),
+                    flops=1e15)
+    assert a14b.memory_gib["2 experts (frozen)"] == pytest.approx(2 * 2 * 14_288_491_584 / 2**30)
+    assert a14b.model.trained_experts == 1 and a14b.model.experts == 2
+
+
+def test_guidance_passes_follow_the_adapters():
+    """Rows per sample and velocity, from each adapter's guidance(): FLUX.1-dev's embedded guidance 1 at any
+    scale; Wan CFG 2 (1 at scale 1); Stable Audio 3 CFG only above 1."""
+    def passes(name, scale):
+        recipe, overrides = TINY_FAMILIES[name]
+        return model_size(_family_cfg(recipe, overrides, f"sample.guidance_scale={scale}")).passes
+
+    assert (passes("flux", 3.5), passes("flux", 1.0)) == (1, 1)
+    assert (passes("wan", 4.5), passes("wan", 1.0)) == (2, 1)
+    assert (passes("stable_audio", 7.0), passes("stable_audio", 1.0), passes("stable_audio", 0.5)) == (2, 1, 1)
+    recipe, overrides = TINY_FAMILIES["wan"]
+    cfg2 = estimate(_family_cfg(recipe, overrides), device="cpu", flops=1e12)
+    cfg1 = estimate(_family_cfg(recipe, overrides, "sample.guidance_scale=1.0"), device="cpu", flops=1e12)
+    assert cfg2.flops_per_iteration - cfg2.model.vae_decode_flops * 32 == pytest.approx(
+        2 * (cfg1.flops_per_iteration - cfg1.model.vae_decode_flops * 32))
+
+
+def test_video_states_kept_only_for_trained_transitions():
+    """Rollout buffers hold the states Trajectory.trained_only keeps: a window of 2 keeps 3 of T + 1."""
+    recipe, overrides = TINY_FAMILIES["wan"]
+    every = estimate(_family_cfg(recipe, overrides, "sample.timestep_fraction=1.0"), device="cpu", flops=1e12)
+    window = estimate(_family_cfg(recipe, overrides, "sample.window_size=2"), device="cpu", flops=1e12)
+    state = window.model.latent_elems * 4 * 32 / 2**30
+    cond = window.model.cond_elems * 4 * 32 / 2**30
+    assert every.memory_gib["rollout buffers"] == pytest.approx(7 * state + cond)  # 6 steps: all 7 states
+    assert window.memory_gib["rollout buffers"] == pytest.approx(3 * state + cond)
+
+
+def test_family_folder_configs_are_read(tmp_path):
+    """A saved pipeline folder (here the tiny Wan 2.2 A14B) is read through model_index.json: both experts,
+    the boundary from its config, the same counts as the preset's."""
+    from flowrl.pipelines.tiny_families import build_tiny_wan
+
+    build_tiny_wan(two_experts=True).save_pretrained(tmp_path)
+    recipe, overrides = TINY_FAMILIES["wan-a14b"]
+    extra = ["model.trained_experts=high_noise"]
+    from_folder = model_size(_family_cfg(recipe, [f"model.path={tmp_path}"], *extra))
+    preset = model_size(_family_cfg(recipe, overrides, *extra))
+    assert from_folder.source == f"configs of {tmp_path}" and from_folder.experts == 2
+    for key in ("transformer_params", "text_encoder_params", "vae_params", "trainable_params", "flops_per_row",
+                "trained_transitions", "forward_only_transitions", "latent_elems"):
+        assert getattr(from_folder, key) == getattr(preset, key), key
+
+
+@pytest.mark.parametrize("recipe", ["tiny-flux", "tiny-wan", "tiny-audio"])
+def test_validate_estimate_cli_for_every_family(recipe, capsys):
+    from flowrl.cli import main
+
+    assert main(["validate", recipe, "--estimate"]) == 0
+    out = capsys.readouterr().out
+    assert f"ok: {recipe} is valid" in out and "peak memory:" in out and "time per iteration:" in out

@@ -3,6 +3,7 @@ accelerate launch configs."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from importlib import resources
 
@@ -21,7 +22,8 @@ def test_smoke_runs_and_prints_a_table(tmp_path, capsys):
     rows = gpu.main(["--smoke", "--json", str(out)])
     printed = capsys.readouterr().out
     assert "| model | setting | s | images/s | peak GiB | estimate s | estimate peak GiB |" in printed
-    assert [r["model"].split(" ")[0] for r in rows] == ["SD3.5-M"] * 3 + ["Wan2.1-1.3B"] * 3
+    assert [r["model"].split(" ")[0] for r in rows] == ["SD3.5-M"] * 3 + ["Wan2.1-1.3B"] * 4
+    assert rows[-1]["model"] == "Wan2.1-1.3B (flowrl iteration)"  # after the transformer alone
     assert [r["model"] for r in rows[1:3]] == ["SD3.5-M rollout overhead", "SD3.5-M update overhead"]
     assert all(r["ratio"] == r["seconds"] / r["bare_seconds"] > 0 for r in rows[1:3])
     assert "| side by side | flowrl s | bare s | flowrl / bare |" in printed
@@ -147,3 +149,76 @@ def test_smoke_compares_attention_backends_and_compile(capsys):
     # fp32 on a CPU: every variant's update recomputes its rollout's log-probs
     assert all(r["onpolicy_logp_diff"] <= r["onpolicy_tol"] for r in rows)
     assert "| attention / compile | setting | s | vs today | first iteration s | on-policy log-prob gap |" in printed
+
+
+# ----------------------------------------------------------------------------------------------------
+# FLUX.1-dev, Wan2.1 and Stable Audio 3 iterations through the Trainer
+
+
+def _adapter_importable(module: str) -> str | None:
+    """None when ``flowrl.pipelines.<module>`` imports, else why not (the skip reason)."""
+    try:
+        importlib.import_module(f"flowrl.pipelines.{module}")
+    except ImportError as exc:
+        return f"flowrl.pipelines.{module} cannot be imported yet ({exc})"
+    return None
+
+
+@pytest.mark.parametrize("what,model,module", [
+    ("flux", "FLUX.1-dev (flowrl iteration)", "flux"),
+    ("wan", "Wan2.1-1.3B (flowrl iteration)", "wan"),
+    ("audio", "SA3-medium (flowrl iteration)", "stable_audio"),
+])
+def test_smoke_family_iteration_next_to_its_estimate(what, model, module, capsys):
+    """--what flux / wan / audio on the tiny models: one row of a flowrl iteration through the family's adapter
+    (seconds, samples/s, peak) beside the estimate of the same config."""
+    reason = _adapter_importable(module)
+    if reason:
+        pytest.skip(reason)
+    rows = gpu.main(["--smoke", "--what", what, "--iterations", "2", "--repeats", "1"])
+    family = [r for r in rows if r["model"] == model]
+    assert len(family) == 1, [r["model"] for r in rows]
+    r = family[0]
+    assert r["seconds"] > 0 and r["images_per_s"] > 0 and r["peak_gib"] > 0
+    assert r["est_seconds"] > 0 and r["est_peak_gib"] > 0 and set(r["est_phases"]) == {"rollout", "decode", "update"}
+    assert r["samples"] == 2 and r["images_per_s"] == pytest.approx(2 / r["seconds"])
+    assert f"| {model} | tiny model (--smoke); fp32 |" in capsys.readouterr().out
+
+
+def test_unknown_stage_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        gpu.main(["--smoke", "--what", "fluxx"])
+    assert "--what: unknown stage 'fluxx'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["flux", "wan", "stable_audio"])
+def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
+    """What --what flux / wan / audio build on the GPU, built here on meta: the estimate's published tables
+    (FLUX.1-dev 11.90B with CLIP-L + T5-XXL; Wan2.1-1.3B 1.42B with UMT5-XXL; SA3 medium 1.45B with T5Gemma-B),
+    the transformer and encoders in bf16, the VAE in fp32; its saved configs give the estimate the same counts
+    as the built-in table, and the run's config the stated settings."""
+    from flowrl.estimate import model_size
+
+    pipe = gpu.build_family(name, gpu.FULL, torch.device("meta"), torch.bfloat16)
+
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    expected = {"flux": (11_901_408_320, 4_885_371_136), "wan": (1_418_996_800, 5_680_910_336),
+                "stable_audio": (1_453_170_944, 281_777_664)}[name]
+    encoders = [pipe.components[k] for k in ("text_encoder", "text_encoder_2", "duration_embedder")
+                if pipe.components.get(k) is not None]
+    assert (count(pipe.transformer), sum(count(m) for m in encoders)) == expected
+    assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
+    gpu._save_family_configs(pipe, tmp_path)
+    cfg = gpu._family_config(name, gpu.FULL, tmp_path, 2, "bf16")
+    m = model_size(cfg)
+    assert m.source == f"configs of {tmp_path}"
+    assert (m.transformer_params, m.text_encoder_params) == expected
+    assert (cfg.model.dtype, cfg.train.mixed_precision) == ("bf16", "bf16")
+    if name == "wan":
+        assert (m.image_tokens, cfg.train.gradient_checkpointing, cfg.sample.guidance_scale) == (32_760, True, 4.5)
+    if name == "flux":
+        assert (m.image_tokens, m.passes, cfg.sample.num_steps) == (1024, 1, 6)
+    if name == "stable_audio":
+        assert (m.image_tokens, m.passes) == (108 + 64, 1)

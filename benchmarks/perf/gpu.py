@@ -1,9 +1,11 @@
 """Full-size speed and memory on one GPU, with random weights and nothing from the hub.
 
     python -m flowrl.benchmarks.perf.gpu [--json out.json]   # on a GPU: about 3-5 minutes
+    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio --max-seconds 500   # one family's iteration
     python -m flowrl.benchmarks.perf.gpu --smoke             # the same code at toy sizes: seconds on a CPU
 
-Two models, each figure printed as it is measured, then Markdown tables:
+Each figure is printed as it is measured, then Markdown tables (the default, ``--what sd35m,wan``: the first
+three stages below):
 
 * **SD3.5-Medium through flowrl's Trainer**: the transformer at its published config (2.24B), the SD3
   VAE, and CLIP-L, CLIP-G and the T5-XXL encoder at their real configs (``--shallow-text-encoders``: at
@@ -19,6 +21,23 @@ Two models, each figure printed as it is measured, then Markdown tables:
   per no-grad forward and per forward+backward (LoRA on the attention projections, bf16 autocast) at a
   video latent of 81 frames at 480x832 (16 x 21 x 60 x 104, 32,760 tokens) and 512 text tokens, without
   and with gradient checkpointing.
+* **Wan2.1-T2V-1.3B through flowrl's Trainer** (``--what wan`` runs it after the transformer alone): the
+  whole ``WanPipeline`` at its published architecture (the UMT5-XXL encoder, the Wan VAE decoding all 81
+  frames) through the wan adapter, Flow-GRPO's Wan settings (CFG 4.5, LoRA 32/64, beta 0.004, bf16) at 81 x
+  480 x 832 with gradient checkpointing, 10 steps with an SDE window of 2, 2 samples one a batch, and the
+  per-frame JPEG video reward. About 50-100 s an iteration on an H200: ``--what wan --max-seconds 500``.
+* **FLUX.1-dev through flowrl's Trainer** (``--what flux``): the 11.9B transformer with its guidance
+  embedding, CLIP-L and the T5-XXL encoder, FLUX's VAE, through the flux adapter; Flow-GRPO's pickscore_flux
+  settings (512 px, 6 steps, guidance 3.5 embedded: one pass a step, noise 0.9, LoRA 64/128 with the
+  feed-forwards, beta 0, bf16) on 12 samples in batches of 3, the JPEG reward.
+* **Stable Audio 3 medium through flowrl's Trainer** (``--what audio``): the 1.45B DiT, the T5Gemma-B
+  encoder, the duration embedder and SAME-L (``flowrl.estimate``'s table: the diffusers class defaults)
+  through the stable_audio adapter; 10 s clips, 8 steps at guidance 1 (the distilled model), LoRA 32/64, 24
+  samples in batches of 12, the band-energy reward.
+  Each of the three reports seconds per iteration (the last of ``--iterations``), samples per second and the
+  peak next to ``estimate(cfg)``'s, and is skipped when the estimate says it would overrun ``--max-seconds``.
+  With ``--smoke`` they run the tiny models of ``pipelines/tiny_families.py`` (``--shallow-text-encoders``
+  shrinks T5-XXL, UMT5-XXL and T5Gemma to one layer, CLIP-L to two).
 * **Every method** (``--what methods``, not in the default): one iteration of each registered method on
   the same SD3.5-M (after a warm-up iteration): seconds and their ratio to Flow-GRPO's, NFE, NFE/s,
   reward calls and peak GiB. G²RPO and E-GRPO roll out one prompt group (6) per batch; DenseGRPO's
@@ -54,24 +73,11 @@ from unittest import mock
 
 import torch
 
+# WAN21_1_3B: diffusers config.json of Wan-AI/Wan2.1-T2V-1.3B-Diffusers, transformer/ (flowrl.estimate's table)
+from flowrl.estimate import WAN21_1_3B
+
 GIB = 2**30
 
-# diffusers config.json of Wan-AI/Wan2.1-T2V-1.3B-Diffusers, transformer/
-WAN21_1_3B = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=12,
-    attention_head_dim=128,
-    in_channels=16,
-    out_channels=16,
-    text_dim=4096,
-    freq_dim=256,
-    ffn_dim=8960,
-    num_layers=30,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    eps=1e-6,
-    rope_max_seq_len=1024,
-)
 WAN_LORA_TARGETS = ["to_q", "to_k", "to_v", "to_out.0"]
 WAN_VAE_STRIDE = (4, 8, 8)  # frames (after the first), height, width
 
@@ -658,6 +664,279 @@ def bench_wan(scale: Scale, device: torch.device, repeats: int, clock: Clock, pr
 
 
 # ----------------------------------------------------------------------------------------------------
+# FLUX.1-dev, Wan2.1-1.3B and Stable Audio 3 iterations through flowrl's Trainer
+
+
+@dataclass
+class FamilyRun:
+    """One family's iteration: its tiny recipe with these overrides (what ``--smoke`` shrinks too)."""
+
+    recipe: str
+    overrides: list[str]
+    label: str  # the row's setting, in words
+
+
+FAMILY_RUNS = {
+    # Flow-GRPO's pickscore_flux settings (512 px, 6 steps with 5 trained, guidance embedding 3.5, noise 0.9,
+    # LoRA 64/128 on the attention and feed-forward projections, beta 0, bf16), on 12 samples in batches of 3
+    "flux": FamilyRun(
+        "tiny-flux",
+        ["model.resolution=512", "model.max_sequence_length=512", "sample.num_steps=6", "sample.timestep_fraction=0.99",
+         "sample.guidance_scale=3.5", "sample.noise_level=0.9", "sample.group_size=6", "sample.prompts_per_iteration=2",
+         "sample.batch_size=3", "train.beta=0.0", "train.clip_range=1.0e-4", "train.lora.rank=64", "train.lora.alpha=128",
+         ("train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
+          "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"),
+         'reward={"jpeg_compressibility": 1.0}'],
+        "512px, 12 samples, batch 3, 6 steps, guidance embedding 3.5, LoRA 64 (+FF)",
+    ),
+    # Flow-GRPO's general_ocr_wan2_1 settings (CFG 4.5, LoRA 32/64, beta 0.004, clip 1e-3, bf16) at 81 frames
+    # of 480x832 with gradient checkpointing; 10 steps of which an SDE window of 2 trains (Flow-GRPO's 20 steps,
+    # 19 of them trained, would take about 4x longer), 2 samples, one a batch
+    "wan": FamilyRun(
+        "tiny-wan",
+        ["model.height=480", "model.width=832", "model.num_frames=81", "model.fps=16", "model.max_sequence_length=512",
+         "train.gradient_checkpointing=true", "sample.num_steps=10", "sample.window_size=2",
+         "sample.guidance_scale=4.5", "sample.group_size=2", "sample.prompts_per_iteration=1", "sample.batch_size=1",
+         "train.beta=0.004", "train.clip_range=1.0e-3", "train.lora.rank=32", "train.lora.alpha=64",
+         "train.lora.target_modules=null"],
+        "81x480x832 (32,760 tokens), 2 samples, batch 1, CFG 4.5, 10 steps, window 2, LoRA 32, checkpointing",
+    ),
+    # stable-audio-3-medium (distilled: guidance 1, 8 steps), 10 s clips, LoRA 32/64, 24 samples in batches of 12
+    "stable_audio": FamilyRun(
+        "tiny-audio",
+        ["model.duration_s=10.0", "sample.num_steps=8", "sample.guidance_scale=1.0", "sample.group_size=6",
+         "sample.prompts_per_iteration=4", "sample.batch_size=12", "train.beta=0.004", "train.clip_range=1.0e-4",
+         "train.lora.rank=32", "train.lora.alpha=64", "train.lora.target_modules=null"],
+        "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
+    ),
+}
+# --smoke: the tiny models, two samples of a few steps
+SMOKE_FAMILY_OVERRIDES = ["sample.num_steps=2", "sample.group_size=2", "sample.prompts_per_iteration=1",
+                          "sample.batch_size=2", "sample.window_size=0"]
+FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium"}
+_LOADERS = {"flux": "load_flux_pipeline", "wan": "load_wan_pipeline", "stable_audio": "load_stable_audio_pipeline"}
+
+
+def _ids() -> dict:
+    return dict(pad_token_id=0, bos_token_id=2, eos_token_id=3)  # make_word_tokenizer's
+
+
+def _fp32_kept(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """As ``from_pretrained(torch_dtype=...)``: the model in ``dtype`` but its ``_keep_in_fp32_modules`` in fp32."""
+    keep = getattr(model, "_keep_in_fp32_modules", None) or []
+    for name, p in model.named_parameters():
+        p.data = p.data.float() if any(k in name.split(".") for k in keep) else p.data.to(dtype)
+    for name, b in model.named_buffers():
+        if b.is_floating_point() and not any(k in name.split(".") for k in keep):
+            b.data = b.data.to(dtype)
+    return model
+
+
+def _t5(config: dict, shallow: bool, umt5: bool = False):
+    from transformers import T5Config, T5EncoderModel, UMT5Config, UMT5EncoderModel
+
+    config = dict(config, num_layers=1) if shallow else dict(config)
+    config.update(pad_token_id=0, eos_token_id=3, dropout_rate=0.0, decoder_start_token_id=0)
+    return UMT5EncoderModel(UMT5Config(**config)) if umt5 else T5EncoderModel(T5Config(**config))
+
+
+def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dtype):
+    """The family's diffusers pipeline with random weights: the published architecture (``flowrl.estimate``'s
+    table), initialised on ``device`` in ``dtype`` (the VAE in fp32), tokenizers made in code; with ``--smoke``
+    (``scale.encoders == "tiny"``) the offline tiny model of ``pipelines/tiny_families.py``."""
+    from flowrl.pipelines import tiny_families as tf
+
+    if scale.encoders == "tiny":
+        builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio}
+        pipe = builders[name]()
+        for part in ("transformer", "text_encoder", "text_encoder_2"):
+            module = getattr(pipe, part, None)
+            if module is not None:
+                _fp32_kept(module, dtype)
+        return pipe.to(device)
+    import diffusers
+
+    from flowrl import estimate as e
+    from flowrl.pipelines.tiny import make_word_tokenizer
+
+    shallow = scale.encoders == "shallow"
+    schedulers = {  # made outside the device context: their sigma tables live on the CPU
+        "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.FLUX_SCHEDULER_CONFIG),
+        "wan": lambda: diffusers.UniPCMultistepScheduler(**tf.WAN_SCHEDULER_CONFIG),
+        "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.STABLE_AUDIO3_SCHEDULER_CONFIG,
+                                                                           stochastic_sampling=True),
+    }
+    if name not in schedulers:
+        raise ValueError(f"no {name!r} family here; choose one of {', '.join(FAMILY_RUNS)}")
+    scheduler = schedulers[name]()
+    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "stable_audio": 256}[name])
+    torch.manual_seed(0)
+    # random T5/UMT5 weights can overflow fp16 inside the stack; bf16 has fp32's range
+    encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
+    with torch.device(device):
+        if name == "flux":
+            with _default_dtype(dtype):
+                transformer = diffusers.FluxTransformer2DModel(**e.FLUX_DEV_TRANSFORMER)
+            with _default_dtype(encoder_dtype):
+                from transformers import CLIPTextConfig, CLIPTextModel
+
+                clip = dict(e.CLIP_L, num_hidden_layers=2) if shallow else dict(e.CLIP_L)
+                text_encoder = CLIPTextModel(CLIPTextConfig(**clip, **_ids()))
+                text_encoder_2 = _t5(e.T5_XXL, shallow)
+            vae = diffusers.AutoencoderKL(**e.FLUX_VAE)
+            pipe = diffusers.FluxPipeline(
+                scheduler=scheduler, vae=vae, text_encoder=_fp32_kept(text_encoder, encoder_dtype), tokenizer=tokenizer,
+                text_encoder_2=_fp32_kept(text_encoder_2, encoder_dtype), tokenizer_2=make_word_tokenizer(512),
+                transformer=_fp32_kept(transformer, dtype),
+            )
+        elif name == "wan":
+            with _default_dtype(dtype):
+                transformer = diffusers.WanTransformer3DModel(**e.WAN21_1_3B)
+            with _default_dtype(encoder_dtype):
+                text_encoder = _t5(e.UMT5_XXL, shallow, umt5=True)
+            vae = diffusers.AutoencoderKLWan()  # the Wan2.1 VAE: the class defaults
+            pipe = diffusers.WanPipeline(
+                tokenizer=tokenizer, text_encoder=_fp32_kept(text_encoder, encoder_dtype), vae=vae, scheduler=scheduler,
+                transformer=_fp32_kept(transformer, dtype),
+            )
+        elif name == "stable_audio":
+            from diffusers.pipelines.stable_audio_3.modeling_stable_audio_3 import StableAudio3DurationEmbedder
+
+            with _default_dtype(dtype):
+                transformer = diffusers.StableAudio3DiTModel()  # stable-audio-3-medium: the class defaults
+                duration = StableAudio3DurationEmbedder()
+            with _default_dtype(encoder_dtype):
+                encoder = dict(e.T5GEMMA_B_ENCODER, num_hidden_layers=1) if shallow else dict(e.T5GEMMA_B_ENCODER)
+                text_encoder = e._component("T5GemmaEncoderModel", dict(encoder, **_ids()))
+            vae = diffusers.AutoencoderSAME()  # SAME-L
+            pipe = diffusers.StableAudio3Pipeline(
+                vae=vae, text_encoder=_fp32_kept(text_encoder, encoder_dtype), tokenizer=tokenizer,
+                duration_embedder=_fp32_kept(duration, dtype), transformer=_fp32_kept(transformer, dtype),
+                scheduler=scheduler,
+            )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def _save_family_configs(pipe, folder: Path) -> None:
+    """``model_index.json`` and each model component's config (no weights), for ``flowrl.estimate``."""
+    pipe.save_config(folder)
+    for name, module in pipe.components.items():
+        if module is None or "token" in name:
+            continue
+        if hasattr(module, "save_config"):
+            module.save_config(folder / name)
+        elif hasattr(module, "config") and hasattr(module.config, "save_pretrained"):
+            module.config.save_pretrained(folder / name)
+
+
+def _family_config(name: str, scale: Scale, folder: Path, iterations: int, precision: str):
+    from flowrl.config import resolve_config
+
+    run = FAMILY_RUNS[name]
+    overrides = list(run.overrides)
+    if scale.encoders == "tiny":  # the tiny model at its own size, a few samples
+        keep = ("sample.guidance_scale", "train.beta", "reward=", "train.gradient_checkpointing")
+        overrides = [o for o in overrides if o.startswith(keep)] + SMOKE_FAMILY_OVERRIDES
+    overrides += [f"model.dtype={precision}", f"train.mixed_precision={repr('no') if precision == 'fp32' else precision}"]
+    return resolve_config(run.recipe, [
+        *overrides,
+        f"output_dir={folder / 'run'}",
+        f"model.path={folder}",
+        f"train.iterations={iterations}",
+        "data.prompts=builtin:tiny",
+        "log.save_every=100000",
+        "log.sample_every=100000",
+        "train.onpolicy_check=false",  # measured and reported instead: a speed run must not stop on it
+    ])
+
+
+def _family_trainer(name: str, cfg, pipe):
+    """flowrl's Trainer with the family's own adapter (``adapter_class(name).from_config``), whose pipeline
+    loader returns the in-memory pipeline; the folder holds configs only, so the model.path check is skipped."""
+    import sys
+
+    from flowrl.pipelines.base import adapter_class
+    from flowrl.trainer import Trainer
+
+    cls = adapter_class(name)
+    module = sys.modules[cls.__module__]
+
+    def nothing(model_cfg) -> None:
+        return None
+
+    with mock.patch.object(module, _LOADERS[name], lambda *a, **k: pipe), \
+            mock.patch.object(module, "check_model_path", nothing), \
+            mock.patch.object(cls, "check_model_path", staticmethod(nothing)):
+        return Trainer(cfg)
+
+
+def bench_family(name: str, scale: Scale, device: torch.device, iterations: int, clock: Clock,
+                 precision: str) -> list[dict]:
+    """One family's flowrl iteration (the last of ``iterations``; the first warms up) next to ``estimate(cfg)``."""
+    from flowrl.estimate import estimate
+    from flowrl.pipelines.sd3 import DTYPES
+
+    gpu = device.type == "cuda"
+    label = FAMILY_NAMES[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        # the estimate first, from the configs alone: it also says whether the stage fits the time left
+        meta = build_family(name, scale, torch.device("meta"), DTYPES[precision]) if scale.encoders != "tiny" else None
+        clock.say(f"{label}: building ({'tiny' if scale.encoders == 'tiny' else scale.encoders + ' text encoders'}, "
+                  f"{precision}) on {device}")
+        if meta is not None:
+            _save_family_configs(meta, folder)
+            del meta
+        pipe = build_family(name, scale, device, DTYPES[precision])
+        if scale.encoders == "tiny":
+            _save_family_configs(pipe, folder)
+        cfg = _family_config(name, scale, folder, iterations, precision)
+        est = estimate(cfg, device="cuda" if gpu else "cpu")
+        clock.say(f"estimate: peak {est.peak_gib:.2f} GiB, {est.seconds_per_iteration:.2f} s/iteration "
+                  f"({est.flops_source})")
+        if gpu and clock.left() < 1.2 * est.seconds_per_iteration * iterations + 30:  # + building the trainer
+            clock.say(f"skipping the {label} iteration: time budget ({clock.left():.0f} s left)")
+            del pipe
+            _reset_peak(device)
+            return []
+        trainer = _family_trainer(name, cfg, pipe)
+        n = cfg.sample.prompts_per_iteration * cfg.sample.group_size
+        clock.say(f"trainer ready: {n} samples/iteration, batch {cfg.sample.batch_size}, {cfg.sample.num_steps} steps")
+        metrics = None
+        for i in range(iterations):
+            if i and clock.left() < 1.5 * metrics["timing_s/iteration"]:
+                clock.say("skipping further iterations: time budget")
+                break
+            _reset_peak(device)
+            metrics = trainer.step(i)
+            if i == 0:
+                first_gap = metrics.get("policy/onpolicy_logp_diff", float("nan"))
+            clock.say(
+                f"{label} iteration {i}: {metrics['timing_s/iteration']:.2f} s, "
+                f"{metrics['throughput/images_per_s']:.3f} samples/s, peak {metrics['memory/peak_gib']:.2f} GiB, "
+                + ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in metrics.items() if k.startswith("timing_s/"))
+            )
+        setting = FAMILY_RUNS[name].label if scale.encoders != "tiny" else "tiny model (--smoke)"
+        row = {
+            "model": f"{label} (flowrl iteration)",
+            "setting": f"{setting}; {precision}",
+            "seconds": metrics["timing_s/iteration"],
+            "images_per_s": metrics["throughput/images_per_s"],  # samples (images, clips) per second
+            "peak_gib": metrics["memory/peak_gib"],  # CUDA max allocated; on CPU the process's peak RSS
+            "est_seconds": est.seconds_per_iteration,
+            "est_peak_gib": est.peak_gib,
+            "phases": {k.split("/")[1]: round(v, 3) for k, v in metrics.items() if k.startswith("timing_s/")},
+            "est_phases": {k: round(v, 3) for k, v in est.time_s.items()},
+            "onpolicy_logp_diff": first_gap,
+            "samples": n,
+        }
+        del trainer, pipe
+    _reset_peak(device)
+    return [row]
+
+
+# ----------------------------------------------------------------------------------------------------
 
 
 def markdown(rows: list[dict]) -> str:
@@ -710,10 +989,13 @@ def environment(device: torch.device) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf.gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="toy sizes, on a CPU in seconds (tests run this)")
-    p.add_argument("--what", default="sd35m,wan", help="comma-separated: sd35m, wan, methods, attention")
+    p.add_argument("--what", default="sd35m,wan",
+                   help="comma-separated: sd35m, wan (the transformer alone, then an iteration), flux, audio, "
+                        "methods, attention")
     p.add_argument("--attention-backends", default=None,
                    help=f"comma-separated, for --what attention (default: {','.join(ATTENTION_BACKENDS)})")
-    p.add_argument("--iterations", type=int, default=2, help="flowrl iterations of SD3.5-M (the first warms up)")
+    p.add_argument("--iterations", type=int, default=2,
+                   help="flowrl iterations of SD3.5-M, Wan, FLUX and SA3 (the first warms up)")
     p.add_argument("--repeats", type=int, default=3, help="timed Wan calls (median), after one warm-up")
     p.add_argument(
         "--overhead-repeats", type=int, default=3, help="side-by-side rollout and update timings of SD3.5-M (0: skip)"
@@ -722,7 +1004,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--precision",
         choices=["auto", "fp32", "fp16", "bf16"],
         default="auto",
-        help="model and autocast dtype (auto: on a GPU fp16 for SD3.5-M as its recipe, bf16 for Wan; fp32 on a CPU)",
+        help="model and autocast dtype (auto: on a GPU fp16 for SD3.5-M as its recipe, bf16 for Wan, FLUX and SA3; "
+             "fp32 on a CPU)",
     )
     p.add_argument("--shallow-text-encoders", action="store_true", help="1-2 layer text encoders at real widths")
     p.add_argument("--max-seconds", type=float, default=270.0, help="skip stages that would run past this")
@@ -739,6 +1022,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         clock.say("no GPU here: full sizes need one (use --smoke on a CPU)")
     rows: list[dict] = []
     what = args.what.split(",")
+    unknown = set(what) - {"sd35m", "wan", "flux", "audio", "methods", "attention"}
+    if unknown:
+        p.error(f"--what: unknown stage {sorted(unknown)[0]!r}; choose from sd35m, wan, flux, audio, methods, attention")
     if "sd35m" in what:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
         rows += bench_sd35m(scale, device, args.iterations, clock, precision, args.overhead_repeats)
@@ -749,9 +1035,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
         backends = args.attention_backends.split(",") if args.attention_backends else None
         rows += bench_attention(scale, device, clock, precision, backends, smoke=args.smoke)
+    family_precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
     if "wan" in what:
-        precision = args.precision if args.precision != "auto" else ("bf16" if device.type == "cuda" else "fp32")
-        rows += bench_wan(scale, device, args.repeats, clock, precision)
+        rows += bench_wan(scale, device, args.repeats, clock, family_precision)
+        rows += bench_family("wan", scale, device, args.iterations, clock, family_precision)
+    if "flux" in what:
+        rows += bench_family("flux", scale, device, args.iterations, clock, family_precision)
+    if "audio" in what:
+        rows += bench_family("stable_audio", scale, device, args.iterations, clock, family_precision)
     print("\n" + markdown(rows) + "\n", flush=True)
     clock.say("done")
     if args.json:
