@@ -180,7 +180,7 @@ class FluxAdapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.size, model_cfg.max_sequence_length, device,
+        return cls(pipe, getattr(model_cfg, "size", model_cfg.resolution), model_cfg.max_sequence_length, device,
                    prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
 
     @property

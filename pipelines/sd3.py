@@ -460,7 +460,8 @@ class SD3Adapter:
         if model_cfg.path == "tiny":
             from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
 
-            pipe = build_tiny_sd3_pipeline(max(model_cfg.size), model_cfg.tiny_size, seed=seed)
+            pipe = build_tiny_sd3_pipeline(max(getattr(model_cfg, "size", (model_cfg.resolution,))), model_cfg.tiny_size,
+                                           seed=seed)
         else:
             check_model_path(model_cfg)
             pipe = load_sd3_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision,
@@ -470,7 +471,7 @@ class SD3Adapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.size, model_cfg.max_sequence_length, device,
+        return cls(pipe, getattr(model_cfg, "size", model_cfg.resolution), model_cfg.max_sequence_length, device,
                    prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
 
     @property
