@@ -47,6 +47,10 @@ def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -
     g^2 instead of s^2 = g^2 |dt|, so its beta equals ours divided by |dt|: code beta 0.04 at 10 steps
     (|dt| about 0.1) is our 0.004.
     """
+    if isinstance(mean, dict):  # joint latents: the trained modalities' elements together (``sde.joint_step``)
+        counts = {m: mean[m][0].numel() for m in mean}
+        total = sum(counts.values())
+        return sum(gaussian_kl(mean[m], ref_mean[m], std[m]) * (counts[m] / total) for m in mean)
     s = std.reshape(-1, *([1] * (mean.ndim - 1)))
     per_element = (mean - ref_mean) ** 2 / (2 * s**2)
     return per_element.mean(dim=tuple(range(1, mean.ndim)))

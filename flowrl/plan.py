@@ -30,17 +30,48 @@ class StepPlan:
     noise_levels: torch.Tensor
     train: torch.Tensor
     sigma_at_one: float
+    # joint latents (a mapping of modalities, ``flowrl.latents``): a modality's own step kinds and noise levels
+    # (absent: ``kinds`` / ``noise_levels``), and which modalities a trained transition's log-prob covers (None:
+    # all). A single-tensor latent ignores the three.
+    modality_kinds: dict[str, tuple[str, ...]] | None = None
+    modality_noise_levels: dict[str, torch.Tensor] | None = None
+    trained_modalities: tuple[str, ...] | None = None
 
     def __post_init__(self):
         n = len(self.kinds)
         for name in ("sigma", "sigma_next", "noise_levels", "train"):
             if len(getattr(self, name)) != n:
                 raise ValueError(f"StepPlan.{name} has length {len(getattr(self, name))}, expected {n}")
-        bad = [k for k in self.kinds if k not in STEP_KINDS]
+        for m, kinds in (self.modality_kinds or {}).items():
+            if len(kinds) != n:
+                raise ValueError(f"StepPlan.modality_kinds[{m!r}] has length {len(kinds)}, expected {n}")
+        for m, levels in (self.modality_noise_levels or {}).items():
+            if len(levels) != n:
+                raise ValueError(f"StepPlan.modality_noise_levels[{m!r}] has length {len(levels)}, expected {n}")
+        every = [self.kinds, *(self.modality_kinds or {}).values()]
+        bad = [k for kinds in every for k in kinds if k not in STEP_KINDS]
         if bad:
             raise ValueError(f"unknown step kind {bad[0]!r}; choose one of {', '.join(STEP_KINDS)}")
         if bool((self.train & torch.tensor([k == "ode" for k in self.kinds], dtype=torch.bool)).any()):
             raise ValueError("an 'ode' transition cannot be trained: it has no log-prob")
+        for m in self.trained_modalities or ():
+            kinds = (self.modality_kinds or {}).get(m, self.kinds)
+            if any(kinds[i] == "ode" for i in self.trained_indices):
+                raise ValueError(f"modality {m!r} trains, but some of its trained transitions are 'ode' steps")
+
+    # ------------------------------------------------------------------ joint latents
+    def kinds_at(self, i: int, modalities) -> dict[str, str]:
+        """Transition ``i``'s step kind per modality of ``modalities``."""
+        own = self.modality_kinds or {}
+        return {m: own[m][i] if m in own else self.kinds[i] for m in modalities}
+
+    def noise_levels_at(self, i: int, modalities) -> dict[str, float]:
+        own = self.modality_noise_levels or {}
+        return {m: float(own[m][i]) if m in own else float(self.noise_levels[i]) for m in modalities}
+
+    def trained_of(self, modalities) -> tuple[str, ...]:
+        """The modalities of ``modalities`` whose log-prob a trained transition counts."""
+        return tuple(m for m in modalities if self.trained_modalities is None or m in self.trained_modalities)
 
     def __len__(self) -> int:
         return len(self.kinds)

@@ -7,10 +7,12 @@ from typing import Any
 
 import torch
 
+from flowrl import latents
+from flowrl.latents import is_joint
 from flowrl.media import cat_media, to_cpu
 from flowrl.pipelines.base import Conditioning, PipelineAdapter
 from flowrl.plan import StepPlan, ode_plan
-from flowrl.sde import StepOutput, step
+from flowrl.sde import StepOutput, joint_step, step
 
 
 def states_moved(unit, names: tuple[str, ...], device: torch.device):
@@ -67,10 +69,10 @@ class Trajectory:
     def final(self) -> torch.Tensor:
         if self.next_states is not None or (self.state_index is not None and self.state_index[-1] != len(self.plan)):
             raise ValueError("this trajectory does not hold a final state (branches, or a trained_only chain)")
-        return self.states[:, -1]
+        return latents.slot(self.states, -1)
 
     def __len__(self) -> int:
-        return self.states.shape[0]
+        return latents.batch_size(self.states)
 
     def _slot(self, i: int) -> int:
         if self.state_index is None:
@@ -84,13 +86,13 @@ class Trajectory:
         """State ``i`` of a chain (B, C, H, W); an error if it was not kept."""
         if self.next_states is not None:
             raise ValueError("a trajectory of branches has no chain of states")
-        return self.states[:, self._slot(i)]
+        return latents.slot(self.states, self._slot(i))
 
     def pair(self, j: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(x, x_next) of transition ``j``: (B, C, H, W) each."""
         if self.next_states is not None:
-            return self.states[:, j], self.next_states[:, j]
-        return self.states[:, self._slot(j)], self.states[:, self._slot(j + 1)]
+            return latents.slot(self.states, j), latents.slot(self.next_states, j)
+        return latents.slot(self.states, self._slot(j)), latents.slot(self.states, self._slot(j + 1))
 
     def trained_only(self) -> Trajectory:
         """The same trajectory holding only the states its trained transitions read or write: ODE-only
@@ -98,11 +100,12 @@ class Trajectory:
         if self.next_states is not None:
             return self
         keep = sorted({i for j in self.plan.trained_indices for i in (j, j + 1)})
-        held = list(self.state_index) if self.state_index is not None else list(range(self.states.shape[1]))
+        held = list(self.state_index) if self.state_index is not None else list(range(latents.num_slots(self.states)))
         if keep == held:
             return self
-        index = torch.tensor([held.index(i) for i in keep], device=self.states.device)
-        return replace(self, states=self.states.index_select(1, index).contiguous(), state_index=tuple(keep))
+        index = torch.tensor([held.index(i) for i in keep])
+        states = latents.tree_map(lambda t: t.index_select(1, index.to(t.device)).contiguous(), self.states)
+        return replace(self, states=states, state_index=tuple(keep))
 
     def states_to(self, device: torch.device) -> Trajectory:
         """The same trajectory with its states (and branch ends, means) on ``device`` (``train.offload_states``)."""
@@ -114,7 +117,7 @@ class Trajectory:
             rows = rows.nonzero().flatten()
 
         def pick(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.index_select(0, rows.to(t.device))
+            return None if t is None else latents.index_select(t, 0, rows)
 
         return replace(self, states=pick(self.states), log_probs=pick(self.log_probs),
                        prompt_ids=pick(self.prompt_ids), next_states=pick(self.next_states), means=pick(self.means),
@@ -142,6 +145,11 @@ def transition(
     """
     sigma = float(plan.sigma[i])
     v = adapter.velocity(x, sigma, inputs, guidance_scale, model=model)
+    if is_joint(x):  # each modality its own kind and noise level; the log-prob over the trained stochastic ones
+        kinds = plan.kinds_at(i, x)
+        trained = tuple(m for m in plan.trained_of(x) if kinds[m] != "ode")
+        return joint_step(kinds, v, x, sigma, float(plan.sigma_next[i]), plan.noise_levels_at(i, x), trained,
+                          sigma_at_one=plan.sigma_at_one, x_next=x_next, generator=generator)
     return step(
         plan.kinds[i],
         v,
@@ -175,7 +183,7 @@ def rollout(
     transition's mean (``Trajectory.means``). ``keep_all_states=False`` keeps only the states the trained
     transitions read or write, and the final one (``state_index`` says which): the others are never held
     together on the device, which matters for video latents."""
-    x = noise.float()
+    x = latents.tree_map(lambda t: t.float(), noise)
     inputs = adapter.model_inputs(cond, guidance_scale)
     kept = None if keep_all_states else {i for j in plan.trained_indices for i in (j, j + 1)} | {len(plan)}
     states, index, log_probs, means = [], [], [], []
@@ -193,8 +201,8 @@ def rollout(
         log_probs.append(out.log_prob)
         if keep_means:
             means.append(out.mean)
-    return Trajectory(torch.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan,
-                      means=torch.stack(means, dim=1) if keep_means else None,
+    return Trajectory(latents.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan,
+                      means=latents.stack(means, dim=1) if keep_means else None,
                       state_index=None if kept is None else tuple(index))
 
 
@@ -225,7 +233,7 @@ def sample_images(
             cond = adapter.encode_prompts(chunk, negative_prompts[start : start + batch_size])
         else:
             cond = adapter.encode_prompts(chunk)
-        traj = rollout(adapter, cond, plan, noise[start : start + len(chunk)], torch.arange(len(chunk)),
+        traj = rollout(adapter, cond, plan, latents.rows(noise, slice(start, start + len(chunk))), torch.arange(len(chunk)),
                        guidance_scale, model=model, keep_all_states=False)  # fmt: skip
         images.append(to_cpu(adapter.decode(traj.final)))
     return cat_media(images)

@@ -243,6 +243,45 @@ def ode(
 STEPS: dict[str, Callable[..., StepOutput]] = {"ode": ode, "flow_sde": flow_sde, "cps": cps, "dance_sde": dance_sde}
 
 
+def joint_step(
+    kinds: dict[str, str],
+    v: dict[str, torch.Tensor],
+    x: dict[str, torch.Tensor],
+    sigma: torch.Tensor | float,
+    sigma_next: torch.Tensor | float,
+    noise_levels: dict[str, torch.Tensor | float],
+    trained: tuple[str, ...],
+    *,
+    sigma_at_one: float | None = None,
+    x_next: dict[str, torch.Tensor] | None = None,
+    noise: dict[str, torch.Tensor] | None = None,
+    generator: torch.Generator | None = None,
+    reduction: Reduction = "mean",
+) -> StepOutput:
+    """One transition of joint latents (``flowrl.latents``): each modality ``m`` takes its own step kind
+    ``kinds[m]`` and noise level, drawing in the order of ``x``'s keys; given ``x_next``, each is scored.
+
+    The log-prob is over the ``trained`` modalities' elements together: with ``reduction="mean"`` the
+    per-modality dimension means weighted by their element counts, which is the dimension mean of the
+    modalities flattened into one tensor (exactly so when they share one std); with ``"sum"`` their sum.
+    ``mean`` and ``std`` hold the trained modalities only (what a KL to a reference compares)."""
+    outs = {m: step(kinds[m], v[m], x[m], sigma, sigma_next, noise_levels[m], sigma_at_one=sigma_at_one,
+                    x_next=None if x_next is None else x_next[m], noise=None if noise is None else noise[m],
+                    generator=generator, reduction=reduction) for m in x}
+    if not trained:  # every modality deterministic here: no density, as an 'ode' step of one tensor
+        batch = next(iter(x.values())).shape[0]
+        return StepOutput({m: o.x_next for m, o in outs.items()}, torch.zeros(batch, device=next(iter(x.values())).device),
+                          {}, {})
+    if reduction == "mean":
+        counts = {m: x[m][0].numel() for m in trained}
+        total = sum(counts.values())
+        log_prob = sum(outs[m].log_prob * (counts[m] / total) for m in trained)
+    else:
+        log_prob = sum(outs[m].log_prob for m in trained)
+    return StepOutput({m: o.x_next for m, o in outs.items()}, log_prob, {m: outs[m].mean for m in trained},
+                      {m: outs[m].std for m in trained})
+
+
 def step(kind: str, *args, **kwargs) -> StepOutput:
     """Dispatch to the step named ``kind`` (one of ``STEP_KINDS``)."""
     try:

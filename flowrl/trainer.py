@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from flowrl import checkpoint as ckpt
+from flowrl import latents
 from flowrl import runs, sharding, trackers
 from flowrl.advantages import zero_std_ratio
 from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
@@ -179,6 +180,10 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
     """Refuse, in one line, a reward that scores another kind of media than the pipeline makes (an image reward
     on video points to the per-frame ``video`` reward). A remote reward, whose modality its server says, is
     checked by the server on each call instead."""
+    from flowrl.reward_models.base import _FunctionReward
+
+    if isinstance(reward, _FunctionReward):  # a plain function declares no media kind: it takes what comes
+        return
     cls = reward if isinstance(reward, type) else type(reward)
     declared = getattr(reward, "__dict__", {}).get("modality", getattr(cls, "modality", "image"))
     if isinstance(declared, property) or kind in getattr(cls, "modalities", (declared,)):
@@ -442,6 +447,8 @@ class Trainer:
         self._nfe = 0
         self.cost_totals = {"nfe": 0.0, "reward_calls": 0.0}
         transformer.register_forward_pre_hook(self._count_forward, with_kwargs=True)
+        if self.ref_model is not None:  # the full fine-tuning reference's forwards cost the same
+            self.ref_model.register_forward_pre_hook(self._count_forward, with_kwargs=True)
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError("train.lora.target_modules matched no module: nothing to train")
@@ -552,7 +559,8 @@ class Trainer:
             metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
             cond = (self.adapter.encode_prompts(prompts, [it.negative_prompt for it in items]) if self._own_negatives
                     else self.adapter.encode_prompts(prompts))
-            batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows], noise[rows], cond)
+            batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows],
+                                latents.rows(noise, rows), cond)
             exp = self.method.explore(ctx, batch)
             media = to_cpu(self.adapter.decode(exp.score["final"]))
             extra = {name: self._decode_many(lat) for name, lat in exp.score.items() if name != "final"}
@@ -571,9 +579,9 @@ class Trainer:
             batches.append(rb)
         return batches, samples.group_ids
 
-    def _decode_many(self, latents: torch.Tensor) -> Any:
+    def _decode_many(self, many: Any) -> Any:
         """(B, K, ...) latents -> media of B x K samples on the CPU, sample-major."""
-        return to_cpu(self.adapter.decode(latents.flatten(0, 1)))
+        return to_cpu(self.adapter.decode(latents.tree_map(lambda t: t.flatten(0, 1), many)))
 
     def context(self, iteration: int) -> Context:
         return Context(self, iteration)
@@ -589,8 +597,8 @@ class Trainer:
         gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "x0"))
         noise = self.adapter.initial_noise(n_draws, gen)
         if cfg.sample.same_noise_in_group:
-            noise = noise[samples.group_ids.to(noise.device)]
-        return noise[samples.local]
+            noise = latents.rows(noise, samples.group_ids)
+        return latents.rows(noise, samples.local)
 
     @property
     def _overlap_rewards(self) -> bool:
@@ -836,7 +844,7 @@ class Trainer:
         share = len(items) // world
         mine = items[rank * share : (rank + 1) * share]
         gen = torch.Generator(self.acc.device).manual_seed(_seed_of(cfg.seed, "eval"))
-        noise = self.adapter.initial_noise(len(items), gen)[rank * share : (rank + 1) * share]
+        noise = latents.rows(self.adapter.initial_noise(len(items), gen), slice(rank * share, (rank + 1) * share))
         with self._ema_weights():
             media = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model,

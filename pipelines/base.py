@@ -4,7 +4,9 @@ An adapter wraps one diffusers pipeline family and exposes only what the RL loop
 pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler's sigmas, the VAE). The RL
 core never looks inside a latent: states, noise and velocities are tensors of the family's own layout
 (SD3 ``(B, C, H/8, W/8)``, FLUX packed tokens ``(B, N, 64)``, Wan ``(B, 16, F', H/8, W/8)``, audio
-``(B, D, L)``), batch first.
+``(B, D, L)``), batch first; a joint audio-video family's latents are a mapping of modalities
+(LTX-2 ``{"video": (B, N_v, 128), "audio": (B, L, 128)}``, ``flowrl.latents``), its velocity a mapping of
+the same keys and its media kind ``"audio_video"``.
 
 * ``encode_prompts(prompts, negative_prompts=None)`` -> conditioning, a dict of tensors with the batch first
   (cached per prompt); with ``negative_prompts``, each row's CFG negative is rows of it too (SD3:
@@ -106,6 +108,7 @@ _ADAPTERS: dict[str, str] = {
     "flux": "flowrl.pipelines.flux:FluxAdapter",
     "wan": "flowrl.pipelines.wan:WanAdapter",
     "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
+    "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
 }
 
 
