@@ -325,7 +325,9 @@ def save_sheet(media: Any, path: str | Path, frames: int = SHEET_FRAMES, side: i
 def save_clips(media: Any, folder: str | Path, start: int = 0) -> list[Path]:
     """One file per sample in ``folder``, named ``0000``, ``0001``, ... (from ``start``): images PNG (as
     ``save_grid`` writes one), video H.264 MP4 at the batch's fps (PyAV; sides cropped to even), audio 16-bit
-    WAV at its sample rate; audio_video an MP4 and a WAV each. Returns the paths, sample-major."""
+    WAV at its sample rate; audio_video an MP4 with the sound muxed in (an AAC track, see
+    ``reward_models.media.video_to_mp4``) and, beside it, the same sound as a WAV (the exact waveform, for tools
+    that want it raw). Returns the paths, sample-major."""
     from flowrl.logs import save_grid
     from flowrl.reward_models.media import audio_to_wav, video_to_mp4
 
@@ -343,7 +345,8 @@ def save_clips(media: Any, folder: str | Path, start: int = 0) -> list[Path]:
             written.append(folder / f"{name}.png")
             continue
         if video is not None:
-            (folder / f"{name}.mp4").write_bytes(video_to_mp4(video[i].cpu(), float(fps or 8.0)))
+            sound = (wave[i].cpu(), int(rate)) if wave is not None else (None, None)
+            (folder / f"{name}.mp4").write_bytes(video_to_mp4(video[i].cpu(), float(fps or 8.0), *sound))
             written.append(folder / f"{name}.mp4")
         if wave is not None:
             (folder / f"{name}.wav").write_bytes(audio_to_wav(wave[i].cpu(), int(rate)))

@@ -135,8 +135,9 @@ SHEETS = {"video": "frames.png", "audio": "waveforms.png", "audio_video": "frame
 
 def write_samples(media: Any, folder: Path) -> dict[str, Any]:
     """One file per sample in ``folder`` (``0000.png`` images; ``0000.mp4`` video; ``0000.wav`` audio; both for
-    audio_video) and, beside video or audio, one picture of them all (``frames.png``: a row of frames per clip;
-    ``waveforms.png``). Returns what ``sample.json`` records of them."""
+    audio_video, whose MP4 carries the sound as an AAC track, recorded as ``mp4_audio``) and, beside video or
+    audio, one picture of them all (``frames.png``: a row of frames per clip; ``waveforms.png``). Returns what
+    ``sample.json`` records of them."""
     from flowrl.media import audio_of, media_kind, save_clips, save_sheet, video_of
 
     kind = media_kind(media)
@@ -153,6 +154,11 @@ def write_samples(media: Any, folder: Path) -> dict[str, Any]:
         wave, rate = audio_of(media)
         record.update(audio=[f for f in files if f.endswith(".wav")], sample_rate=rate,
                       duration_s=wave.shape[-1] / rate)
+    if kind == "audio_video":  # the MP4s hold the sound too (the WAVs beside them are the exact waveform)
+        from flowrl.reward_models.media import MP4_AUDIO_CODEC, mp4_audio_rate
+
+        record["mp4_audio"] = {"codec": MP4_AUDIO_CODEC, "sample_rate": mp4_audio_rate(int(rate)),
+                               "channels": int(wave.shape[1])}
     return record
 
 
@@ -217,7 +223,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     written = write_samples(media, out)
     _record(out, args, cfg, weights, steps, written, negative)
     kind, n = written["media_kind"], num_samples(media)
-    what = {"image": "images", "video": "videos (MP4)", "audio": "clips (WAV)", "audio_video": "clips (MP4 + WAV)"}
+    what = {"image": "images", "video": "videos (MP4)", "audio": "clips (WAV)", "audio_video": "clips (MP4 with sound + WAV)"}
     print(f"wrote {n} {what[kind]}{' and ' + written['sheet'] if 'sheet' in written else ''} "
           f"and {SAMPLE_FILE} to {out}")
     return 0

@@ -8,7 +8,9 @@ An encoded batch is a dict ``{"kind": ..., "format": ..., "data": [...]}``:
   MP4 per sample, needs PyAV; lossy) or ``"array"``; ``fps`` is carried along.
 * ``kind="audio"`` (B, C, N) float in [-1, 1]: ``"wav"`` (16-bit PCM, stdlib ``wave``) or ``"array"``;
   ``sample_rate`` is carried along.
-* ``kind="audio_video"``: ``{"video": <video>, "audio": <audio>}`` encoded separately.
+* ``kind="audio_video"``: ``{"video": <video>, "audio": <audio>}`` encoded separately. (On disk, runs write
+  one MP4 with both: ``video_to_mp4(frames, fps, audio, sample_rate)`` muxes an AAC track, ``mp4_to_audio``
+  reads it back.)
 
 ``format="array"`` is ``{"dtype": "float32", "shape": [...], "data": base64 of the little-endian bytes}``:
 exact, and larger. Decoding checks every field and raises ``MediaError`` with a one-line reason.
@@ -120,22 +122,69 @@ def _list_of(payload: Mapping, what: str) -> list:
 # ---------------------------------------------------------------------------------------------- video (mp4)
 
 
-def video_to_mp4(frames: torch.Tensor, fps: float) -> bytes:
-    """(F, 3, H, W) float in [0, 1] -> H.264 MP4 bytes through PyAV (``pip install av``)."""
+MP4_AUDIO_CODEC = "aac"  # FFmpeg's native AAC encoder, bundled with PyAV's wheels (no libfdk needed)
+MP4_AUDIO_CHANNELS = {1: "mono", 2: "stereo"}
+
+
+def _import_av(what: str):
     try:
         import av
     except ImportError as exc:
-        raise MediaError("mp4 video needs PyAV: `pip install av` (or send format 'png' or 'array')") from exc
+        raise MediaError(f"{what} needs PyAV: `pip install av` (or send format 'png' or 'array')") from exc
+    return av
+
+
+def mp4_audio_rate(sample_rate: int) -> int:
+    """The rate ``video_to_mp4`` stores audio of ``sample_rate`` at: the rate itself when the AAC encoder takes
+    it (every usual one: 8, 11.025, 12, 16, 22.05, 24, 32, 44.1, 48, 64, 88.2, 96 kHz and 7.35 kHz), otherwise
+    the lowest rate it takes above ``sample_rate`` (96 kHz at most), the audio resampled to it."""
+    av = _import_av("mp4 audio")
+    rates = sorted(av.Codec(MP4_AUDIO_CODEC, "w").audio_rates or ())
+    sample_rate = int(sample_rate)
+    if not rates or sample_rate in rates:
+        return sample_rate
+    return next((r for r in rates if r > sample_rate), rates[-1])
+
+
+def video_to_mp4(
+    frames: torch.Tensor, fps: float, audio: torch.Tensor | None = None, sample_rate: int | None = None
+) -> bytes:
+    """(F, 3, H, W) float in [0, 1] -> H.264 MP4 bytes through PyAV (``pip install av``).
+
+    ``audio`` (C, N) float in [-1, 1], C = 1 or 2, at ``sample_rate``: muxed into the same MP4 as an AAC track
+    (FFmpeg's native encoder) at ``mp4_audio_rate(sample_rate)``, which is ``sample_rate`` for every usual rate
+    (audio at another rate is resampled to the next rate AAC takes). Video and sound both start at 0; neither
+    is cut or padded to the other's length. Without ``audio`` the bytes are exactly those of a video-only MP4."""
+    av = _import_av("mp4 video")
     pixels = (frames.detach().float() * 255).round().clamp(0, 255).to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    wave = None
+    if audio is not None:
+        if sample_rate is None:
+            raise MediaError("mp4 audio: sample_rate is required with audio")
+        wave = audio.detach().float().cpu()
+        wave = wave[None] if wave.ndim == 1 else wave
+        if wave.ndim != 2 or wave.shape[0] not in MP4_AUDIO_CHANNELS or wave.shape[1] == 0:
+            raise MediaError(f"mp4 audio: expected (C, N) with C = 1 or 2 and N > 0, got {tuple(audio.shape)}")
+        wave = np.ascontiguousarray(wave.clamp(-1, 1).numpy(), dtype=np.float32)
     buffer = io.BytesIO()
     with av.open(buffer, mode="w", format="mp4") as container:
         stream = container.add_stream("libx264", rate=max(1, round(fps)))
         stream.width, stream.height = pixels.shape[2] // 2 * 2, pixels.shape[1] // 2 * 2
         stream.pix_fmt = "yuv420p"
+        if wave is not None:
+            sound = container.add_stream(MP4_AUDIO_CODEC, rate=mp4_audio_rate(sample_rate))
+            sound.layout, sound.format = MP4_AUDIO_CHANNELS[wave.shape[0]], "fltp"
         for frame in pixels:
             frame = np.ascontiguousarray(frame[: stream.height, : stream.width])
             container.mux(stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")))
         container.mux(stream.encode())
+        if wave is not None:
+            # one frame of all the samples: the encoder's own resampler cuts it to AAC's 1024-sample frames
+            # (and converts the rate when mp4_audio_rate differs); the muxer interleaves the two tracks
+            chunk = av.AudioFrame.from_ndarray(wave, format="fltp", layout=MP4_AUDIO_CHANNELS[wave.shape[0]])
+            chunk.sample_rate, chunk.pts = int(sample_rate), 0
+            container.mux(sound.encode(chunk))
+            container.mux(sound.encode(None))
     return buffer.getvalue()
 
 
@@ -152,6 +201,35 @@ def mp4_to_video(data: bytes, what: str) -> torch.Tensor:
     if not frames:
         raise MediaError(f"{what}: MP4 holds no frame")
     return torch.from_numpy(np.stack(frames)).permute(0, 3, 1, 2).float() / 255
+
+
+def mp4_to_audio(data: bytes, what: str = "mp4") -> tuple[torch.Tensor, int]:
+    """The first sound track of MP4 bytes -> ((C, N) float, sample rate), cut to the track's recorded duration
+    (AAC pads its last 1024-sample frame). A file without sound is a one-line ``MediaError``."""
+    try:
+        import av
+    except ImportError:
+        raise MediaError("mp4 audio needs PyAV: `pip install av`") from None
+    try:
+        with av.open(io.BytesIO(data), mode="r") as container:
+            if not container.streams.audio:
+                raise MediaError(f"{what}: MP4 has no audio track")
+            stream = container.streams.audio[0]
+            rate = int(stream.codec_context.sample_rate)
+            to_float = av.AudioResampler(format="fltp")  # keeps the layout and the rate
+            chunks = [out.to_ndarray() for frame in container.decode(stream) for out in to_float.resample(frame)]
+            chunks += [out.to_ndarray() for out in to_float.resample(None)]  # (C, n) each
+            duration = stream.duration * stream.time_base if stream.duration and stream.time_base else None
+    except MediaError:
+        raise
+    except (av.error.FFmpegError, ValueError) as exc:  # type: ignore[attr-defined]
+        raise MediaError(f"{what}: not a readable MP4 ({exc})") from None
+    if not chunks:
+        raise MediaError(f"{what}: MP4 audio track holds no sample")
+    wave = np.concatenate(chunks, axis=1).astype(np.float32)
+    if duration is not None:
+        wave = wave[:, : max(1, round(float(duration) * rate))]
+    return torch.from_numpy(np.ascontiguousarray(wave)), rate
 
 
 # ---------------------------------------------------------------------------------------------- audio (wav)

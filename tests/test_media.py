@@ -230,3 +230,27 @@ def test_audio_video_saves_both(tmp_path):
     av = {**_video(b=2, f=3), **_audio(b=2)}
     written = M.save_media(av, tmp_path / "eval-000000")
     assert [p.name for p in written] == ["eval-000000.png", "0000.mp4", "0000.wav", "0001.mp4", "0001.wav"]
+
+
+def test_audio_video_mp4s_carry_the_sound_beside_the_wavs(tmp_path):
+    import av
+    from flowrl.reward_models.media import mp4_to_audio
+
+    rate, t = 16000, torch.arange(16000) / 16000
+    tones = torch.stack([0.5 * torch.sin(2 * torch.pi * hz * t).repeat(2, 1) for hz in (440.0, 880.0)])  # (2, 2, N)
+    media = {**_video(b=2, f=8, h=16, w=16, fps=8.0), "audio": tones, "sample_rate": rate}
+    written = M.save_clips(media, tmp_path / "clips")
+    assert [p.name for p in written] == ["0000.mp4", "0000.wav", "0001.mp4", "0001.wav"]
+    for i, hz in enumerate((440.0, 880.0)):
+        with av.open(str(tmp_path / "clips" / f"{i:04d}.mp4")) as container:
+            assert len(container.streams.video) == 1 and len(container.streams.audio) == 1
+            sound = container.streams.audio[0]
+            assert sound.codec_context.name == "aac" and sound.rate == rate and sound.channels == 2
+        wave, back_rate = mp4_to_audio((tmp_path / "clips" / f"{i:04d}.mp4").read_bytes(), "clip")
+        spectrum = np.abs(np.fft.rfft(wave.mean(dim=0).numpy()))
+        assert back_rate == rate and abs(float(np.argmax(spectrum)) * rate / wave.shape[1] - hz) < 3.0
+        assert mp4_to_video((tmp_path / "clips" / f"{i:04d}.mp4").read_bytes(), "clip").shape == (8, 3, 16, 16)
+        raw, raw_rate = wav_to_audio((tmp_path / "clips" / f"{i:04d}.wav").read_bytes(), "clip")  # the WAV as ever
+        assert raw_rate == rate and (raw - tones[i]).abs().max() <= 1.5 / 32767
+    with av.open(str(M.save_clips(_video(b=1), tmp_path / "silent")[0])) as container:  # video alone: no track
+        assert not container.streams.audio

@@ -318,3 +318,67 @@ def test_monitors_by_hand():
     assert colour["monitor/colour/colourfulness"] == pytest.approx(0.3 * math.sqrt(1.25))
     assert colour["monitor/colour/r_mean"] == 1.0 and colour["monitor/colour/contrast"] == 0.0
     assert set(image_monitors(images, groups)) >= {"monitor/diversity/in_group", "monitor/colour/brightness"}
+
+
+# ---------------------------------------------------------------------------------------------- mp4 with a sound track
+
+
+def _tone(channels, rate, seconds=1.0, hz=440.0):
+    t = torch.arange(int(rate * seconds)) / rate
+    return (0.5 * torch.sin(2 * torch.pi * hz * t)).repeat(channels, 1)
+
+
+def _dominant_hz(wave, rate):
+    spectrum = np.abs(np.fft.rfft(wave.mean(dim=0).numpy() * np.hanning(wave.shape[-1])))
+    return float(np.argmax(spectrum)) * rate / wave.shape[-1]
+
+
+def _smooth_clip():
+    video = torch.zeros(6, 3, 32, 32)
+    video[:, 0] = torch.linspace(0.2, 0.8, 6)[:, None, None]
+    return video
+
+
+@pytest.mark.parametrize(("channels", "rate"), [(2, 16000), (1, 44100), (2, 24000)])
+def test_mp4_with_a_tone_round_trips(channels, rate):
+    pytest.importorskip("av")
+    from flowrl.reward_models.media import mp4_audio_rate, mp4_to_audio, mp4_to_video, video_to_mp4
+
+    video, tone = _smooth_clip(), _tone(channels, rate)
+    data = video_to_mp4(video, 8, tone, rate)
+    wave, back_rate = mp4_to_audio(data)
+    assert back_rate == rate == mp4_audio_rate(rate) and wave.shape[0] == channels and wave.dtype == torch.float32
+    assert abs(wave.shape[1] - tone.shape[1]) <= 1024  # within one AAC frame
+    assert abs(_dominant_hz(wave, back_rate) - 440.0) < 3.0
+    n = min(wave.shape[1], tone.shape[1])
+    assert (wave[:, :n] - tone[:, :n]).abs().mean() < 0.02  # aligned: the encoder's priming samples are dropped
+    frames = mp4_to_video(data, "clip")
+    assert torch.equal(frames, mp4_to_video(video_to_mp4(video, 8), "clip"))  # the video decodes as before
+
+
+def test_mp4_audio_at_a_rate_aac_lacks_is_resampled():
+    pytest.importorskip("av")
+    from flowrl.reward_models.media import mp4_audio_rate, mp4_to_audio, video_to_mp4
+
+    assert mp4_audio_rate(22000) == 22050 and mp4_audio_rate(200000) == 96000
+    wave, rate = mp4_to_audio(video_to_mp4(_smooth_clip(), 8, _tone(2, 22000), 22000))
+    assert rate == 22050 and wave.shape[0] == 2 and abs(wave.shape[1] - 22050) <= 1024
+    assert abs(_dominant_hz(wave, rate) - 440.0) < 3.0
+
+
+def test_mp4_without_audio_is_unchanged_and_has_no_track():
+    pytest.importorskip("av")
+    from flowrl.reward_models.media import mp4_to_audio, video_to_mp4
+
+    video = torch.rand(5, 3, 18, 22, generator=torch.Generator().manual_seed(1))
+    plain = video_to_mp4(video, 12)
+    assert video_to_mp4(video, 12, None, None) == plain == video_to_mp4(video, 12, audio=None)
+    assert video_to_mp4(video, 12, _tone(1, 16000), 16000) != plain
+    with pytest.raises(MediaError, match="no audio track"):
+        mp4_to_audio(plain, "clip")
+    with pytest.raises(MediaError, match="not a readable MP4"):
+        mp4_to_audio(b"not an mp4", "clip")
+    with pytest.raises(MediaError, match="sample_rate"):
+        video_to_mp4(video, 12, _tone(1, 16000))
+    with pytest.raises(MediaError, match="C = 1 or 2"):
+        video_to_mp4(video, 12, _tone(3, 16000), 16000)

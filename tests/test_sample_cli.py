@@ -196,3 +196,33 @@ def test_audio_samples_are_wavs_with_waveforms(fake, tmp_path):
     assert rec["duration_s"] == 0.5 and rec["sheet"] == "waveforms.png"
     wave, rate = wav_to_audio((folder / "0001.wav").read_bytes(), "clip")
     assert rate == 8000 and wave.shape == (2, 4000) and abs(float(wave.abs().max()) - 0.5) < 1e-3
+
+
+def test_audio_video_samples_are_mp4s_with_sound_and_wavs(fake, tmp_path, monkeypatch, capsys):
+    import av
+    import torch
+    from flowrl.reward_models.media import mp4_to_audio, mp4_to_video
+
+    def generate(self, prompts, num_steps, guidance_scale, generator, negative_prompts=None):  # LTX-2's form
+        n, t = len(prompts), torch.arange(16000) / 16000
+        ramp = torch.linspace(0, 1, 32).view(1, 1, 1, 1, 32) * torch.linspace(0.3, 1, 9).view(1, 9, 1, 1, 1)
+        return {"video": ramp.expand(n, 9, 3, 16, 32).contiguous(), "fps": 8.0,
+                "audio": (0.5 * torch.sin(2 * torch.pi * 440 * t)).view(1, 1, -1).repeat(n, 2, 1),
+                "sample_rate": 16000}
+
+    monkeypatch.setattr(fake, "generate", generate)
+    assert main(["sample", "tiny-cpu", *PROMPT, "--out", str(tmp_path)]) == 0
+    folder = tmp_path / "0001"
+    assert sorted(p.name for p in folder.iterdir()) == ["0000.mp4", "0000.wav", "0001.mp4", "0001.wav", "frames.png",
+                                                        "sample.json"]
+    rec = _record(folder)
+    assert rec["media_kind"] == "audio_video" and rec["videos"] == ["0000.mp4", "0001.mp4"]
+    assert rec["audio"] == ["0000.wav", "0001.wav"] and rec["sample_rate"] == 16000 and rec["duration_s"] == 1.0
+    assert rec["fps"] == 8.0 and rec["num_frames"] == 9 and rec["sheet"] == "frames.png"
+    assert rec["mp4_audio"] == {"codec": "aac", "sample_rate": 16000, "channels": 2}
+    with av.open(str(folder / "0001.mp4")) as container:
+        assert len(container.streams.audio) == 1 and container.streams.audio[0].rate == 16000
+    wave, rate = mp4_to_audio((folder / "0000.mp4").read_bytes(), "clip")
+    assert rate == 16000 and wave.shape[0] == 2 and abs(wave.shape[1] - 16000) <= 1024
+    assert mp4_to_video((folder / "0000.mp4").read_bytes(), "clip").shape == (9, 3, 16, 32)
+    assert "wrote 2 clips (MP4 with sound + WAV) and frames.png and sample.json" in capsys.readouterr().out
