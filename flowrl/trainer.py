@@ -188,6 +188,8 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
     declared = getattr(reward, "__dict__", {}).get("modality", getattr(cls, "modality", "image"))
     if isinstance(declared, property) or kind in getattr(cls, "modalities", (declared,)):
         return
+    if kind == "audio_video" and declared in ("video", "audio"):  # it reads its own modality of the mapping
+        return
     hint = ""
     if declared == "image" and kind == "video":
         hint = f"; score it per frame with reward.video=<weight> and reward_args.video={{reward: {name}}}"

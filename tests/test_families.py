@@ -67,6 +67,12 @@ def test_a_reward_of_another_media_kind_is_refused_in_one_line():
                                               "reward_args={band_energy: {low_hz: 10, high_hz: 50}}"]))
     preflight(resolve_config("tiny-wan"))  # the per-frame video reward fits
     preflight(resolve_config("tiny-audio"))
+    # audio-video media: a video or an audio reward reads its own modality of the mapping; an image one does not
+    preflight(resolve_config("tiny-ltx2", ["reward={video: 1.0, band_energy: 1.0}",
+                                           "reward_args={video: {reward: jpeg_compressibility}, "
+                                           "band_energy: {low_hz: 100, high_hz: 1000}}"]))
+    with pytest.raises(ConfigError, match="scores image media, but model.pipeline=ltx2 makes audio_video"):
+        preflight(resolve_config("tiny-ltx2", ["reward={jpeg_compressibility: 1.0}", "reward_args={}"]))
 
 
 def test_forward_process_methods_regress_the_conditional_velocity_at_one_pass(adapters):
