@@ -653,7 +653,9 @@ def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     defaults = _flatten(Config().to_dict())
     for key, value in defaults.items():  # a key added after the old run was saved: it ran with the default
         nested = any(k.startswith(key + ".") for k in (*a, *b))  # e.g. an empty default mapping, set in one run
-        if not nested:
+        # only a key the new config has: a default entry of a free-form mapping (the default reward's name) that
+        # neither run holds is no setting of either
+        if not nested and key in b:
             a.setdefault(key, value)
     changes = []
     for key in sorted(set(a) | set(b)):

@@ -175,6 +175,7 @@ def rollout(
     model: torch.nn.Module | None = None,
     keep_means: bool = False,
     keep_all_states: bool = True,
+    pinned: dict[str, torch.Tensor] | None = None,
 ) -> Trajectory:
     """Sample ``noise.shape[0]`` trajectories along ``plan``. ``cond`` rows align with ``noise`` rows.
 
@@ -182,8 +183,13 @@ def rollout(
     that sharded models such as FSDP run their forward as they must). ``keep_means``: also keep each
     transition's mean (``Trajectory.means``). ``keep_all_states=False`` keeps only the states the trained
     transitions read or write, and the final one (``state_index`` says which): the others are never held
-    together on the device, which matters for video latents."""
+    together on the device, which matters for video latents. ``pinned`` (joint latents): modality -> states
+    (B, T+1, ...) it follows: the modality starts at its state 0 and is overwritten by state i + 1 after
+    transition i, so it is the same in every row that shares them (AV-GRPO's anchored partner); its step
+    kind should be ``"ode"`` and it should not train (its log-prob would score the overwritten state)."""
     x = latents.tree_map(lambda t: t.float(), noise)
+    if pinned:
+        x = {**x, **{m: states[:, 0].float() for m, states in pinned.items()}}
     inputs = adapter.model_inputs(cond, guidance_scale)
     kept = None if keep_all_states else {i for j in plan.trained_indices for i in (j, j + 1)} | {len(plan)}
     states, index, log_probs, means = [], [], [], []
@@ -197,6 +203,8 @@ def rollout(
     for i in range(len(plan)):
         out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model)
         x = out.x_next
+        if pinned:
+            x = {**x, **{m: states[:, i + 1].float() for m, states in pinned.items()}}
         hold(i + 1, x)
         log_probs.append(out.log_prob)
         if keep_means:

@@ -33,7 +33,7 @@ from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.lr import lr_factor
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, timed
 from flowrl.media import cat_media, media_monitors, monitor_names, num_samples, save_media, select_media, to_cpu
-from flowrl.methods import build_method
+from flowrl.methods import build_method, method_class
 from flowrl.methods.base import Context, PromptBatch
 from flowrl.pipelines.base import Conditioning, adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
@@ -205,6 +205,10 @@ def preflight(cfg: Config) -> None:
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
+    kinds = getattr(method_class(cfg.method.name), "media_kinds", None)
+    if kinds is not None and kind not in kinds:
+        raise ConfigError(f"method {cfg.method.name} trains {' or '.join(kinds)} media; model.pipeline="
+                          f"{cfg.model.pipeline} makes {kind}")
     for section in (cfg.reward, cfg.eval_reward or {}):
         for name in section:
             check_reward_args(name, cfg.reward_args.get(name, {}))
@@ -547,7 +551,7 @@ class Trainer:
         draws and window do not depend on the number of processes, and a resumed run repeats them.
         """
         s = self.cfg.sample
-        samples = self.sampler.iteration(iteration)
+        samples = self.sampler.iteration(self.method.prompt_iteration(iteration))
         prompt_index = samples.prompt_index[samples.local]
         group_ids = samples.group_ids[samples.local]
         noise = self._initial_noise(iteration, samples)
@@ -724,6 +728,10 @@ class Trainer:
                     measured = True
                     if first:
                         self._check_onpolicy(stats)
+            if self.method.freezes_parameters:  # this phase's frozen set: no gradient, so AdamW leaves it be
+                for name, p in self.trainable.items():
+                    if not self.method.trains(name):
+                        p.grad = None
             grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
             grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
             lr = t.learning_rate * lr_factor(self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule,
@@ -738,6 +746,8 @@ class Trainer:
                 self.ema.update(self.trainable)
         for average in self.averages.values():
             average.update(self.trainable)
+        if self.method.after_update():  # the method starts afresh (AV-GRPO's phase switch): no moments carried
+            getattr(self.optimizer, "optimizer", self.optimizer).state.clear()
         out = stats.reduce(self.acc)
         keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)
         out["kept_frac"] = float(keep_all.float().mean())

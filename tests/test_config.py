@@ -147,3 +147,15 @@ def test_a_quoted_number_on_the_command_line_stays_a_string():
     assert parse_override('run_name="2024"') == ("run_name", "2024")  # the shell's run_name='"2024"'
     assert parse_override('model.revision="1e3"') == ("model.revision", "1e3")
     assert parse_override("train.learning_rate=1e-4") == ("train.learning_rate", 1e-4)
+
+
+def test_a_recipe_whose_reward_replaces_the_default_one_resumes_without_changes():
+    """The default config's reward is ``{jpeg_compressibility: 1.0}``; a run of ``reward: {video: 1.0}`` holds no
+    such key, and neither does its resume: the default's entry of a free-form mapping is no setting of either
+    (it was reported as ``reward.jpeg_compressibility (1.0 -> '<unset>')``)."""
+    from flowrl.config import math_changes, resolve_config
+
+    cfg = resolve_config("tiny-wan").to_dict()
+    assert math_changes(cfg, resolve_config("tiny-wan").to_dict()) == []
+    changed = resolve_config("tiny-wan", ["reward={video: 2.0}"]).to_dict()
+    assert math_changes(cfg, changed) == ["reward.video (1.0 -> 2.0)"]

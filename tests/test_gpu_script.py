@@ -127,7 +127,7 @@ def test_smoke_measures_one_iteration_of_every_method(capsys):
     from flowrl.methods import list_methods
 
     rows = gpu.main(["--smoke", "--what", "methods"])
-    names = ["flow_grpo"] + [m for m in list_methods() if m != "flow_grpo"]
+    names = ["flow_grpo"] + [m for m in list_methods("image") if m != "flow_grpo"]
     assert [r["model"] for r in rows] == [f"SD3.5-M method {m}" for m in names]
     assert all(r["seconds"] > 0 and r["nfe"] > 0 and r["reward_calls"] > 0 for r in rows)
     assert rows[0]["vs_flow_grpo"] == 1.0

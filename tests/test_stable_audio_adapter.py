@@ -253,7 +253,7 @@ def _method_overrides(name: str) -> list[str]:
     return []
 
 
-@pytest.mark.parametrize("name", list_methods())
+@pytest.mark.parametrize("name", list_methods("audio"))
 def test_every_method_runs_an_iteration(tmp_path, one_thread, name):
     cfg = resolve_config("tiny-audio", [f"output_dir={tmp_path}", *SMALL, "sample.num_steps=4", "train.iterations=1",
                                         f"method.name={name}", *_method_overrides(name)])

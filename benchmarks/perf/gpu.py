@@ -401,7 +401,7 @@ def bench_methods(scale: Scale, device: torch.device, clock: Clock, precision: s
         folder = Path(tmp)
         _save_configs(pipe, folder)
         base = _sd35m_config(scale, folder, 2, precision).to_dict()
-        names = methods or sorted(list_methods(), key=lambda m: m != "flow_grpo")  # Flow-GRPO first
+        names = methods or sorted(list_methods("image"), key=lambda m: m != "flow_grpo")  # Flow-GRPO first
         for name in names:
             if rows and clock.left() < 3 * max(r["seconds"] for r in rows):
                 clock.say(f"skipping {name} and after: time budget")

@@ -65,7 +65,7 @@ METHOD_SETTINGS: dict[str, list[str]] = {
 def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
     from flowrl.methods import list_methods
 
-    runs = {name: [f"method.name={name}", *METHOD_SETTINGS.get(name, [])] for name in list_methods()}
+    runs = {name: [f"method.name={name}", *METHOD_SETTINGS.get(name, [])] for name in list_methods("image")}
     runs.update({name: ["method.name=flow_grpo", *extra] for name, extra in VARIANTS.items()})
     if only:
         unknown = sorted(set(only) - set(runs))

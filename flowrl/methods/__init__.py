@@ -20,6 +20,7 @@ _METHODS = Registry("method", "flowrl.methods", {
     "pref_grpo": "flowrl.methods.pref_grpo:PrefGRPO",
     "ram": "flowrl.methods.ram:RAM",
     "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
+    "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
 })
 
 
@@ -28,8 +29,14 @@ def register_method(name: str, target: Any | None = None):
     return _METHODS.register(name, target)
 
 
-def list_methods() -> list[str]:
-    return _METHODS.names()
+def list_methods(media_kind: str | None = None) -> list[str]:
+    """The registered names; with ``media_kind``, those whose methods train that kind of media (AV-GRPO
+    trains joint audio-video only)."""
+    names = _METHODS.names()
+    if media_kind is None:
+        return names
+    return [n for n in names if getattr(method_class(n), "media_kinds", None) in (None,) or
+            media_kind in method_class(n).media_kinds]
 
 
 def check_method_name(name: str) -> None:

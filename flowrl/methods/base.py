@@ -136,12 +136,14 @@ class Context:
     @torch.no_grad()
     def rollout(self, plan: StepPlan, noise: torch.Tensor, cond: Conditioning, group_ids: torch.Tensor,
                 generator: torch.Generator | None, keep_means: bool = False,
-                keep_all_states: bool = True) -> Trajectory:
+                keep_all_states: bool = True, pinned: dict[str, torch.Tensor] | None = None) -> Trajectory:
         """Walk ``plan`` from ``noise`` with the current policy, recording states and log-probs (and each
         transition's mean with ``keep_means``); ``keep_all_states=False`` records only the states the trained
-        transitions need and the final one (``flowrl.rollout.rollout``)."""
+        transitions need and the final one (``flowrl.rollout.rollout``); ``pinned`` modalities of joint latents
+        follow given states instead of stepping (``flowrl.rollout.rollout``)."""
         return rollout(self.adapter, cond, plan, noise, group_ids, self.guidance_scale, generator,
-                       model=self._trainer.model, keep_means=keep_means, keep_all_states=keep_all_states)
+                       model=self._trainer.model, keep_means=keep_means, keep_all_states=keep_all_states,
+                       pinned=pinned)
 
     @torch.no_grad()
     def complete(self, x: torch.Tensor, sigmas: torch.Tensor, cond: Conditioning) -> torch.Tensor:
@@ -253,6 +255,9 @@ class Method:
     # every rollout batch holds whole prompt groups (a method that explores per group: an anchor, branches)
     whole_groups: bool = False
 
+    # the media kinds of the pipelines it trains (``adapter.media_kind``); None: every kind
+    media_kinds: tuple[str, ...] | None = None
+
     # rows whose advantage is 0 at every transition a step trains carry no signal and are left out of it;
     # False for a loss that still pulls them somewhere (RAM's regression to the reference velocity)
     drops_flat_rows: bool = True
@@ -297,6 +302,26 @@ class Method:
         ``sample_round(k)`` explores and scores round k of fresh prompts without updating and returns
         (reward columns, group ids) as ``credit`` gets them. Returns figures to log."""
         return {}
+
+    def prompt_iteration(self, iteration: int) -> int:
+        """Whose prompts iteration ``iteration`` samples: the prompt draw of that iteration (default: its own).
+        A method that revisits prompts (AV-GRPO's audio phase on the video phase's prompts) names an earlier
+        one; the initial noise and every other stream stay the iteration's own."""
+        return iteration
+
+    # the method trains a subset of the trainable parameters that changes over the run (``trains``)
+    freezes_parameters: bool = False
+
+    def trains(self, name: str) -> bool:
+        """Whether trainable parameter ``name`` (a transformer parameter name) steps this iteration: the others
+        get no gradient at the optimizer step (AdamW then leaves them, weight decay included). Asked only when
+        ``freezes_parameters``."""
+        return True
+
+    def after_update(self) -> bool:
+        """Called after each iteration's optimizer steps; True clears the optimizer's state (its moments and
+        step counts) before the next one. Default: False."""
+        return False
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state saved in every checkpoint (``state.json``) and restored on resume."""
