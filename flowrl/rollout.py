@@ -135,6 +135,7 @@ def transition(
     x_next: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     model: torch.nn.Module | None = None,
+    velocity_options: dict | None = None,
 ) -> StepOutput:
     """Transition ``i`` of ``plan`` from ``x``: sample it, or score ``x_next`` when given.
 
@@ -142,9 +143,10 @@ def transition(
     The rollout and the training update both call this, so the recomputed log-prob goes through
     exactly the same forward and step math as the one recorded. ``model`` replaces the adapter's
     transformer for this forward (the trainer passes its distributed wrapper or the KL reference).
+    ``velocity_options``: keyword arguments of the adapter's own ``velocity`` (LTX-2: ``isolate_modalities``).
     """
     sigma = float(plan.sigma[i])
-    v = adapter.velocity(x, sigma, inputs, guidance_scale, model=model)
+    v = adapter.velocity(x, sigma, inputs, guidance_scale, model=model, **(velocity_options or {}))
     if is_joint(x):  # each modality its own kind and noise level; the log-prob over the trained stochastic ones
         kinds = plan.kinds_at(i, x)
         trained = tuple(m for m in plan.trained_of(x) if kinds[m] != "ode")

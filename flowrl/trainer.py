@@ -354,8 +354,8 @@ class Trainer:
         self._checked_onpolicy = False
         if cfg.train.onpolicy_check and not self.method.checks_onpolicy:
             self._checked_onpolicy = True
-            logger.warning("train.onpolicy_check does not apply to method %s: it records no per-step log-probs to "
-                           "recompute, so no on-policy check is made", self.method.name)
+            logger.warning("train.onpolicy_check does not apply to method %s: %s, so no on-policy check is made",
+                           self.method.name, self.method.no_onpolicy_reason)
         self._reward_worker: BackgroundWorker | None = None
         if self._resume_path is not None:
             self._resume(self._resume_path)

@@ -531,8 +531,10 @@ class LTX2Adapter:
         inputs: Conditioning,
         guidance_scale: float,
         model: torch.nn.Module | None = None,
+        isolate_modalities: bool = False,
     ) -> dict[str, torch.Tensor]:
-        """v(x, sigma | c) of both modalities: ``x`` ``{"video": (B, N_v, 128), "audio": (B, L, 128)}``; ``sigma`` a
+        """v(x, sigma | c) of both modalities (``isolate_modalities``: each tower without the other's
+        cross-modal attention, as if the other modality were left out of the forward): ``x`` ``{"video": (B, N_v, 128), "audio": (B, L, 128)}``; ``sigma`` a
         float or (B,) (both modalities) or ``{"video": ..., "audio": ...}`` (each its own; the audio tower gets
         ``audio_timestep = audio_sigma = 1000 s_a``); returns the same keys, fp32.
 
@@ -556,7 +558,7 @@ class LTX2Adapter:
             mask = torch.ones(rows, dtype=self.compute_dtype, device=xv.device)
             mask[-n:] = 0.0  # the STG rows are the last n
         vv, va = self._forward(model, torch.cat([xv] * k) if k > 1 else xv, torch.cat([xa] * k) if k > 1 else xa,
-                               inputs, tv.repeat(k), ta.repeat(k), perturbation_mask=mask)
+                               inputs, tv.repeat(k), ta.repeat(k), isolate=isolate_modalities, perturbation_mask=mask)
         if plan.cfg is None:
             return {"video": vv, "audio": va}
         chunks_v, chunks_a = vv.split(n), va.split(n)

@@ -132,3 +132,17 @@ def test_refusals_in_one_line():
             resolve_config("tiny-ltx2-av-grpo", ["method.options.video_rewards=[clap]"]))
     with pytest.raises(ConfigError, match="method.options.start: 'both' is not one of video, audio"):
         preflight(resolve_config("tiny-ltx2-av-grpo", ["method.options.start=both"]))
+
+
+def test_the_authors_dropped_frozen_modality_is_an_option_with_its_gap_logged(tmp_path, one_thread, caplog):
+    """``frozen_input=dropped``: the training forward leaves the frozen modality out (no cross-modal attention),
+    as the authors' code does; the first ratio is then not 1, the gap is logged and the run goes on."""
+    import logging
+
+    with caplog.at_level(logging.WARNING):
+        tr = _trainer(tmp_path, "method.options.frozen_input=dropped")
+    assert "frozen_input=dropped leaves the frozen modality out" in caplog.text
+    rows = tr.train()
+    assert rows[0]["policy/onpolicy_logp_diff"] > 1e-4  # the anchored default gives <= 1e-6
+    with pytest.raises(ConfigError, match="method.options.frozen_input: 'none' is not one of anchor, dropped"):
+        preflight(resolve_config("tiny-ltx2-av-grpo", ["method.options.frozen_input=none"]))

@@ -30,8 +30,10 @@ recipes set ``train.optimizer_steps_per_iteration: 1``); ``../shared/specs/addon
   lambda_KL MSE(v, v_ref) (the oracle in ``tests/test_credit_av_grpo.py``); the authors' code uses the
   uncapped g in lambda_KL.
 * **The training forward** gets the stored joint state, the frozen modality's part being the anchor's state
-  that the rollout saw, so the first ratio is exactly 1 (flowrl's default; the authors' code drops the frozen
-  modality from that forward, which is not offered yet).
+  that the rollout saw, so the first ratio is 1 (flowrl's default). ``frozen_input=dropped`` is the authors'
+  code: the frozen modality left out of that forward (the adapter's ``isolate_modalities``), so the ratio is
+  not 1 at the first update and the cross-modal attention that trains gets no gradient from it; the gap is
+  logged (``policy/onpolicy_logp_diff``) and the on-policy check does not stop the run.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ class AVGRPOOptions:
     clap_reward: str | None = None  # audio-phase fallback: this reward alone where its group mean < clap_floor
     vq_floor: float = VQ_FLOOR  # the video fallback's threshold on the vq_reward's group mean
     clap_floor: float = CLAP_FLOOR  # the audio fallback's threshold on the clap_reward's group mean
+    # the training forward's frozen modality: "anchor" feeds the anchored state the rollout saw (the first ratio
+    # is 1); "dropped" leaves it out, as the authors' code does (the adapter's isolate_modalities: no cross-modal
+    # attention), which is not the rollout's policy: the gap is logged as policy/onpolicy_logp_diff, not checked
+    frozen_input: str = "anchor"
 
 
 class AVGRPO(Method):
@@ -98,6 +104,12 @@ class AVGRPO(Method):
         o = self.options
         if o.start not in MODALITIES:
             raise ConfigError(f"method.options.start: {o.start!r} is not one of video, audio")
+        if o.frozen_input not in ("anchor", "dropped"):
+            raise ConfigError(f"method.options.frozen_input: {o.frozen_input!r} is not one of anchor, dropped")
+        if o.frozen_input == "dropped":  # by design not the rollout's forward: log the gap, do not stop on it
+            self.checks_onpolicy = False
+            self.no_onpolicy_reason = ("method.options.frozen_input=dropped leaves the frozen modality out of the "
+                                       "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap")
         for name in ("steps_per_phase",):
             if getattr(o, name) < 1:
                 raise ConfigError(f"method.options.{name}: must be >= 1, got {getattr(o, name)}")
@@ -236,7 +248,8 @@ class AVGRPO(Method):
         phase = traj.plan.trained_modalities[0]
         x, x_next = traj.pair(j)
         inputs = ctx.model_inputs(cond)
-        new = ctx.transition(traj.plan, j, x, inputs, x_next)
+        options = {"isolate_modalities": True} if o.frozen_input == "dropped" else None
+        new = ctx.transition(traj.plan, j, x, inputs, x_next, velocity_options=options)
         t, t_next = float(traj.plan.sigma[j]), float(traj.plan.sigma_next[j])
         dt = t - t_next
         pg = ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, o.clip_range)
@@ -244,7 +257,7 @@ class AVGRPO(Method):
         kl = torch.zeros(())
         beta = o.beta_video if phase == "video" else o.beta_audio
         if beta > 0:
-            ref = ctx.reference_transition(traj.plan, j, x, inputs, x_next)
+            ref = ctx.reference_transition(traj.plan, j, x, inputs, x_next, velocity_options=options)
             kl = gaussian_kl(new.mean, ref.mean, new.std).mean()
             loss = loss + beta * float(reward_weight(t, dt, phase)) * kl
         gap = float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max())

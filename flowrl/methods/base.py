@@ -153,10 +153,11 @@ class Context:
         return self.rollout(plan, x, cond, torch.zeros(len(x), dtype=torch.long), None).final
 
     def transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
-                   x_next: torch.Tensor) -> StepOutput:
-        """Score transition ``j`` of ``plan`` (x -> x_next) under the current policy, with grad."""
+                   x_next: torch.Tensor, velocity_options: dict | None = None) -> StepOutput:
+        """Score transition ``j`` of ``plan`` (x -> x_next) under the current policy, with grad.
+        ``velocity_options``: keyword arguments of the adapter's ``velocity`` for this forward."""
         return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next,
-                          model=self._trainer.model)
+                          model=self._trainer.model, velocity_options=velocity_options)
 
     def shared_transition(self, plan: StepPlan, j: int, x: torch.Tensor, cond: Conditioning, rows: torch.Tensor,
                           *, x_next: torch.Tensor | None = None, generator: torch.Generator | None = None,
@@ -176,10 +177,11 @@ class Context:
 
     @torch.no_grad()
     def reference_transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
-                             x_next: torch.Tensor) -> StepOutput:
+                             x_next: torch.Tensor, velocity_options: dict | None = None) -> StepOutput:
         """The same transition under the reference policy (the base weights: LoRA off, or a frozen copy)."""
         with self.reference_weights() as model:
-            return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next, model=model)
+            return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next, model=model,
+                              velocity_options=velocity_options)
 
     def velocity(self, x: torch.Tensor, sigma: torch.Tensor | float, cond: Conditioning, *,
                  guidance_scale: float | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:
@@ -264,7 +266,9 @@ class Method:
 
     # the loss recomputes the rollout's per-step log-probs, so the run's first update checks that they
     # match (``train.onpolicy_check``); False for methods without log-probs, where the trainer says so
+    # (``no_onpolicy_reason``), or whose training forward differs from the rollout's by design
     checks_onpolicy: bool = True
+    no_onpolicy_reason: str = "it records no per-step log-probs to recompute"
 
     # the names of the run's pairwise rewards (their scores are win rates), set by the trainer
     pairwise_rewards: frozenset[str] = frozenset()
