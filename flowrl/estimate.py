@@ -189,6 +189,9 @@ class ModelSize:
     decode_rows: int | None = None  # samples a decode call holds at once; None: the rollout batch
     media_bytes: float | None = None  # one decoded sample (fp32, on the CPU); None: an RGB image
     ckpt_tokens: int | None = None  # tokens of each checkpointed block's input; None: image + text
+    all_states: bool = False  # every sample keeps all T + 1 states (AV-GRPO trains every transition)
+    anchor_rollouts: bool = False  # AV-GRPO: one extra deterministic joint rollout per prompt group, states cached
+    kl_reference: bool | None = None  # the update's KL reference (forward, and a frozen copy for full FT); None: beta
 
 
 @dataclass
@@ -654,6 +657,30 @@ _WAN_14B_PARTS = {
     "vae": ("AutoencoderKLWan", {}),
     "text_encoder": ("UMT5EncoderModel", UMT5_XXL),
 }
+# ----------------------------------------------------------------------------------------------------
+# LTX-2 (joint audio + video): parts, geometry, forward inputs, decode
+#
+# Where the numbers come from (no hub access here): the transformer is LTX2VideoTransformer3DModel's class
+# defaults (diffusers 0.42: 48 blocks, video 32 heads x 128 = 4096 wide, audio 32 x 64 = 2048, caption 3840;
+# 18.88B), taken as LTX-2's published size (the checkpoint's own config.json is not available offline); the
+# text connectors LTX2TextConnectors' defaults (caption 3840, 49 = 48 + 1 stacked Gemma layers), the audio VAE
+# and the vocoder their class defaults; the video VAE AutoencoderKLLTX2Video's defaults with the compression
+# LTX-2 publishes (32x spatial, 8x temporal: what the adapter and the pipeline assume). The text encoder is
+# Gemma-3-12B at its published dimensions (hidden 3840, 48 layers, 16 heads with 8 KV heads of 256, MLP
+# 15360, vocabulary 262,208) with its SigLIP-So400m vision tower (1152 wide, 27 layers, MLP 4304, 896 px,
+# patch 14), which text-to-video never calls but which is resident.
+GEMMA3_12B = dict(
+    text_config=dict(vocab_size=262208, hidden_size=3840, intermediate_size=15360, num_hidden_layers=48,
+                     num_attention_heads=16, num_key_value_heads=8, head_dim=256, query_pre_attn_scalar=256,
+                     sliding_window=1024),
+    vision_config=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
+                       image_size=896, patch_size=14),
+    mm_tokens_per_image=256,
+)
+LTX2_VAE = dict(spatial_compression_ratio=32, temporal_compression_ratio=8)
+LTX2_NUM_FRAMES, LTX2_FPS = 121, 24.0  # the adapter's defaults
+_LTX2_DIFFUSERS_EXTRA = ("LTX2TextConnectors", "LTX2Vocoder")
+
 PUBLISHED: dict[str, dict] = {
     "black-forest-labs/FLUX.1-dev": {
         "pipeline": "flux",
@@ -676,6 +703,17 @@ PUBLISHED: dict[str, dict] = {
     },
     "stabilityai/stable-audio-3-medium": {"pipeline": "stable_audio", "components": dict(_SA3)},
     "stabilityai/stable-audio-3-medium-base": {"pipeline": "stable_audio", "components": dict(_SA3)},
+    "Lightricks/LTX-2": {
+        "pipeline": "ltx2",
+        "components": {
+            "transformer": ("LTX2VideoTransformer3DModel", {}),
+            "vae": ("AutoencoderKLLTX2Video", LTX2_VAE),
+            "audio_vae": ("AutoencoderKLLTX2Audio", {}),
+            "vocoder": ("LTX2Vocoder", {}),
+            "text_encoder": ("Gemma3ForConditionalGeneration", GEMMA3_12B),
+            "connectors": ("LTX2TextConnectors", {}),
+        },
+    },
 }
 # LoRA targets where the family's adapter cannot be imported (it names its own: ``lora_target_modules``)
 FALLBACK_LORA_TARGETS = {
@@ -685,8 +723,11 @@ FALLBACK_LORA_TARGETS = {
             "attn2.to_out.0"],
     "stable_audio": ["self_attn.to_qkv", "self_attn.to_out", "cross_attn.to_q", "cross_attn.to_kv",
                      "cross_attn.to_out"],
+    "ltx2": [f"{a}.{p}" for a in ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn",
+                                  "video_to_audio_attn") for p in ("to_q", "to_k", "to_v", "to_out.0")],
 }
-FAMILIES = ("flux", "wan", "stable_audio")
+FAMILIES = ("flux", "wan", "stable_audio", "ltx2")
+_DECODERS = ("vae", "audio_vae", "vocoder")  # LTX-2's decoders: the video VAE, the audio VAE, the vocoder
 _EXPERT_NAMES = ("transformer", "transformer_2")
 
 
@@ -700,6 +741,7 @@ class _FamilyParts:
     scheduler: dict | None  # scheduler config (Wan: which transitions each expert takes)
     text_tokens: int | None  # the text tokenizer's padded length, where it caps the model's
     source: str
+    decoders: list = field(default_factory=list)  # LTX-2: the audio VAE and the vocoder (after ``vae``)
 
 
 def _component(class_name: str, config: dict):
@@ -707,6 +749,10 @@ def _component(class_name: str, config: dict):
     import diffusers
     import transformers
 
+    if class_name in _LTX2_DIFFUSERS_EXTRA:
+        from diffusers.pipelines import ltx2
+
+        return getattr(ltx2, class_name).from_config(_plain(config))
     if class_name == "StableAudio3DurationEmbedder":
         from diffusers.pipelines.stable_audio_3.modeling_stable_audio_3 import StableAudio3DurationEmbedder
 
@@ -725,8 +771,10 @@ def _component(class_name: str, config: dict):
 
 def _parts_from_modules(pipeline: str, modules: dict, boundary_ratio, scheduler, text_tokens, source) -> _FamilyParts:
     experts = [modules[n] for n in _EXPERT_NAMES if modules.get(n) is not None]
-    encoders = [m for n, m in modules.items() if m is not None and n not in (*_EXPERT_NAMES, "vae")]
-    return _FamilyParts(pipeline, experts, modules["vae"], encoders, boundary_ratio, scheduler, text_tokens, source)
+    encoders = [m for n, m in modules.items() if m is not None and n not in (*_EXPERT_NAMES, *_DECODERS)]
+    decoders = [modules[n] for n in _DECODERS[1:] if modules.get(n) is not None]
+    return _FamilyParts(pipeline, experts, modules["vae"], encoders, boundary_ratio, scheduler, text_tokens, source,
+                        decoders)
 
 
 # model.path values that build an offline tiny pipeline, as the adapters name them: path -> builder keywords
@@ -734,6 +782,7 @@ TINY_FAMILY_PATHS = {
     "flux": {"tiny": {}},
     "wan": {"tiny": {"two_experts": False}, "tiny-a14b": {"two_experts": True}},
     "stable_audio": {"tiny": {"distilled": True}, "tiny-base": {"distilled": False}},
+    "ltx2": {"tiny": {}},
 }
 
 
@@ -774,7 +823,8 @@ def _family_parts_tiny(pipeline: str, path: str) -> _FamilyParts:
     for real: it is small, and only its configs and parameter counts are read."""
     from flowrl.pipelines import tiny_families as tf
 
-    builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio}
+    builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio,
+                "ltx2": tf.build_tiny_ltx2}
     pipe = builders[pipeline](**TINY_FAMILY_PATHS[pipeline][path])
     return _parts_from_pipe(pipeline, pipe, f"tiny preset {path!r}")
 
@@ -820,6 +870,10 @@ def _family_parts_from_path(pipeline: str, path: str, revision: str | None) -> _
                 import diffusers
 
                 cls = getattr(diffusers, class_name, None)
+                if cls is None and class_name in _LTX2_DIFFUSERS_EXTRA:
+                    from diffusers.pipelines import ltx2 as _ltx2
+
+                    cls = getattr(_ltx2, class_name)
                 if cls is None and class_name == "StableAudio3DurationEmbedder":
                     from diffusers.pipelines.stable_audio_3.modeling_stable_audio_3 import (
                         StableAudio3DurationEmbedder as cls,
@@ -878,14 +932,42 @@ def _geometry(cfg: Config, parts: _FamilyParts) -> _Geometry:
         return _Geometry((tc.io_channels, length), (length,), length // tc.patch_size + tc.num_memory_tokens,
                          text + 1, text * tc.cond_token_dim + text + tc.global_cond_dim,
                          vc.audio_channels * int(duration * vc.sampling_rate))
+    if parts.pipeline == "ltx2":
+        return _ltx2_geometry(cfg, parts)
     raise ConfigError(f"model.pipeline: no estimate for {parts.pipeline!r}")
+
+
+def _ltx2_geometry(cfg: Config, parts: _FamilyParts) -> _Geometry:
+    """Packed video tokens F' H' W' (F' = 1 + (F-1)/8, H' = H/32, patch 1) and L = round(F / fps x sr / hop / 4)
+    audio latent frames, both of 128 channels; both towers run every forward, so the main tokens are N_v + L.
+    Text: ``model.max_sequence_length`` connector tokens, a video and an audio context and the mask cached."""
+    mc = cfg.model
+    tc, vc, ac = parts.experts[0].config, parts.vae.config, parts.decoders[0].config
+    height, width = mc.size
+    frames = mc.num_frames or LTX2_NUM_FRAMES
+    fps = mc.fps or LTX2_FPS
+    s_factor = vc.get("spatial_compression_ratio") or parts.vae.spatial_compression_ratio
+    t_factor = vc.get("temporal_compression_ratio") or parts.vae.temporal_compression_ratio
+    pt, p = tc.patch_size_t, tc.patch_size
+    f, h, w = (frames - 1) // t_factor + 1, height // s_factor, width // s_factor
+    n_video = (f // pt) * (h // p) * (w // p)
+    audio_vae = parts.decoders[0]
+    length = round(frames / fps * ac.sample_rate / ac.mel_hop_length / float(audio_vae.temporal_compression_ratio))
+    latent_mel = ac.mel_bins // audio_vae.mel_compression_ratio
+    n_txt = mc.max_sequence_length
+    channels_v = tc.in_channels * pt * p * p
+    channels_a = ac.latent_channels * latent_mel
+    vocoder = parts.decoders[1].config
+    samples = int(round(frames / fps * vocoder.output_sampling_rate))
+    return _Geometry((n_video * channels_v + length * channels_a,), (f, h, w, length), n_video + length, n_txt,
+                     n_txt * 2 * tc.caption_channels + n_txt, frames * 3 * height * width + vocoder.out_channels * samples)
 
 
 def _family_width(pipeline: str, tc) -> tuple[int, int]:
     """(hidden width D, transformer blocks) of one expert."""
     if pipeline == "flux":
         return tc.num_attention_heads * tc.attention_head_dim, tc.num_layers + tc.num_single_layers
-    if pipeline == "wan":
+    if pipeline in ("wan", "ltx2"):  # LTX-2: the video tower's width (the audio tower's is its own)
         return tc.num_attention_heads * tc.attention_head_dim, tc.num_layers
     return tc.embed_dim, tc.depth
 
@@ -916,6 +998,19 @@ def _family_inputs(pipeline: str, tc, grid: tuple[int, ...], n_txt: int, device,
             hidden_states=torch.randn(1, tc.in_channels, *grid, **kw),
             timestep=t * 1000,
             encoder_hidden_states=torch.randn(1, n_txt, tc.text_dim, **kw),
+        )
+    if pipeline == "ltx2":  # as the adapter calls it: grid (F', H', W', L), use_cross_timestep
+        f, h, w, length = grid
+        ts = t * 1000
+        ones = torch.ones(1, n_txt, device=device, dtype=torch.int64)
+        return dict(
+            hidden_states=torch.randn(1, f * h * w, tc.in_channels * tc.patch_size_t * tc.patch_size ** 2, **kw),
+            audio_hidden_states=torch.randn(1, length, tc.audio_in_channels, **kw),
+            encoder_hidden_states=torch.randn(1, n_txt, tc.caption_channels, **kw),
+            audio_encoder_hidden_states=torch.randn(1, n_txt, tc.caption_channels, **kw),
+            timestep=ts, audio_timestep=ts, sigma=ts, audio_sigma=ts,
+            encoder_attention_mask=ones, audio_encoder_attention_mask=ones,
+            num_frames=f, height=h, width=w, fps=LTX2_FPS, audio_num_frames=length, use_cross_timestep=True,
         )
     (length,) = grid
     return dict(
@@ -1020,7 +1115,7 @@ def _meta_forward_cost(pipeline: str, tcfg_json: str, grid: tuple[int, ...], n_t
 
 
 _TRANSFORMER_CLASSES = {"flux": "FluxTransformer2DModel", "wan": "WanTransformer3DModel",
-                        "stable_audio": "StableAudio3DiTModel"}
+                        "stable_audio": "StableAudio3DiTModel", "ltx2": "LTX2VideoTransformer3DModel"}
 _VAE_CLASSES = {"flux": "AutoencoderKL", "wan": "AutoencoderKLWan", "stable_audio": "AutoencoderSAME"}
 
 
@@ -1035,6 +1130,27 @@ def _meta_decode_cost(pipeline: str, vcfg_json: str, latent: tuple[int, ...]) ->
     return _meta_cost(vae, lambda z: vae.decode(z, return_dict=False), {"z": z})
 
 
+def _ltx2_decode_cost(parts: _FamilyParts, geo: _Geometry) -> tuple[float, float]:
+    """LTX-2's decode of one sample on meta, in fp32: the video VAE over the whole clip, then the audio VAE to
+    a mel spectrogram and the vocoder to the waveform. FLOPs add up; the working set is the larger of the two
+    (they run one after the other; the decoded video waits in the output, counted in the media bytes)."""
+    f, h, w, length = geo.grid
+    tc = parts.experts[0].config
+    vae, audio_vae, vocoder = parts.vae, *parts.decoders
+    latent_mel = audio_vae.config.mel_bins // audio_vae.mel_compression_ratio
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        zv = torch.randn(1, tc.in_channels, f, h, w)
+        za = torch.randn(1, audio_vae.config.latent_channels, length, latent_mel)
+        temb = torch.zeros(1) if vae.config.timestep_conditioning else None
+    fv, bv = _meta_cost(vae, lambda z: vae.decode(z, temb, return_dict=False), {"z": zv})
+    fa, ba = _meta_cost(audio_vae, lambda z: audio_vae.decode(z, return_dict=False), {"z": za})
+    with torch.no_grad(), torch.device("meta"):
+        mel = audio_vae.decode(za, return_dict=False)[0]
+    fo, bo = _meta_cost(vocoder, lambda x: vocoder(x), {"x": mel})
+    return fv + fa + fo, max(bv, ba + 4 * mel.numel(), bo)
+
+
 # ----------------------------------------------------------------------------------------------------
 # the activation probe of the other families: a width-64 copy, three forwards on the CPU
 
@@ -1043,6 +1159,8 @@ _FAMILY_PROBES = {
     "flux": (((4, 4), 8), ((8, 8), 8), ((4, 4), 24)),
     "wan": (((1, 8, 8), 8), ((1, 16, 16), 8), ((1, 8, 8), 24)),
     "stable_audio": (((16,), 8), ((64,), 8), ((16,), 24)),
+    # LTX-2: (F', H', W', L); solved for (per row, per video token, per audio token, per text token)
+    "ltx2": (((1, 2, 2, 4), 8), ((1, 4, 4, 4), 8), ((1, 2, 2, 16), 8), ((1, 2, 2, 4), 24)),
 }
 
 
@@ -1058,6 +1176,13 @@ def _narrow_config(pipeline: str, tcfg: dict) -> dict:
         d = c["num_attention_heads"] * c["attention_head_dim"]
         return dict(c, num_attention_heads=_PROBE_HEADS, attention_head_dim=_PROBE_HEAD_DIM, text_dim=16,
                     ffn_dim=max(8, round(c["ffn_dim"] * width / d)))
+    if pipeline == "ltx2":  # the audio tower narrowed by the same factor (its width over the video's kept)
+        d = c["num_attention_heads"] * c["attention_head_dim"]
+        d_a = c["audio_num_attention_heads"] * c["audio_attention_head_dim"]
+        audio_head = max(2, round(_PROBE_HEAD_DIM * d_a / d))
+        return dict(c, num_attention_heads=_PROBE_HEADS, attention_head_dim=_PROBE_HEAD_DIM, cross_attention_dim=width,
+                    audio_num_attention_heads=_PROBE_HEADS, audio_attention_head_dim=audio_head,
+                    audio_cross_attention_dim=_PROBE_HEADS * audio_head, caption_channels=16)
     return dict(c, embed_dim=width, num_heads=_PROBE_HEADS, cond_token_dim=16, global_cond_dim=16)
 
 
@@ -1107,14 +1232,16 @@ def _family_probe_cached(pipeline: str, tcfg_json: str, targets: tuple[str, ...]
     try:
         for grid, n_txt in _FAMILY_PROBES[pipeline]:
             inputs = _family_inputs(pipeline, model.config, grid, n_txt, torch.device("cpu"), weights)
-            main = _grid_tokens(pipeline, model.config, grid)
-            rows.append([1.0, main, n_txt, float(_saved_bytes(model, inputs, autocast))])
+            if pipeline == "ltx2":
+                main = [grid[0] * grid[1] * grid[2], grid[3]]
+            else:
+                main = [_grid_tokens(pipeline, model.config, grid)]
+            rows.append([1.0, *main, n_txt, float(_saved_bytes(model, inputs, autocast))])
     finally:
         torch.set_num_threads(threads)
-    a = torch.tensor([r[:3] for r in rows], dtype=torch.float64)
-    b = torch.tensor([r[3] for r in rows], dtype=torch.float64)
-    per_row, per_main, per_txt = torch.linalg.solve(a, b).tolist()
-    return per_row, per_main, per_txt
+    a = torch.tensor([r[:-1] for r in rows], dtype=torch.float64)
+    b = torch.tensor([r[-1] for r in rows], dtype=torch.float64)
+    return tuple(torch.linalg.solve(a, b).tolist())
 
 
 class _Cfg(dict):
@@ -1226,9 +1353,16 @@ def _family_model_size(cfg: Config) -> ModelSize:
             raise ConfigError(f"train.lora.target_modules: {targets} match no module of the transformer")
     else:
         trainable = sum(per_expert[i] for i in trained_idx)
-    per_row, per_main, per_txt = _family_probe(pipeline, dict(tc), cfg, targets)
+    coefficients = _family_probe(pipeline, dict(tc), cfg, targets)
     scale = d / (_PROBE_HEADS * _PROBE_HEAD_DIM)
-    act = max(per_row, 0.0) + scale * (per_main * geo.main_tokens + per_txt * geo.text_tokens)
+    if pipeline == "ltx2":  # per row, per video token, per audio token, per text token
+        per_row, per_video, per_audio, per_txt = coefficients
+        n_audio = geo.grid[3]
+        act = max(per_row, 0.0) + scale * (per_video * (geo.main_tokens - n_audio) + per_audio * n_audio
+                                           + per_txt * geo.text_tokens)
+    else:
+        per_row, per_main, per_txt = coefficients
+        act = max(per_row, 0.0) + scale * (per_main * geo.main_tokens + per_txt * geo.text_tokens)
     el = 2 if _compute_16bit(cfg) else 4
     # checkpointing keeps each block's inputs: FLUX both streams, Wan and SA3 the main stream (the text
     # context is one tensor every block shares)
@@ -1240,16 +1374,21 @@ def _family_model_size(cfg: Config) -> ModelSize:
     if pipeline == "flux":
         height, width = mc.size
         vae_flops, vae_bytes = _vae_decode_cost(parts.vae, height, width)
+    elif pipeline == "ltx2":
+        vae_flops, vae_bytes = _ltx2_decode_cost(parts, geo)
     else:
         vcfg_json = json.dumps(_plain(dict(parts.vae.config)), sort_keys=True, default=list)
         vae_flops, vae_bytes = _meta_decode_cost(pipeline, vcfg_json, geo.latent)
     trained_transitions, forward_only = _expert_transitions(cfg, parts)
-    media = {"flux": "image", "wan": "video", "stable_audio": "audio"}[pipeline]
+    av = _is_av_grpo(cfg)
+    if av:  # AV-GRPO trains every transition (the SDE at all steps)
+        trained_transitions, forward_only = float(cfg.sample.num_steps), 0.0
+    media = {"flux": "image", "wan": "video", "stable_audio": "audio", "ltx2": "audio+video"}[pipeline]
     return ModelSize(
         source=parts.source,
         transformer_params=sum(per_expert),
         text_encoder_params=sum(_count(m) for m in parts.text_encoders),
-        vae_params=_count(parts.vae),
+        vae_params=_count(parts.vae) + sum(_count(m) for m in parts.decoders),
         trainable_params=trainable,
         layers=layers,
         hidden=d,
@@ -1276,7 +1415,27 @@ def _family_model_size(cfg: Config) -> ModelSize:
         decode_rows=1 if pipeline == "wan" else None,
         media_bytes=4.0 * geo.media_elems,
         ckpt_tokens=ckpt_tokens,
+        all_states=av,
+        anchor_rollouts=av,
+        kl_reference=_kl_reference(cfg),
     )
+
+
+def _is_av_grpo(cfg: Config) -> bool:
+    return getattr(getattr(cfg, "method", None), "name", "flow_grpo") == "av_grpo"
+
+
+def _kl_reference(cfg: Config) -> bool:
+    """Whether the update runs a reference forward (and full fine-tuning keeps a frozen copy): ``train.beta > 0``,
+    or AV-GRPO's own KL weights (``method.options.beta_video`` / ``beta_audio``, defaults 0.01 / 0.002)."""
+    if cfg.train.beta > 0:
+        return True
+    if _is_av_grpo(cfg):
+        from flowrl.credit.av_grpo import BETA
+
+        options = cfg.method.options or {}
+        return max(float(options.get("beta_video", BETA["video"])), float(options.get("beta_audio", BETA["audio"]))) > 0
+    return False
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -1415,9 +1574,13 @@ def _kept_states(cfg: Config, m: ModelSize) -> int:
     transitions read or write (a window of k: k + 1; the first n transitions: n + 1). SD3 keeps counting all
     T + 1, as its published figures do (docs/scaling.md, the README; trained_only would lower them by up to
     0.25 GiB, sd35m-geneval-fast's)."""
-    if m.pipeline == "sd3":
+    if m.pipeline == "sd3" or m.all_states:
         return cfg.sample.num_steps + 1
     return _trained_transitions(cfg) + 1
+
+
+def _reference(cfg: Config, m: ModelSize) -> bool:
+    return m.kl_reference if m.kl_reference is not None else cfg.train.beta > 0
 
 
 def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str) -> tuple[dict, list[str]]:
@@ -1439,7 +1602,7 @@ def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: s
         mem["transformer (trainable, fp32)"] = weights
         if m.transformer_params > trained_weights:
             mem["frozen expert"] = bw * (m.transformer_params - trained_weights)
-        if t.beta > 0:
+        if _reference(cfg, m):
             mem["KL reference copy"] = bw * trained_weights
     else:
         mem["transformer (frozen)" if m.experts == 1 else f"{m.experts} experts (frozen)"] = bw * m.transformer_params
@@ -1452,6 +1615,8 @@ def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: s
     states = _kept_states(cfg, m) * m.latent_elems * 4
     offload = t.offload_states and device == "cuda"
     mem["rollout buffers"] = n_local * ((0 if offload else states) + m.cond_elems * bw)
+    if m.anchor_rollouts:  # each local group's anchor trajectory, every state cached (fp32), on the device
+        mem["anchor trajectories"] = (n_local // s.group_size) * (s.num_steps + 1) * m.latent_elems * 4
     n_prompts = _prompt_count(cfg)
     if n_prompts:
         cached = min(n_prompts, cfg.model.prompt_cache)
@@ -1502,16 +1667,17 @@ def _time(cfg: Config, m: ModelSize, world_size: int, device: str, rate: float) 
     trained = m.trained_transitions if m.trained_transitions is not None else _trained_transitions(cfg)
     f_row = m.flops_per_row
     fwd_bwd = (3 if not t.lora.enabled else 2) + (1 if t.gradient_checkpointing else 0)
-    ref = 1 if t.beta > 0 else 0
+    ref = 1 if _reference(cfg, m) else 0
+    groups = n_local // s.group_size if m.anchor_rollouts else 0
     flops = {
-        "rollout": n_local * s.num_steps * passes * f_row,
+        "rollout": (n_local + groups) * s.num_steps * passes * f_row,
         "decode": n_local * m.vae_decode_flops,
         "update": n_local * passes * f_row * (trained * (fwd_bwd + ref) + m.forward_only_transitions * (1 + ref)),
     }
     fixed, per_layer = OVERHEAD_S[device]
     per_call = fixed + per_layer * m.layers
     calls = {
-        "rollout": batches * s.num_steps,
+        "rollout": (batches + groups) * s.num_steps,
         "decode": batches,
         "update": batches * (trained * (2 + (1 if t.gradient_checkpointing else 0) + ref)
                              + m.forward_only_transitions * (1 + ref)),

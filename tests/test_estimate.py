@@ -14,6 +14,7 @@ import torch
 
 from flowrl.config import ConfigError, resolve_config
 from flowrl.estimate import (
+    GIB,
     CPU_RUNTIME_GIB,
     _saved_bytes,
     _sd3_flops_per_row,
@@ -559,3 +560,73 @@ def test_validate_estimate_cli_for_every_family(recipe, capsys):
     assert main(["validate", recipe, "--estimate"]) == 0
     out = capsys.readouterr().out
     assert f"ok: {recipe} is valid" in out and "peak memory:" in out and "time per iteration:" in out
+
+
+# ----------------------------------------------------------------------------------------------------
+# LTX-2 (joint audio + video)
+
+
+def test_ltx2_tiny_counts_and_flops_equal_the_built_modules():
+    """On the tiny LTX-2: transformer, Gemma-3 + connectors, both VAEs + vocoder and LoRA parameters equal the
+    modules the adapter builds (the LoRA as the trainer adds it); tokens are N_v + L; meta FLOPs equal torch's
+    counter on a real CPU forward."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from flowrl.estimate import _family_inputs
+    from flowrl.pipelines.base import adapter_class
+
+    cfg = resolve_config("tiny-ltx2")
+    m = model_size(cfg)
+    adapter = adapter_class("ltx2").from_config(cfg.model)
+    pipe = adapter.pipe
+
+    def count(*modules):
+        return sum(p.numel() for mod in modules for p in mod.parameters())
+
+    assert m.transformer_params == count(pipe.transformer)
+    assert m.text_encoder_params == count(pipe.text_encoder, pipe.connectors)
+    assert m.vae_params == count(pipe.vae, pipe.audio_vae, pipe.vocoder)
+    noise = adapter.initial_noise(1, torch.Generator().manual_seed(0))
+    assert m.latent_elems == noise["video"][0].numel() + noise["audio"][0].numel()
+    assert m.image_tokens == adapter.video_seq_len + adapter.audio_frames
+    assert m.text_tokens == cfg.model.max_sequence_length and m.media == "audio+video"
+    grid = (adapter.latent_frames, adapter.latent_height, adapter.latent_width, adapter.audio_frames)
+    inputs = _family_inputs("ltx2", pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"), torch.float32)
+    with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        pipe.transformer(**inputs, return_dict=False)
+    assert m.flops_per_row == counter.get_total_flops()
+    assert m.trainable_params == _lora_of(adapter, cfg) > 0
+
+
+def test_ltx2_av_grpo_adds_anchor_rollouts_and_trains_every_transition():
+    plain = estimate(resolve_config("tiny-ltx2"), device="cpu", flops=1e12)
+    av = estimate(resolve_config("tiny-ltx2-av-grpo"), device="cpu", flops=1e12)
+    assert av.model.trained_transitions == 6 and av.model.anchor_rollouts and av.model.kl_reference
+    assert "anchor trajectories" in av.memory_gib and "anchor trajectories" not in plain.memory_gib
+    s = av.model
+    # members + one anchor per group, T forwards each
+    groups = 4
+    assert av.time_s["rollout"] > plain.time_s["rollout"]
+    assert av.flops_per_iteration >= (32 + groups) * 6 * s.passes * s.flops_per_row
+
+
+@pytest.mark.parametrize("recipe", ["tiny-ltx2", "tiny-ltx2-av-grpo", "ltx2-av-grpo", "ltx2-av-grpo-lora"])
+def test_ltx2_validate_estimate_offline(recipe, capsys):
+    from flowrl.cli import main
+
+    assert main(["validate", recipe, "--estimate"]) == 0
+    out = capsys.readouterr().out
+    assert "peak memory:" in out and "audio+video" in out
+
+
+def test_ltx2_published_sizes():
+    """The built-in table: LTX2VideoTransformer3DModel's defaults (18.88B), Gemma-3-12B + connectors; full
+    fine-tuning with AV-GRPO's KL keeps a frozen copy, LoRA does not; AdamW over every trainable parameter."""
+    full = estimate(resolve_config("ltx2-av-grpo"), flops=1e14)
+    lora = estimate(resolve_config("ltx2-av-grpo-lora"), flops=1e14)
+    assert full.model.transformer_params == 18_876_174_592
+    assert full.model.source == "built-in table (configs unreadable offline)"
+    assert "KL reference copy" in full.memory_gib and "KL reference copy" not in lora.memory_gib
+    assert full.memory_gib["AdamW moments"] * GIB == pytest.approx(8 * full.model.transformer_params)
+    assert full.model.image_tokens == 13 * 17 * 30 + 101  # 97 x 544 x 960 at 24 fps

@@ -168,6 +168,7 @@ def _adapter_importable(module: str) -> str | None:
     ("flux", "FLUX.1-dev (flowrl iteration)", "flux"),
     ("wan", "Wan2.1-1.3B (flowrl iteration)", "wan"),
     ("audio", "SA3-medium (flowrl iteration)", "stable_audio"),
+    ("ltx2", "LTX-2 (AV-GRPO) (flowrl iteration)", "ltx2"),
 ])
 def test_smoke_family_iteration_next_to_its_estimate(what, model, module, capsys):
     """--what flux / wan / audio on the tiny models: one row of a flowrl iteration through the family's adapter
@@ -222,3 +223,19 @@ def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
         assert (m.image_tokens, m.passes, cfg.sample.num_steps) == (1024, 1, 6)
     if name == "stable_audio":
         assert (m.image_tokens, m.passes) == (108 + 64, 1)
+
+
+def test_ltx2_full_size_is_the_published_architecture(tmp_path):
+    """What --what ltx2 builds on the GPU, built here on meta: the estimate's table (18.88B transformer), its
+    saved configs read back by the estimate with the same counts, and the stage's AV-GRPO settings."""
+    from flowrl.estimate import model_size
+
+    pipe = gpu.build_family("ltx2", gpu.FULL, torch.device("meta"), torch.bfloat16)
+    assert sum(p.numel() for p in pipe.transformer.parameters()) == 18_876_174_592
+    assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
+    gpu._save_family_configs(pipe, tmp_path)
+    cfg = gpu._family_config("ltx2", gpu.FULL, tmp_path, 1, "bf16")
+    m = model_size(cfg)
+    assert m.source == f"configs of {tmp_path}" and m.transformer_params == 18_876_174_592
+    assert cfg.method.name == "av_grpo" and cfg.train.gradient_checkpointing and cfg.train.lora.rank == 32
+    assert m.image_tokens == 7 * 16 * 24 + 51 and m.anchor_rollouts

@@ -1,7 +1,7 @@
 """Full-size speed and memory on one GPU, with random weights and nothing from the hub.
 
     python -m flowrl.benchmarks.perf.gpu [--json out.json]   # on a GPU: about 3-5 minutes
-    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio --max-seconds 500   # one family's iteration
+    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio|ltx2 --max-seconds 500   # one family's iteration
     python -m flowrl.benchmarks.perf.gpu --smoke             # the same code at toy sizes: seconds on a CPU
 
 Each figure is printed as it is measured, then Markdown tables (the default, ``--what sd35m,wan``: the first
@@ -34,7 +34,16 @@ three stages below):
   encoder, the duration embedder and SAME-L (``flowrl.estimate``'s table: the diffusers class defaults)
   through the stable_audio adapter; 10 s clips, 8 steps at guidance 1 (the distilled model), LoRA 32/64, 24
   samples in batches of 12, the band-energy reward.
-  Each of the three reports seconds per iteration (the last of ``--iterations``), samples per second and the
+* **LTX-2 through flowrl's Trainer with AV-GRPO** (``--what ltx2``): the 18.9B joint audio+video transformer
+  (``LTX2VideoTransformer3DModel``'s class defaults, ``flowrl.estimate``'s table), Gemma-3-12B with its vision
+  tower, the text connectors, both VAEs and the vocoder, random weights, a word tokenizer made in code,
+  through the ltx2 adapter (only its loader patched) and the av_grpo method: one AV-GRPO step (the video
+  phase) at 49 frames of 512 x 768 at 24 fps (7 x 16 x 24 + 51 = 2,739 tokens), 8 steps, CFG 4, G = 4 on one
+  prompt (plus its anchor rollout), LoRA 32/32 on the adapter's targets, gradient checkpointing, bf16, the
+  per-frame JPEG reward for both phases. One device call should run ``--what ltx2 --iterations 1
+  --max-seconds 480`` (building the 33B parameters on the GPU takes most of a minute; the estimate is printed
+  before the iteration).
+  Each of the four reports seconds per iteration (the last of ``--iterations``), samples per second and the
   peak next to ``estimate(cfg)``'s, and is skipped when the estimate says it would overrun ``--max-seconds``.
   With ``--smoke`` they run the tiny models of ``pipelines/tiny_families.py`` (``--shallow-text-encoders``
   shrinks T5-XXL, UMT5-XXL and T5Gemma to one layer, CLIP-L to two).
@@ -702,6 +711,14 @@ FAMILY_RUNS = {
         "81x480x832 (32,760 tokens), 2 samples, batch 1, CFG 4.5, 10 steps, window 2, LoRA 32, checkpointing",
     ),
     # stable-audio-3-medium (distilled: guidance 1, 8 steps), 10 s clips, LoRA 32/64, 24 samples in batches of 12
+    "ltx2": FamilyRun(
+        "tiny-ltx2-av-grpo",
+        ["model.height=512", "model.width=768", "model.num_frames=49", "model.fps=24", "model.max_sequence_length=256",
+         "train.gradient_checkpointing=true", "sample.num_steps=8", "sample.guidance_scale=4.0",
+         "sample.group_size=4", "sample.prompts_per_iteration=1", "sample.batch_size=4", "train.lora.rank=32",
+         "train.lora.alpha=32", "train.lora.target_modules=null", "train.learning_rate=1.0e-6"],
+        "49x512x768 at 24 fps (2,739 tokens), G = 4 + anchor, 8 steps, CFG 4, LoRA 32, checkpointing",
+    ),
     "stable_audio": FamilyRun(
         "tiny-audio",
         ["model.duration_s=10.0", "sample.num_steps=8", "sample.guidance_scale=1.0", "sample.group_size=6",
@@ -713,8 +730,9 @@ FAMILY_RUNS = {
 # --smoke: the tiny models, two samples of a few steps
 SMOKE_FAMILY_OVERRIDES = ["sample.num_steps=2", "sample.group_size=2", "sample.prompts_per_iteration=1",
                           "sample.batch_size=2", "sample.window_size=0"]
-FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium"}
-_LOADERS = {"flux": "load_flux_pipeline", "wan": "load_wan_pipeline", "stable_audio": "load_stable_audio_pipeline"}
+FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium", "ltx2": "LTX-2 (AV-GRPO)"}
+_LOADERS = {"flux": "load_flux_pipeline", "wan": "load_wan_pipeline", "stable_audio": "load_stable_audio_pipeline",
+            "ltx2": "load_ltx2_pipeline"}
 
 
 def _ids() -> dict:
@@ -747,9 +765,10 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     from flowrl.pipelines import tiny_families as tf
 
     if scale.encoders == "tiny":
-        builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio}
+        builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio,
+                    "ltx2": tf.build_tiny_ltx2}
         pipe = builders[name]()
-        for part in ("transformer", "text_encoder", "text_encoder_2"):
+        for part in ("transformer", "text_encoder", "text_encoder_2", "connectors"):
             module = getattr(pipe, part, None)
             if module is not None:
                 _fp32_kept(module, dtype)
@@ -765,11 +784,12 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
         "wan": lambda: diffusers.UniPCMultistepScheduler(**tf.WAN_SCHEDULER_CONFIG),
         "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.STABLE_AUDIO3_SCHEDULER_CONFIG,
                                                                            stochastic_sampling=True),
+        "ltx2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.LTX2_SCHEDULER_CONFIG),
     }
     if name not in schedulers:
         raise ValueError(f"no {name!r} family here; choose one of {', '.join(FAMILY_RUNS)}")
     scheduler = schedulers[name]()
-    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "stable_audio": 256}[name])
+    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "stable_audio": 256, "ltx2": 1024}[name])
     torch.manual_seed(0)
     # random T5/UMT5 weights can overflow fp16 inside the stack; bf16 has fp32's range
     encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
@@ -814,6 +834,26 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 duration_embedder=_fp32_kept(duration, dtype), transformer=_fp32_kept(transformer, dtype),
                 scheduler=scheduler,
             )
+        elif name == "ltx2":
+            from diffusers.pipelines.ltx2 import LTX2TextConnectors, LTX2Vocoder
+
+            with _default_dtype(dtype):
+                transformer = diffusers.LTX2VideoTransformer3DModel()  # the class defaults: estimate's table
+                connectors = LTX2TextConnectors()
+            with _default_dtype(encoder_dtype):
+                gemma = dict(e.GEMMA3_12B)
+                if shallow:
+                    gemma["text_config"] = dict(gemma["text_config"], num_hidden_layers=2)
+                text_encoder = e._component("Gemma3ForConditionalGeneration", gemma)
+            vae = diffusers.AutoencoderKLLTX2Video(**e.LTX2_VAE)
+            audio_vae = diffusers.AutoencoderKLLTX2Audio()
+            vocoder = LTX2Vocoder()
+            tokenizer.padding_side = "left"
+            pipe = diffusers.LTX2Pipeline(
+                scheduler=scheduler, vae=vae, audio_vae=audio_vae, text_encoder=_fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer, connectors=_fp32_kept(connectors, dtype), transformer=_fp32_kept(transformer, dtype),
+                vocoder=vocoder,
+            )
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -838,6 +878,8 @@ def _family_config(name: str, scale: Scale, folder: Path, iterations: int, preci
     if scale.encoders == "tiny":  # the tiny model at its own size, a few samples
         keep = ("sample.guidance_scale", "train.beta", "reward=", "train.gradient_checkpointing")
         overrides = [o for o in overrides if o.startswith(keep)] + SMOKE_FAMILY_OVERRIDES
+        if name == "ltx2":  # the tiny LTX-2's text connectors take 128 tokens at least
+            overrides.append("model.max_sequence_length=128")
     overrides += [f"model.dtype={precision}", f"train.mixed_precision={repr('no') if precision == 'fp32' else precision}"]
     return resolve_config(run.recipe, [
         *overrides,
@@ -991,7 +1033,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--smoke", action="store_true", help="toy sizes, on a CPU in seconds (tests run this)")
     p.add_argument("--what", default="sd35m,wan",
                    help="comma-separated: sd35m, wan (the transformer alone, then an iteration), flux, audio, "
-                        "methods, attention")
+                        "ltx2 (one AV-GRPO step), methods, attention")
     p.add_argument("--attention-backends", default=None,
                    help=f"comma-separated, for --what attention (default: {','.join(ATTENTION_BACKENDS)})")
     p.add_argument("--iterations", type=int, default=2,
@@ -1022,9 +1064,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         clock.say("no GPU here: full sizes need one (use --smoke on a CPU)")
     rows: list[dict] = []
     what = args.what.split(",")
-    unknown = set(what) - {"sd35m", "wan", "flux", "audio", "methods", "attention"}
+    unknown = set(what) - {"sd35m", "wan", "flux", "audio", "ltx2", "methods", "attention"}
     if unknown:
-        p.error(f"--what: unknown stage {sorted(unknown)[0]!r}; choose from sd35m, wan, flux, audio, methods, attention")
+        p.error(f"--what: unknown stage {sorted(unknown)[0]!r}; choose from sd35m, wan, flux, audio, ltx2, methods, "
+                "attention")
     if "sd35m" in what:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
         rows += bench_sd35m(scale, device, args.iterations, clock, precision, args.overhead_repeats)
@@ -1043,6 +1086,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
         rows += bench_family("flux", scale, device, args.iterations, clock, family_precision)
     if "audio" in what:
         rows += bench_family("stable_audio", scale, device, args.iterations, clock, family_precision)
+    if "ltx2" in what:
+        rows += bench_family("ltx2", scale, device, args.iterations, clock, family_precision)
     print("\n" + markdown(rows) + "\n", flush=True)
     clock.say("done")
     if args.json:
