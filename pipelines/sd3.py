@@ -267,6 +267,37 @@ def _check_single_file(path: str, local: Path, config: str | None) -> None:
         _check_model_location("model.config_path", config, single_file=False)
 
 
+def check_folder_or_hub(path: str, family: str, label: str) -> None:
+    """``model.path`` of a family loaded only from a diffusers folder or a hub id: a folder must be a complete
+    pipeline folder, a file is refused (``label``: the family's checkpoints in the message), a path that can
+    only be local must exist. A hub id passes (loading it says whether it can be fetched)."""
+    local = Path(path).expanduser()
+    if local.is_dir():
+        _check_folder("model.path", path, local)
+    elif local.is_file() or is_single_file(path):
+        raise ValueError(f"model.path: {path!r} is a file; the {family} pipeline loads a diffusers folder or a hub id "
+                         f"(single-file {label} checkpoints are not supported)")
+    elif looks_local(path) and not path.startswith(("http://", "https://")):
+        raise FileNotFoundError(f"model.path: no such file or folder {path!r}")
+
+
+def load_pretrained_pipeline(class_name: str, path: str, dtype: str = "fp32", revision: str | None = None):
+    """``diffusers.<class_name>.from_pretrained`` of a hub id or a local folder, with a one-line error naming
+    the folder that did not load, or the offline hub."""
+    import diffusers
+
+    try:
+        return getattr(diffusers, class_name).from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype],
+                                                              revision=revision)
+    except (OSError, ValueError, KeyError) as exc:
+        if Path(path).expanduser().is_dir():
+            raise HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
+                                      f"({_first_line(exc)})") from exc
+        why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
+        raise HubUnavailableError(f"model.path={path!r}: not a local folder and {why}; download it first "
+                                  f"(hf download {path}) or set model.path to a local folder") from exc
+
+
 def _check_model_location(name: str, path: str, single_file: bool = True, config: str | None = None) -> None:
     local = Path(path).expanduser()
     if local.is_dir():

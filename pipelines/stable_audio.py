@@ -70,17 +70,13 @@ from pathlib import Path
 import torch
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
 from flowrl.pipelines.sd3 import (
+    check_folder_or_hub,
+    load_pretrained_pipeline,
     DTYPES,
-    HubUnavailableError,
-    _check_folder,
     _first_line,
-    _offline,
     _probe_attention,
     attention_backend_names,
     cached_rows,
-    is_single_file,
-    local_or_hub,
-    looks_local,
     lora_metadata,
 )
 
@@ -119,29 +115,12 @@ def check_model_path(model_cfg) -> None:
     path = model_cfg.path
     if path in TINY_PATHS:
         return
-    local = Path(path).expanduser()
-    if local.is_dir():
-        _check_folder("model.path", path, local)
-    elif local.is_file() or is_single_file(path):
-        raise ValueError(f"model.path: {path!r} is a file; the stable_audio pipeline loads a diffusers folder or a "
-                         "hub id (single-file Stable Audio checkpoints are not supported)")
-    elif looks_local(path) and not path.startswith(("http://", "https://")):
-        raise FileNotFoundError(f"model.path: no such file or folder {path!r}")
+    check_folder_or_hub(path, "stable_audio", "Stable Audio")
 
 
 def load_stable_audio_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
     """``StableAudio3Pipeline.from_pretrained`` from a hub id or a local folder, with a one-line error."""
-    from diffusers import StableAudio3Pipeline
-
-    try:
-        return StableAudio3Pipeline.from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype], revision=revision)
-    except (OSError, ValueError, KeyError) as exc:
-        if Path(path).expanduser().is_dir():
-            raise HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
-                                      f"({_first_line(exc)})") from exc
-        why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
-        raise HubUnavailableError(f"model.path={path!r}: not a local folder and {why}; download it first "
-                                  f"(hf download {path}) or set model.path to a local folder") from exc
+    return load_pretrained_pipeline("StableAudio3Pipeline", path, dtype, revision)
 
 
 def wake_tiny_same(vae, seed: int) -> int:

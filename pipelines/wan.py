@@ -50,15 +50,10 @@ import torch
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
 from flowrl.pipelines.flux import set_flux_attention_backend
 from flowrl.pipelines.sd3 import (
+    check_folder_or_hub,
+    load_pretrained_pipeline,
     DTYPES,
-    HubUnavailableError,
-    _check_folder,
-    _first_line,
-    _offline,
     cached_rows,
-    is_single_file,
-    local_or_hub,
-    looks_local,
     lora_metadata,
 )
 
@@ -99,29 +94,12 @@ def check_model_path(model_cfg) -> None:
             raise ValueError(f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 A14B, "
                              "model.path: tiny-a14b for the tiny one); model.path: tiny is Wan 2.1 (one transformer)")
         return
-    local = Path(path).expanduser()
-    if local.is_dir():
-        _check_folder("model.path", path, local)
-    elif local.is_file() or is_single_file(path):
-        raise ValueError(f"model.path: {path!r} is a file; the wan pipeline loads a diffusers folder or a hub id "
-                         "(single-file Wan checkpoints are not supported)")
-    elif looks_local(path) and not path.startswith(("http://", "https://")):
-        raise FileNotFoundError(f"model.path: no such file or folder {path!r}")
+    check_folder_or_hub(path, "wan", "Wan")
 
 
 def load_wan_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
     """``WanPipeline.from_pretrained`` from a hub id or a local folder, with a one-line error."""
-    from diffusers import WanPipeline
-
-    try:
-        return WanPipeline.from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype], revision=revision)
-    except (OSError, ValueError, KeyError) as exc:
-        if Path(path).expanduser().is_dir():
-            raise HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
-                                      f"({_first_line(exc)})") from exc
-        why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
-        raise HubUnavailableError(f"model.path={path!r}: not a local folder and {why}; download it first "
-                                  f"(hf download {path}) or set model.path to a local folder") from exc
+    return load_pretrained_pipeline("WanPipeline", path, dtype, revision)
 
 
 def check_num_frames(num_frames: int, temporal: int = 4) -> None:
