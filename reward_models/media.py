@@ -288,7 +288,7 @@ def encode_media(
     if kind == "audio" and isinstance(media, Mapping):
         media, sample_rate = media["audio"], int(media.get("sample_rate", sample_rate))
     if kind == "video" and isinstance(media, Mapping):
-        media, fps = media["video"], float(media.get("fps", fps))
+        media, fps = media["video"], float(media.get("fps") or fps)
     if kind == "image":
         fmt = fmt or "png"
         _check_fmt(fmt, IMAGE_FORMATS, kind)

@@ -18,7 +18,6 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -136,8 +135,9 @@ class RemoteReward:
     images and video frames, WAV for audio; ``"array"`` for exact float32). ``token`` defaults to the
     ``FLOWRL_REWARD_TOKEN`` environment variable. Media come as the adapters decode them (``flowrl.media``):
     a ``{"video", "fps"}`` or ``{"audio", "sample_rate"}`` mapping is sent at its own rate (``fps`` and
-    ``sample_rate`` here are for bare tensors); an audio_video mapping gives a video or audio reward its part. ``modality`` and ``score_range`` are read from the
-    server's health answer on the first call (or given here).
+    ``sample_rate`` here are for bare tensors); an audio_video mapping gives a video or audio reward its
+    part. ``modality`` and ``score_range`` are read from the server's health answer on the first call (or
+    given here).
     """
 
     name = "remote"
@@ -205,16 +205,15 @@ class RemoteReward:
         if num != len(prompts):
             raise RewardError(f"remote reward: {num} samples but {len(prompts)} prompts")
         metadata = metadata or [{} for _ in prompts]
-        modality, fps = self.modality, self.fps
-        if modality == "video" and isinstance(media, Mapping):  # the trainer's {"video", "fps"} (or an LTX-2 mapping)
-            media, fps = media["video"], float(media.get("fps") or self.fps)
         scores: list[float] = []
         details: dict[str, list] = {}
         step = num if self.pairwise else self.batch_size  # a pairwise reward needs whole prompt groups
         for start in range(0, num, step):
             index = list(range(start, min(num, start + step)))
             payload = {
-                "media": encode_media(index_media(media, index), modality, self.media_format, fps, self.sample_rate),
+                # a {"video", "fps"} / {"audio", "sample_rate"} mapping carries its own rate (encode_media)
+                "media": encode_media(index_media(media, index), self.modality, self.media_format, self.fps,
+                                      self.sample_rate),
                 "prompts": [prompts[i] for i in index],
                 "metadata": [metadata[i] for i in index],
             }

@@ -35,8 +35,7 @@ def list_methods(media_kind: str | None = None) -> list[str]:
     names = _METHODS.names()
     if media_kind is None:
         return names
-    return [n for n in names if getattr(method_class(n), "media_kinds", None) in (None,) or
-            media_kind in method_class(n).media_kinds]
+    return [n for n in names if media_kind in (method_class(n).media_kinds or (media_kind,))]
 
 
 def check_method_name(name: str) -> None:

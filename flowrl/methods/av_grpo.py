@@ -110,9 +110,8 @@ class AVGRPO(Method):
             self.checks_onpolicy = False
             self.no_onpolicy_reason = ("method.options.frozen_input=dropped leaves the frozen modality out of the "
                                        "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap")
-        for name in ("steps_per_phase",):
-            if getattr(o, name) < 1:
-                raise ConfigError(f"method.options.{name}: must be >= 1, got {getattr(o, name)}")
+        if o.steps_per_phase < 1:
+            raise ConfigError(f"method.options.steps_per_phase: must be >= 1, got {o.steps_per_phase}")
         for name in ("noise_video", "noise_audio", "max_std", "clip_range"):
             if not getattr(o, name) > 0:
                 raise ConfigError(f"method.options.{name}: must be > 0, got {getattr(o, name)}")
@@ -218,7 +217,7 @@ class AVGRPO(Method):
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
         o = self.options
         names = self._phase_rewards(self.phase)
-        columns = {name: rewards[f"final/{name}"] if f"final/{name}" in rewards else rewards["final"] for name in names}
+        columns = {name: rewards[f"final/{name}"] for name in names}  # each reward's own score
         adv = torch.zeros(len(group_ids))
         fallbacks = []
         for g in torch.unique(group_ids).tolist():
