@@ -68,9 +68,12 @@ def load_flux_pipeline(path: str, dtype: str = "fp32", revision: str | None = No
     return load_pretrained_pipeline("FluxPipeline", path, dtype, revision)
 
 
-def set_flux_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """Send the FLUX transformer's attention through diffusers' dispatcher backend ``name`` (FLUX's processor
-    already calls the dispatcher); refused in one line where it cannot run. Returns whether it backpropagates."""
+def set_dispatcher_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype,
+                                     heads: int | None = None, head_dim: int | None = None) -> bool:
+    """Send the attention of a transformer whose processors already call diffusers' dispatcher (FLUX, Wan,
+    LTX-2, Stable Audio 3) through backend ``name``; refused in one line where it cannot run. ``heads`` /
+    ``head_dim`` size the probe (default: the config's ``num_attention_heads`` / ``attention_head_dim``).
+    Returns whether it backpropagates."""
     from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
 
     if name not in attention_backend_names():
@@ -82,8 +85,8 @@ def set_flux_attention_backend(transformer, name: str, device: torch.device, dty
         raise RuntimeError(f"model.attention_backend={name!r} is not available here: {_first_line(exc)}") from None
     finally:  # only this transformer's processors change, not the process-wide default
         _AttentionBackendRegistry.set_active_backend(active)
-    heads = int(transformer.config.num_attention_heads)
-    head_dim = int(transformer.config.attention_head_dim)
+    heads = int(heads or transformer.config.num_attention_heads)
+    head_dim = int(head_dim or transformer.config.attention_head_dim)
     try:
         return _probe_attention(AttentionBackendName(name), device, dtype, heads, head_dim)
     except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
@@ -140,7 +143,7 @@ class FluxAdapter:
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
         if attention_backend is not None:
-            self.attention_backpropagates = set_flux_attention_backend(pipe.transformer, attention_backend,
+            self.attention_backpropagates = set_dispatcher_attention_backend(pipe.transformer, attention_backend,
                                                                        self.device, self.compute_dtype)
 
     @classmethod
@@ -298,7 +301,7 @@ class FluxAdapter:
             trained = FluxTransformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.compute_dtype)
             self.pipe.transformer = trained.to(self.device)
             if self.attention_backend is not None:
-                set_flux_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
+                set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
             return "fine-tuned transformer"
         return None
 

@@ -79,7 +79,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.flux import set_flux_attention_backend
+from flowrl.pipelines.flux import set_dispatcher_attention_backend
 from flowrl.pipelines.sd3 import (
     check_folder_or_hub,
     load_pretrained_pipeline,
@@ -293,7 +293,7 @@ class LTX2Adapter:
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
         if attention_backend is not None:
-            self.attention_backpropagates = set_flux_attention_backend(pipe.transformer, attention_backend,
+            self.attention_backpropagates = set_dispatcher_attention_backend(pipe.transformer, attention_backend,
                                                                        self.device, self.compute_dtype)
 
     def _set_guidance_options(self, audio_guidance_scale, stg_scale, audio_stg_scale, stg_blocks, modality_scale,
@@ -634,7 +634,7 @@ class LTX2Adapter:
                                                                   torch_dtype=self.compute_dtype)
             self.pipe.transformer = trained.to(self.device)
             if self.attention_backend is not None:
-                set_flux_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
+                set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
             return "fine-tuned transformer"
         return None
 

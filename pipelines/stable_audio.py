@@ -69,13 +69,11 @@ from pathlib import Path
 
 import torch
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.flux import set_dispatcher_attention_backend
 from flowrl.pipelines.sd3 import (
     check_folder_or_hub,
     load_pretrained_pipeline,
     DTYPES,
-    _first_line,
-    _probe_attention,
-    attention_backend_names,
     cached_rows,
     lora_metadata,
 )
@@ -189,26 +187,11 @@ def load_lora(pipe, directory: str | Path, adapter_name: str | None = None) -> N
 
 
 def set_sa3_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """Send the SA3 DiT's attention (its processors call diffusers' dispatcher) through backend ``name``;
-    refused in one line where it cannot run. Returns whether it backpropagates."""
-    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
-
-    if name not in attention_backend_names():
-        raise ValueError(f"model.attention_backend: {name!r} is not one of {', '.join(attention_backend_names())}")
-    active = _AttentionBackendRegistry._active_backend
-    try:
-        transformer.set_attention_backend(name)
-    except Exception as exc:  # noqa: BLE001 -- diffusers raises RuntimeError/ValueError, a hub fetch its own
-        raise RuntimeError(f"model.attention_backend={name!r} is not available here: {_first_line(exc)}") from None
-    finally:  # only this transformer's processors change, not the process-wide default
-        _AttentionBackendRegistry.set_active_backend(active)
+    """The SA3 DiT's attention through dispatcher backend ``name`` (``flux.set_dispatcher_attention_backend``,
+    its probe sized by the DiT's ``num_heads`` and ``embed_dim``)."""
     heads = int(transformer.config.num_heads)
-    head_dim = int(transformer.config.embed_dim) // heads
-    try:
-        return _probe_attention(AttentionBackendName(name), device, dtype, heads, head_dim)
-    except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
-        raise RuntimeError(f"model.attention_backend={name!r} cannot run on this {device.type} with "
-                           f"{str(dtype)[6:]} weights: {_first_line(exc)}") from None
+    return set_dispatcher_attention_backend(transformer, name, device, dtype, heads=heads,
+                                            head_dim=int(transformer.config.embed_dim) // heads)
 
 
 class StableAudioAdapter:

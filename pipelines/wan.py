@@ -48,7 +48,7 @@ from pathlib import Path
 
 import torch
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.flux import set_flux_attention_backend
+from flowrl.pipelines.flux import set_dispatcher_attention_backend
 from flowrl.pipelines.sd3 import (
     check_folder_or_hub,
     load_pretrained_pipeline,
@@ -311,7 +311,7 @@ class WanAdapter:
         self.attention_backpropagates = True
         if attention_backend is not None:
             self.attention_backpropagates = all(
-                set_flux_attention_backend(t, attention_backend, self.device, self.compute_dtype)
+                set_dispatcher_attention_backend(t, attention_backend, self.device, self.compute_dtype)
                 for t in self._transformers()
             )
 
@@ -549,7 +549,7 @@ class WanAdapter:
             else:  # a single transformer/ export for a two-expert pipeline: the high-noise expert
                 self._transformer.high_noise = trained
             if self.attention_backend is not None:
-                set_flux_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
+                set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
             return "fine-tuned transformer"
         return None
 
