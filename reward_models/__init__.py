@@ -42,6 +42,8 @@ _BUILTIN_REWARDS = {
     "speech": "flowrl.reward_models.audio:SpeechReward",
     "band_energy": "flowrl.reward_models.audio:BandEnergyReward",
     "av_sync": "flowrl.reward_models.av:AvSyncReward",
+    "desync": "flowrl.reward_models.desync:DeSyncReward",
+    "audiobox_aesthetics": "flowrl.reward_models.audiobox:AudioboxAestheticsReward",
     "remote": "flowrl.reward_models.remote:RemoteReward",
     "toy_geneval": "flowrl.benchmarks.toy.reward:ToyGenEvalReward",
     "toy_geneval_accuracy": "flowrl.benchmarks.toy.reward:ToyGenEvalAccuracy",
