@@ -390,13 +390,15 @@ def _add_unigenbench(sub: Any) -> None:
 
 def add_commands(subparsers: Any) -> None:
     """Register ``eval`` with its benchmark subcommands on an argparse subparsers object (``fn`` defaults)."""
-    p = subparsers.add_parser("eval", help="benchmarks: geneval, unigenbench, toy", description="Run a benchmark.")
+    p = subparsers.add_parser("eval", help="benchmarks: geneval, unigenbench, toy, toy-av", description="Run a benchmark.")
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _add_geneval(sub)
     _add_unigenbench(sub)
     from flowrl.benchmarks.toy.cli import add_command as _add_toy
+    from flowrl.benchmarks.toy_av.cli import add_command as _add_toy_av
 
     _add_toy(sub)
+    _add_toy_av(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

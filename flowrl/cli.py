@@ -6,7 +6,7 @@
     flowrl validate [RECIPE] [key=value ...]
     flowrl env
     flowrl report RUN [RUN ...] [-o OUT.html]
-    flowrl eval {geneval,unigenbench,toy} ...
+    flowrl eval {geneval,unigenbench,toy,toy-av} ...
     flowrl rewards test NAME [key=value ...]
     flowrl serve-reward NAME [key=value ...] [--host 127.0.0.1] [--port N] [--token T]
 

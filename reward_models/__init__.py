@@ -47,6 +47,11 @@ _BUILTIN_REWARDS = {
     "remote": "flowrl.reward_models.remote:RemoteReward",
     "toy_geneval": "flowrl.benchmarks.toy.reward:ToyGenEvalReward",
     "toy_geneval_accuracy": "flowrl.benchmarks.toy.reward:ToyGenEvalAccuracy",
+    "toy_av": "flowrl.benchmarks.toy_av.reward:ToyAVReward",
+    "toy_av_video": "flowrl.benchmarks.toy_av.reward:ToyAVVideo",
+    "toy_av_audio": "flowrl.benchmarks.toy_av.reward:ToyAVAudio",
+    "toy_av_sync": "flowrl.benchmarks.toy_av.reward:ToyAVSync",
+    "toy_av_accuracy": "flowrl.benchmarks.toy_av.reward:ToyAVAccuracy",
 }
 
 for _name, _target in _BUILTIN_REWARDS.items():

@@ -125,11 +125,12 @@ def test_recipes_named_are_the_shipped_ones(capsys):
     assert named == set(recipe_names()), set(recipe_names()) ^ named
     assert main(["ls", "recipes"]) == 0
     assert capsys.readouterr().out.split() == recipe_names()
-    for name in recipe_names():  # "each is base: toy-flow-grpo plus a few keys"
-        if name.startswith("toy-") and name != "toy-flow-grpo":
+    for name in recipe_names():  # "each is base: toy-flow-grpo (toy-av-flow-grpo) plus a few keys"
+        baseline = "toy-av-flow-grpo" if name.startswith("toy-av-") else "toy-flow-grpo"
+        if name.startswith("toy-") and name != baseline:
             raw = yaml.safe_load((Path(__file__).parent.parent / "flowrl" / "recipes" / f"{name}.yaml").read_text())
-            assert raw["base"] == "toy-flow-grpo" and len(raw) <= 6, name
-            assert load_recipe(name)["model"] == load_recipe("toy-flow-grpo")["model"]
+            assert raw["base"] == baseline and len(raw) <= 6, name
+            assert load_recipe(name)["model"] == load_recipe(baseline)["model"]
 
 
 def test_the_read_as_table_is_what_an_override_gives():
