@@ -339,14 +339,21 @@ def pretrain(
     if evaluate_fn is not None:
         info["base"] = evaluate_fn(pipe)
         info["eval_s"] = round(time.perf_counter() - start - train_s, 1)
-    tmp = root / f".{cfg.folder_name()}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    pipe.save_pretrained(tmp)
-    (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    save_folder(pipe, folder, INFO_FILE, info)
     say(f"saved the toy model to {folder} ({train_s:.0f} s of pretraining)")
     return folder
+
+
+def save_folder(pipe, folder: Path, info_file: str, info: dict[str, Any]) -> None:
+    """Write ``pipe`` and its ``info_file`` JSON under a temporary name beside ``folder``, then rename it to
+    ``folder`` (replacing an older one), so that a complete folder is the only kind that exists."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.parent / f".{folder.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    pipe.save_pretrained(tmp)
+    (tmp / info_file).write_text(json.dumps(info, indent=2) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
 
 
 def link_default(folder: str | Path, root: str | Path | None = None) -> Path:

@@ -32,7 +32,6 @@ import logging
 import math
 import os
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from flowrl.benchmarks.toy.pretrain import _ema_update, save_folder
 
 from . import world
 
@@ -274,13 +274,6 @@ def decoder_accuracy(adapter, codes: Codes, noise: float = 0.0, n: int = 108, se
     return {**world.summarize(judgements), "onset_exact": sum(exact) / n}
 
 
-def _ema_update(ema: dict[str, torch.Tensor], module: torch.nn.Module, decay: float) -> None:
-    with torch.no_grad():
-        for k, v in module.state_dict().items():
-            if v.dtype.is_floating_point:
-                ema[k].mul_(decay).add_(v.detach(), alpha=1 - decay)
-
-
 def train_transformer(adapter, codes: Codes, cfg: ToyAVConfig, say: Callable[[str], None]) -> dict[str, float]:
     transformer = adapter.transformer
     transformer.train().requires_grad_(True)
@@ -365,13 +358,7 @@ def pretrain(
     adapter.clear_cache()
     if evaluate_fn is not None:
         info["base"] = evaluate_fn(adapter)
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".{cfg.folder_name()}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    pipe.save_pretrained(tmp)
-    (tmp / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
-    shutil.rmtree(folder, ignore_errors=True)
-    tmp.rename(folder)
+    save_folder(pipe, folder, INFO_FILE, info)
     say(f"saved the toy audio-video model to {folder}")
     return folder
 
