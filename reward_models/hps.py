@@ -4,11 +4,17 @@ HPSv2 (Wu et al., 2023): an OpenCLIP ViT-H-14 fine-tuned on HPD v2.
 
     score = cos(image_embedding, text_embedding)          (about 0.20-0.35 for real images)
 
-Preprocessing is HPSv2's evaluation transform (its ``ResizeMaxSize``, which Flow-GRPO's scorer uses too):
-bicubic resize of the *longest* side to 224 (each side ``round(side * 224 / longest)``), zero padding to
-224 x 224 (``pad // 2`` before, the rest after), OpenAI CLIP mean/std. ``preprocess="reference"`` (default)
-rounds to uint8 and resizes with Pillow as the reference does; ``"fast"`` resizes the float batch in torch
-(same geometry). Text through OpenCLIP's own
+Preprocessing is HPSv2's evaluation transform (``image_transform(..., resize_longest_max=True)`` in
+HPSv2's ``hpsv2/src/open_clip/transform.py``, which Flow-GRPO's ``hpsv2_scorer.py`` calls on the uint8 PIL
+images its ``rewards.py`` makes): ``ToTensor`` first (uint8 / 255, float), then ``ResizeMaxSize``, i.e.
+torchvision's bicubic resize *of that float tensor* (antialiased, values left unclamped: bicubic overshoot
+may leave [0, 1]) of the *longest* side to 224 (each side ``round(side * 224 / longest)``), then zero
+padding to 224 x 224 (``pad // 2`` before, the rest after), then OpenAI CLIP mean/std.
+``preprocess="reference"`` (default) does exactly that: round to uint8 (``clip(round(255 x), 0, 255)``, as
+Flow-GRPO converts), back to float, torch resize without clamp, pad. ``"fast"`` skips the uint8 rounding
+and clamps the bicubic overshoot (same geometry). One deliberate difference: an image whose longest side is
+already 224 but is not square is padded here; ``ResizeMaxSize`` then skips both resize and padding and hands
+the model a non-square input, which ViT-H-14 refuses. Text through OpenCLIP's own
 tokenizer (its BPE vocabulary ships inside ``open_clip_torch``, so nothing is fetched), 77 tokens.
 Weights: ``xswu/HPSv2::HPS_v2.1_compressed.pt`` (``version="v2.0"``: ``HPS_v2_compressed.pt``) or a local
 file, loaded into ``open_clip.create_model("ViT-H-14", pretrained=None)``.
@@ -57,6 +63,13 @@ HPSV2_ARCH = "ViT-H-14"
 HPSV2_CHECKPOINTS = {"v2.0": "xswu/HPSv2::HPS_v2_compressed.pt", "v2.1": "xswu/HPSv2::HPS_v2.1_compressed.pt"}
 
 
+def hpsv2_transform(size: int, mean: Any, std: Any, preprocess: PreprocessMode = "reference") -> ImageTransform:
+    """HPSv2's evaluation transform at ``size`` (see the module docstring): uint8 rounding, float, bicubic
+    torch resize of the longest side (antialiased, unclamped), zero padding to ``size x size``, mean/std."""
+    geometry = Geometry(resize="longest", edge=size, crop_hw=(size, size), resample=PIL_BICUBIC)
+    return ImageTransform(geometry, mean, std, preprocess, "hpsv2", resampler="torch", clamp=False)
+
+
 def openclip_transform(model: Any, preprocess: PreprocessMode = "reference") -> ImageTransform:
     """HPSv2's evaluation transform for an OpenCLIP model: longest side to the model's image size (bicubic),
     zero padding to a square (``ResizeMaxSize``), mean/std from the model's preprocess config."""
@@ -67,10 +80,9 @@ def openclip_transform(model: Any, preprocess: PreprocessMode = "reference") -> 
     height, width = (size, size) if isinstance(size, int) else size
     if height != width or cfg.get("interpolation", "bicubic") != "bicubic":
         raise RewardError(f"hpsv2: unsupported OpenCLIP preprocess config {cfg}")
-    geometry = Geometry(resize="longest", edge=height, crop_hw=(height, width), resample=PIL_BICUBIC)
     mean = cfg.get("mean", open_clip.OPENAI_DATASET_MEAN)
     std = cfg.get("std", open_clip.OPENAI_DATASET_STD)
-    return ImageTransform(geometry, mean, std, preprocess, "hpsv2")
+    return hpsv2_transform(height, mean, std, preprocess)
 
 
 class HPSv2Reward:

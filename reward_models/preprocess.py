@@ -8,9 +8,13 @@ padded; the same in both modes) and its *mode*:
   the images it is handed: round to uint8 (``clip(round(255 x), 0, 255)``, as Flow-GRPO converts its float
   images before calling the scorer), resize with Pillow (which works in uint8, rounding and clipping between
   its horizontal and vertical passes), crop or pad, divide by 255, normalise;
+  Some reference scorers resize in torch instead (``resampler="torch"``): HPSv2's evaluation transform
+  converts the uint8 image to float first (``ToTensor``) and resizes that tensor with torchvision
+  (``F.interpolate(antialias=True)``, bicubic values left unclamped, so they may leave [0, 1]); Flow-GRPO's
+  CLIPScore resizes its float images without any uint8 rounding (``quantise=False``);
 * ``"fast"`` resizes the float batch once on its device with ``F.interpolate(antialias=True)`` (no uint8
-  rounding, no Pillow); same geometry, slightly different pixel values (the measured score gap is in
-  docs/rewards.md).
+  rounding, no Pillow, bicubic clamped to [0, 1]); same geometry, slightly different pixel values (the
+  measured score gap is in docs/rewards.md).
 
 Geometries (``Geometry``):
 
@@ -89,8 +93,10 @@ class Geometry:
 class ImageTransform:
     """Float images (B, 3, H, W) in [0, 1] -> normalised pixels, by ``geometry`` in ``mode``.
 
-    ``quantise`` (reference mode): round to uint8 and resize with Pillow; ``False`` keeps the float images
-    and resizes in torch as torchvision does for tensors (Flow-GRPO's CLIPScore is computed that way).
+    Reference mode: ``quantise`` rounds to uint8 first (``False`` keeps the float images, as Flow-GRPO's
+    CLIPScore does); ``resampler`` "pillow" resizes the uint8 image with Pillow, "torch" resizes the float
+    tensor as torchvision does for tensors (``F.interpolate(antialias=True)``), clamping bicubic overshoot
+    to [0, 1] only when ``clamp``. Without ``quantise`` the resize is always torch's.
     """
 
     def __init__(
@@ -101,14 +107,19 @@ class ImageTransform:
         mode: PreprocessMode = "reference",
         reward: str = "reward",
         quantise: bool = True,
+        resampler: Literal["pillow", "torch"] = "pillow",
+        clamp: bool = True,
     ):
         check_choice(reward, "preprocess", mode, PREPROCESS_MODES)
-        if (mode == "fast" or not quantise) and geometry.resize != "none" and geometry.resample not in _TORCH_MODES:
+        check_choice(reward, "resampler", resampler, ("pillow", "torch"))
+        torch_resize = mode == "fast" or not quantise or resampler == "torch"
+        if torch_resize and geometry.resize != "none" and geometry.resample not in _TORCH_MODES:
             raise RewardError(
                 f"{reward}: preprocess={mode!r} resizes in torch, which supports PIL resample 2 (bilinear) and "
                 f"3 (bicubic), not {geometry.resample}; use preprocess='reference'"
             )
         self.geometry, self.mode, self.reward, self.quantise = geometry, mode, reward, quantise
+        self.resampler, self.clamp = resampler, clamp
         self.mean = torch.tensor(list(mean), dtype=torch.float32).view(1, 3, 1, 1)
         self.std = torch.tensor(list(std), dtype=torch.float32).view(1, 3, 1, 1)
 
@@ -118,14 +129,14 @@ class ImageTransform:
     def _crop_error(self, exc: RewardError) -> RewardError:
         return RewardError(f"{self.reward}: {exc}")
 
-    def _torch(self, images: torch.Tensor) -> torch.Tensor:
+    def _torch(self, images: torch.Tensor, clamp: bool = True) -> torch.Tensor:
         images = images.float()
         height, width = images.shape[-2:]
         out_hw = self.geometry.resized_hw(height, width)
         if tuple(out_hw) != (height, width):
             mode = _TORCH_MODES[self.geometry.resample]
             images = F.interpolate(images, size=out_hw, mode=mode, align_corners=False, antialias=True)
-            if mode == "bicubic":
+            if mode == "bicubic" and clamp:
                 images = images.clamp(0, 1)  # bicubic overshoots; bilinear cannot
         try:
             box = self.geometry.crop_box(*out_hw)
@@ -167,9 +178,14 @@ class ImageTransform:
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         if images.ndim != 4 or images.shape[1] != 3:
             raise RewardError(f"{self.reward}: expects images (B, 3, H, W), got shape {tuple(images.shape)}")
-        if self.mode == "reference" and self.quantise:
+        if self.mode == "fast":
+            return self._torch(images)
+        if not self.quantise:
+            return self._torch(images, self.clamp)
+        if self.resampler == "pillow":
             return self._pillow(images)
-        return self._torch(images)
+        pixels = (images.detach().float() * 255).round().clamp(0, 255) / 255.0  # the uint8 values, as floats
+        return self._torch(pixels, self.clamp)
 
 
 def _size_of(size: Any, key: str) -> int | None:

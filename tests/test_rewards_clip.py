@@ -174,8 +174,10 @@ def test_hpsv2_checkpoint_loading_and_cosine(tiny_openclip, tmp_path):
 
 
 def test_hpsv2_preprocessing_of_square_images_is_openclips(tiny_openclip):
-    """On square images HPSv2's longest-side resize + pad and OpenCLIP's shortest-side resize + crop agree;
-    non-square images are checked against HPSv2's own pipeline in test_rewards_reference.py."""
+    """On square images HPSv2's longest-side resize + pad and OpenCLIP's shortest-side resize + crop have the
+    same geometry; the pip package's transform resizes the uint8 image with Pillow, HPSv2's own copy of
+    open_clip resizes the float tensor (checked exactly in test_rewards_reference.py), so values differ a
+    little at edges."""
     from flowrl.reward_models.hps import openclip_transform
 
     model, open_clip = tiny_openclip
@@ -185,7 +187,7 @@ def test_hpsv2_preprocessing_of_square_images_is_openclips(tiny_openclip):
     reference = torch.stack([transform(Image.fromarray(p.permute(1, 2, 0).numpy())) for p in pixels])
     ours = openclip_transform(model)(pixels.float() / 255)
     assert ours.shape == reference.shape == (2, 3, 32, 32)
-    assert (ours - reference).abs().max() < 1e-5  # both resize the uint8 image with Pillow
+    assert (ours - reference).abs().max() < 0.1  # torch (unclamped) vs Pillow (uint8) on the same geometry
     fast = openclip_transform(model, "fast")(pixels.float() / 255)
     assert (fast - reference).abs().max() < 0.1  # torch resizes the float image
 

@@ -8,8 +8,11 @@ The references, as their scorers document them (each written out below, not impo
   ``int(edge * long / short)``, Pillow bicubic, centre crop at ``(H - h) // 2``, ``/ 255``, CLIP mean/std;
 * ImageReward: torchvision ``Resize(n, BICUBIC)``, ``CenterCrop(n)``, ``ToTensor``, ``Normalize`` on the PIL
   image;
-* HPSv2: ``ResizeMaxSize``: longest side to n (each side ``round(side * n / longest)``), Pillow bicubic,
-  zero padding ``[pad_w // 2, pad_h // 2, rest, rest]`` to n x n, ``ToTensor``, ``Normalize``;
+* HPSv2 (tgxs002/HPSv2 ``hpsv2/src/open_clip/transform.py`` at 866735e, ``image_transform`` with
+  ``resize_longest_max=True``, as Flow-GRPO's ``flow_grpo/hpsv2_scorer.py`` at 94e23ee calls it on uint8 PIL
+  images): ``ToTensor`` first, then ``ResizeMaxSize``: longest side to n (each side
+  ``round(side * n / longest)``) by torchvision's bicubic resize of the float tensor (antialiased, no clamp),
+  zero padding ``[pad_w // 2, pad_h // 2, rest, rest]`` to n x n, then ``Normalize``;
 * CLIPScore as Flow-GRPO: torchvision ``Resize(shortest_edge)`` (tensor default: bilinear, antialiased),
   ``CenterCrop``, ``Normalize`` on the float images; score = ``logits_per_image.diagonal() / 30``.
 
@@ -95,20 +98,22 @@ def imagereward_reference(images: torch.Tensor, n: int) -> torch.Tensor:
 
 
 def hpsv2_reference(images: torch.Tensor, n: int) -> torch.Tensor:
-    """HPSv2's ResizeMaxSize(n, fill=0) + ToTensor + Normalize, written out with torchvision's functional ops."""
+    """HPSv2's ToTensor + ResizeMaxSize(n, fill=0) + Normalize, written out with torchvision's functional ops
+    (the resize and the padding act on the float tensor, in that order)."""
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import functional as TF
 
     out = []
     for image in _pil(images):
-        w, h = image.size
+        tensor = TF.to_tensor(image)  # (3, H, W) float
+        h, w = tensor.shape[1:]
         scale = n / float(max(h, w))
-        new_h, new_w = round(h * scale), round(w * scale)
         if scale != 1.0:
-            image = TF.resize(image, [new_h, new_w], InterpolationMode.BICUBIC)
-        pad_h, pad_w = n - new_h, n - new_w
-        image = TF.pad(image, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
-        out.append(TF.normalize(TF.to_tensor(image), CLIP_MEAN, CLIP_STD))
+            new_h, new_w = round(h * scale), round(w * scale)
+            tensor = TF.resize(tensor, [new_h, new_w], InterpolationMode.BICUBIC)
+            pad_h, pad_w = n - new_h, n - new_w
+            tensor = TF.pad(tensor, [pad_w // 2, pad_h // 2, pad_w - pad_w // 2, pad_h - pad_h // 2], fill=0)
+        out.append(TF.normalize(tensor, CLIP_MEAN, CLIP_STD))
     return torch.stack(out)
 
 
@@ -353,6 +358,31 @@ def test_hpsv2_equals_its_reference(tiny_openclip, h, w):
         txt = model.encode_text(tokenizer(prompts))
         expected = (img * txt).sum(-1) / (img.norm(dim=-1) * txt.norm(dim=-1))
     assert reward(images, prompts, [{}, {}]).scores.tolist() == pytest.approx(expected.tolist(), abs=SCORE_TOL)
+
+
+def test_hpsv2_resizes_the_float_tensor_without_clamping():
+    """HPSv2's order (tgxs002/HPSv2 hpsv2/src/open_clip/transform.py at 866735e: ToTensor, then ResizeMaxSize
+    on the tensor): the bicubic overshoot of a hard edge survives, which Pillow's uint8 resize clips.
+
+    A 1 x 2 image [black, white] to longest side 4: 2 x 4, one black row above and below. Upscaling, torch's
+    antialiased bicubic (a = -0.5, k(d) = 1.5|d|^3 - 2.5|d|^2 + 1 for |d| <= 1, -0.5|d|^3 + 2.5|d|^2 - 4|d| + 2
+    for 1 < |d| < 2) weighs source pixels 0, 1 at output column i by k(j - (i + 0.5) / 2 + 0.5), normalised:
+    column 0: k(0.25) = 111/128, k(1.25) = -9/128 -> (0 * 111 - 9) / 102 = -3/34 (below black);
+    column 1: k(0.25) = 111/128, k(0.75) = 29/128 -> 29/140; columns 2, 3 mirror: 1 - 29/140, 1 + 3/34.
+    A constant 0.5 image is first rounded to uint8 as Flow-GRPO does: round(127.5) = 128 -> 128/255.
+    """
+    from flowrl.reward_models.hps import hpsv2_transform
+
+    transform = hpsv2_transform(4, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))  # mean 0, std 1: the pixels themselves
+    edge = torch.tensor([0.0, 1.0]).view(1, 1, 1, 2).expand(1, 3, 1, 2)
+    pixels = transform(edge)[0, 0]  # (4, 4)
+    row = torch.tensor([-3 / 34, 29 / 140, 1 - 29 / 140, 1 + 3 / 34])
+    assert torch.allclose(pixels[1], row, atol=1e-6) and torch.allclose(pixels[2], row, atol=1e-6)
+    assert torch.equal(pixels[0], torch.zeros(4)) and torch.equal(pixels[3], torch.zeros(4))
+    grey = transform(torch.full((1, 3, 1, 2), 0.5))[0, 0]
+    assert torch.allclose(grey[1:3], torch.full((2, 4), 128 / 255), atol=1e-6)
+    fast = hpsv2_transform(4, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0), "fast")(edge)[0, 0]
+    assert fast.min() >= 0 and fast.max() <= 1  # the fast path clamps
 
 
 def test_hpsv2_pads_non_square_images_with_black(tiny_openclip):
