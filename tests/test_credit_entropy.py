@@ -236,3 +236,55 @@ def test_tiling_rejects_bad_ranges():
         with pytest.raises(ValueError):
             tiled_merged_steps(sigmas, noise_level=A, **kwargs)
     assert tiled_merged_steps(sigmas, 16, A, first=14, length=5) == [MergedStep(14, 16)]  # capped at T
+
+
+def _e_grpo(*overrides):
+    from flowrl.config import resolve_config
+    from flowrl.methods import build_method
+
+    # T = 4: merged branches at n = 0, 1 (K = 2), one granularity; rewards a (weight 1) and b (weight 0.5)
+    return build_method(resolve_config("tiny-cpu", [
+        "method.name=e_grpo", "sample.num_steps=4", "sample.group_size=3", "sample.prompts_per_iteration=2",
+        "sample.batch_size=3", "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}", *overrides]))
+
+
+def _two_reward_columns():
+    # group 0 (3 members) and group 1 (2 members); columns (k = 0, k = 1). "final"/"branch" hold the
+    # weighted sum s = a + 0.5 b, as the trainer's reward call gives it; "<name>/<reward>" each reward.
+    a = torch.tensor([[1.0, 3.0], [2.0, 5.0], [3.0, 1.0], [1.0, 0.0], [2.0, 1.0]])
+    b = torch.tensor([[0.0, 4.0], [1.0, 0.0], [5.0, 2.0], [2.0, 0.0], [0.0, 0.0]])
+    s = a + 0.5 * b
+    columns = {"final": s[:, 0], "branch": s[:, 1:], "final/jpeg_compressibility": a[:, 0],
+               "branch/jpeg_compressibility": a[:, 1:], "final/jpeg_incompressibility": b[:, 0],
+               "branch/jpeg_incompressibility": b[:, 1:]}
+    return columns, torch.tensor([0, 0, 0, 1, 1])
+
+
+def test_e_grpo_zscores_the_weighted_sum_of_raw_rewards():
+    """shengjun-zhang/VisualGRPO ae619bf (grpo_merge): fastvideo/workers/reward_manager/reward_manager.py
+    returns Σ_c w_c r_c, and fastvideo/workers/rollout_buffer.py compute_advantages z-scores it per group
+    (unbiased std + 1e-8), summed over granularities. Not G²RPO's Σ_c w_c z(r_c).
+    Group 0, s = a + 0.5 b:
+      k = 0: s = 1, 2.5, 5.5: mean 3, deviations -2, -.5, 2.5, var 10.5 / 2 = 5.25, std 2.29129
+             -> -.87287, -.21822, 1.09109   (per reward: z(a) = -1, 0, 1; z(b) for 0, 1, 5: std sqrt(7)
+             -> -.75593, -.37796, 1.13389; a + .5 b: -1.37796, -.18898, 1.56695)
+      k = 1: s = 5, 5, 2: mean 4, deviations 1, 1, -2, var 3, std 1.73205 -> .57735, .57735, -1.15470
+    Group 1: k = 0: s = 2, 2: flat, exactly 0 (per reward a = 1, 2 and b = 2, 0 are not flat:
+      z(a) + .5 z(b) = -.70711 + .5 (.70711), .70711 + .5 (-.70711) = -.35355, .35355);
+      k = 1: s = 0, 1 (b flat): -.70711, .70711."""
+    columns, groups = _two_reward_columns()
+    adv = _e_grpo().credit(columns, groups)
+    want = [[-0.87287, 0.57735], [-0.21822, 0.57735], [1.09109, -1.15470], [0.0, -0.70711], [0.0, 0.70711]]
+    assert adv.tolist() == [pytest.approx(row, abs=1e-5) for row in want]
+    assert adv[3:, 0].tolist() == [0.0, 0.0]  # a flat group is exactly 0 (the code: rounding / 1e-8)
+    per_reward = _e_grpo("method.options.reward_zscore=per_reward").credit(columns, groups)
+    assert per_reward[:, 0].tolist() == pytest.approx([-1.37796, -0.18898, 1.56695, -0.35355, 0.35355], abs=1e-5)
+
+
+def test_e_grpo_reward_zscore_is_a_one_line_error(capsys):
+    from flowrl.cli import main
+
+    assert main(["validate", "method.name=e_grpo", "method.options.reward_zscore=mean"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "method.options.reward_zscore: 'mean' is not one of weighted_sum, per_reward" in err

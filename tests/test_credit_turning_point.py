@@ -90,6 +90,24 @@ def test_balancing_ties_go_to_the_earlier_sample():
     assert balance_turning_points(mask, delta).tolist() == [[True, False], [False, False], [True, False]]
 
 
+def test_ties_in_delta_keep_the_earlier_step_then_the_earlier_sample():
+    # All of a sample's turning points share its Δ, so ties are the rule. The authors' torch.topk leaves the
+    # order among ties unspecified (YunzeTong/TurningPoint-GRPO scripts/my_train_sd3_fast_with_op3.py, 994d26a);
+    # flowrl keeps the earlier sample in global order, then the earlier step.
+    # row 0 = SPEC_R: turning points at k = 0 and k = 3, both Δ = +.2 (a tie within one sample);
+    # row 1: R = .5 .4 .3 .2 .1 0, d = -.1 each, Δ = -.5: only k = 0 (sign(-.1) sign(0 - .4) > 0), no flip after.
+    # 2 positive, 1 negative: keep 1 of each; among the tied positives the earlier step, k = 0.
+    r = torch.cat([SPEC_R, torch.tensor([[0.5, 0.4, 0.3, 0.2, 0.1, 0.0]])])
+    detected = turning_points(r)
+    assert detected.tolist() == [[True, False, False, True, False], [True, False, False, False, False]]
+    kept = balance_turning_points(detected, global_trend(r))
+    assert kept.tolist() == [[True, False, False, False, False], [True, False, False, False, False]]
+    # a second SPEC_R row before it (global order): the tie of |Δ| = .2 across rows goes to row 0, step 0
+    r3 = torch.cat([SPEC_R, SPEC_R, torch.tensor([[0.5, 0.4, 0.3, 0.2, 0.1, 0.0]])])
+    kept3 = balance_turning_points(turning_points(r3), global_trend(r3))
+    assert kept3.nonzero().tolist() == [[0, 0], [2, 0]]
+
+
 def test_balanced_credit_by_hand():
     # After balancing (above), b and e take R_2 - R_0 at k = 0; a and c keep d_0:
     #   step rewards: a [.1, .2], b [.5, .3], c [.05, .05], e [-.2, -.1]

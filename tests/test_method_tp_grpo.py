@@ -97,7 +97,7 @@ def test_pure_ode_baseline_starts_from_the_rollouts_initial_latent(tmp_path, one
 def test_credit_puts_each_batch_window_at_its_own_transitions(tmp_path, one_thread, monkeypatch):
     """Ragged batches (8 samples in 3, 3, 2) with moving windows: column j of the (N, T) credit is
     transition j of the row's own plan; inside the window it is the clipped turning-point advantage of the
-    (N, W+1) table, 0 outside; per-batch balancing pools are the rollout batches."""
+    (N, W+1) table, 0 outside; the balancing pools (the default) are the rollout batches."""
     seen = _record_windows(monkeypatch)
     credits = []
     credit = TPGRPO.credit
@@ -108,16 +108,14 @@ def test_credit_puts_each_batch_window_at_its_own_transitions(tmp_path, one_thre
         return out
 
     monkeypatch.setattr(TPGRPO, "credit", spy)
-    _train(tmp_path, "train.iterations=2", "sample.batch_size=3", "method.options.balance_pool=batch", *MOVING)
+    _train(tmp_path, "train.iterations=2", "sample.batch_size=3", *MOVING)
     assert [(p, n) for i, p, n, _ in seen if i == 0] == [(0, 3), (3, 3), (6, 2)]
     assert len({s for *_, s in seen}) > 1
     for it, (rewards, group_ids, out) in enumerate(credits):
-        assert {k for k in rewards if "/" not in k} == {"final", "completion", "pure_ode", "window_start",
-                                                        "batch_start"}
+        assert {k for k in rewards if "/" not in k} == {"final", "completion", "pure_ode", "window_start"}
         # each reward's own score of every scored name, beside the weighted one
         assert {k.split("/")[0] for k in rewards if "/" in k} == {"final", "completion", "pure_ode"}
         assert rewards["completion"].shape == (8, 1)
-        assert rewards["batch_start"].tolist() == [0, 0, 0, 3, 3, 3, 6, 6]
         table = torch.cat([rewards["pure_ode"], rewards["completion"], rewards["final"][:, None]], dim=1)
         pools = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
         want = clip_advantages(turning_point_credit(table, group_ids, pools=pools).advantages, 5.0)  # (8, 2)
@@ -135,7 +133,7 @@ def test_credit_is_a_pure_function_of_the_gathered_columns():
     torch.manual_seed(0)
     starts = torch.tensor([0, 0, 0, 2, 2, 2, 1, 1], dtype=torch.float32)
     columns = {"final": torch.rand(8), "completion": torch.rand(8, 1), "pure_ode": torch.rand(8, 1),
-               "window_start": starts, "batch_start": torch.tensor([0, 0, 0, 3, 3, 3, 6, 6.0])}
+               "window_start": starts}
     group_ids = torch.arange(2).repeat_interleave(4)
     outs = [build_method(cfg).credit(columns, group_ids) for _ in range(2)]
     assert torch.equal(outs[0], outs[1]) and outs[0].shape == (8, 4)
@@ -143,11 +141,52 @@ def test_credit_is_a_pure_function_of_the_gathered_columns():
         assert not outs[0][row, :start].any() and not outs[0][row, start + 2:].any()
 
 
+def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
+    """The authors balance turning points within one process's rollout batch, not over the iteration
+    (YunzeTong/TurningPoint-GRPO 994d26a, scripts/my_train_sd3_fast_with_op3.py: the "balanced bonus" runs
+    per sampled batch on each process, before the gather). W = 2 (only k = 0 can turn), rollout batches of
+    2: a, b (Δ = +.3, +.5) and c, e (Δ = +.1, -.2); every k = 0 is a turning point.
+      batch pools: {a, b} holds one sign (keep both), {c, e} one of each (keep both): all four take
+        R_2 - R_0 at k = 0: a .3, b .5, c .1, e -.2; k = 1 keeps d_1: a .2, b .3, c .05, e -.1.
+      (the whole iteration pooled, the old default: 3 positive, 1 negative, keep b and e: a .1, c .05.)
+    Groups {a, b}, {c, e}, population std, eps 1e-4:
+      k = 0: .3, .5 -> -+.1/.1001; .1, -.2 -> mean -.05, std .15 -> +-.15/.1501
+      k = 1: .2, .3 -> -+.05/.0501; .05, -.1 -> mean -.025, std .075 -> +-.075/.0751"""
+    cfg = resolve_config("tiny-cpu", [*SMALL, "sample.batch_size=2", "sample.group_size=2",
+                                      "method.options.window_size=2", "train.global_std=false"])
+    table = torch.tensor([[0.5, 0.6, 0.8], [0.2, 0.4, 0.7], [0.5, 0.55, 0.6], [0.5, 0.4, 0.3]])  # R_0, R_1, R_2
+    columns = {"pure_ode": table[:, :1], "completion": table[:, 1:2], "final": table[:, 2],
+               "window_start": torch.zeros(4)}
+    method = build_method(cfg)
+    out = method.credit(columns, torch.tensor([0, 0, 1, 1]))  # (4, T = 4)
+    assert method.last_credit.turning_points[:, 0].tolist() == [True] * 4
+    want = [[-0.1 / 0.1001, -0.05 / 0.0501], [0.1 / 0.1001, 0.05 / 0.0501],
+            [0.15 / 0.1501, 0.075 / 0.0751], [-0.15 / 0.1501, -0.075 / 0.0751]]
+    assert out[:, :2].tolist() == [pytest.approx(row, abs=1e-5) for row in want]
+    assert not out[:, 2:].any()
+    pooled = build_method(resolve_config("tiny-cpu", [*SMALL, "sample.batch_size=2", "sample.group_size=2",
+                                                      "method.options.window_size=2", "train.global_std=false",
+                                                      "method.options.balance_pool=iteration"]))
+    pooled.credit(columns, torch.tensor([0, 0, 1, 1]))
+    assert pooled.last_credit.turning_points[:, 0].tolist() == [False, True, False, True]
+
+
+def test_balancing_pools_are_global_blocks_of_the_batch_size():
+    """Pools are blocks of ``sample.batch_size`` consecutive samples in global order: a process's own
+    rollout batches when its share is a multiple of the batch size, and never a function of the number of
+    processes (8 samples in batches of 3: [0, 3), [3, 6), [6, 8) whether one process cuts 3, 3, 2 or two
+    processes cut 3, 1 each)."""
+    method = build_method(resolve_config("tiny-cpu", [*SMALL, "sample.batch_size=3"]))
+    assert method.balance_pools(8).tolist() == [0, 0, 0, 1, 1, 1, 2, 2]
+    method = build_method(resolve_config("tiny-cpu", [*SMALL, "method.options.balance_pool=iteration"]))
+    assert method.balance_pools(8) is None
+
+
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
     """Moving windows, per-batch pools and independent baseline noise: every draw is seeded by (seed,
     iteration, purpose, position), and credit recomputes the windows, so a run resumed from iteration 1
     logs what the uninterrupted run logged."""
-    opts = [*MOVING, "method.options.balance_pool=batch", "method.options.baseline_noise=independent"]
+    opts = [*MOVING, "method.options.baseline_noise=independent"]
     full = _train(tmp_path / "full", "train.iterations=3", "log.save_every=1", *opts)
     assert full[0]["policy/onpolicy_logp_diff"] == 0.0
     _train(tmp_path / "part", "train.iterations=1", "log.save_every=1", *opts)
@@ -164,7 +203,8 @@ def test_default_options_are_the_released_settings():
     assert (o.sde_type, o.noise_level, o.eta, o.first_step, o.consistency, o.balance, o.drop_incremental) == \
         ("cps", 0.7, 1.0, True, True, True, True)
     assert method.window_size == 9 and method.window_range == (0, 9)  # the released window (0, 9) at T = 10
-    assert (o.baseline_noise, o.balance_pool) == ("shared", "iteration")
+    # the authors balance within each rollout batch (common_op3.sh, use_balanced_bonus on one process's batch)
+    assert (o.baseline_noise, o.balance_pool) == ("shared", "batch")
 
 
 @pytest.mark.parametrize("option, message", [
@@ -177,7 +217,7 @@ def test_default_options_are_the_released_settings():
     ("method.options.window_range=[1, 7]", "method.options.window_range: [1, 7] ends past sample.num_steps=6"),
     ("method.options.window_range=[3]", "method.options.window_range: [3] must be [lo, hi]"),
     ("method.options.baseline_noise=fresh", "method.options.baseline_noise: 'fresh' is not one of shared, independent"),
-    ("method.options.balance_pool=gpu", "method.options.balance_pool: 'gpu' is not one of iteration, batch"),
+    ("method.options.balance_pool=gpu", "method.options.balance_pool: 'gpu' is not one of batch, iteration"),
     ("method.options.consistency=maybe", "method.options.consistency: expected true or false"),
     ("method.options.frist_step=true",
      "unknown key 'method.options.frist_step'; did you mean 'method.options.first_step'"),

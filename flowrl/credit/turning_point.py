@@ -16,9 +16,15 @@ Conventions (shared with ``flowrl.credit.dense``):
   independent ODE sample of the prompt instead. That choice belongs to the rollout (the seam), not to
   this module, and the math here is the same either way.
 * **Rows** are samples in GLOBAL order, ``group_ids`` (N,) their prompt groups (not necessarily
-  contiguous). Balancing, which the authors run per local sampling batch, takes ``pools`` (N,): the id of
-  each sample's balancing pool. Pass the per-process rollout batch of each sample to match the code; the
-  default ``None`` pools all N samples together.
+  contiguous). Balancing, which the authors run per process on each sampled batch before any gather
+  (``scripts/my_train_sd3_fast_with_op3.py``, "balanced bonus"), takes ``pools`` (N,): the id of each
+  sample's balancing pool. Pass each sample's rollout batch to match the code (``TPGRPO`` does); ``None``
+  pools all N samples together.
+* **Ties.** Every turning point of a sample carries the sample's Δ, so equal |Δ| is the rule, not the
+  exception. The authors pick with ``torch.topk``, whose order among equal values is unspecified (it
+  differs between CPU and CUDA kernels), so their choice cannot be reproduced; flowrl keeps, among equal
+  |Δ|, the earlier sample in global order, then the earlier step: deterministic, and the same for any
+  number of processes, since global order does not depend on it.
 * **Output.** Advantages are (N, W), column k for window transition k. Normalisation is per column by
   ``dense.group_zscore``: the population std of the group (``global_std=False``, the released config),
   plus ``eps = 1e-4``. A group whose values in a column are all equal gets exactly 0 there.
@@ -73,8 +79,8 @@ def turning_points(rewards: torch.Tensor, first_step: bool = True, consistency: 
 
 
 def _top_by_magnitude(flat_idx: torch.Tensor, magnitude: torch.Tensor, keep: int) -> torch.Tensor:
-    """The ``keep`` entries of flat_idx with the largest magnitude; ties go to the lower flat index
-    (earlier sample, then earlier step), so the choice is deterministic."""
+    """The ``keep`` entries of flat_idx (ascending, row-major) with the largest magnitude; ties go to the
+    lower flat index (earlier sample, then earlier step): a stable sort, so the choice is deterministic."""
     order = torch.sort(magnitude, descending=True, stable=True).indices
     return flat_idx[order[:keep]]
 
@@ -82,7 +88,9 @@ def _top_by_magnitude(flat_idx: torch.Tensor, magnitude: torch.Tensor, keep: int
 def balance_turning_points(mask: torch.Tensor, delta: torch.Tensor, pools: torch.Tensor | None = None) -> torch.Tensor:
     """§2 step 5 (paper App. D, code "balanced bonus"): within each pool, over all samples and steps,
     split the turning points by sign(Δ). If both signs occur, keep min(n+, n-) of each, those with the
-    largest |Δ|, and return the rest to normal steps. If only one sign occurs, keep them all.
+    largest |Δ|, and return the rest to normal steps.
+    If only one sign occurs, keep them all. Among equal |Δ| the earlier sample (rows in global order),
+    then the earlier step, is kept (module docstring, "Ties").
 
     mask: (N, W) bool; delta: (N,) Δ per sample; pools: (N,) pool ids or None (one pool).
     Returns (N, W) bool.

@@ -7,8 +7,19 @@ log(2πe·s²) reaches ``tau`` (``flowrl.credit.entropy.merge_length``; the spec
 paper, τ = 2.2), or a fixed ``merge_lengths`` (one for all, or one per active step: the released code's
 ``eta_step_merge_list``). The std of a merged step is g(σ_n)·sqrt(σ_n - σ_{n+l}); at l = 1 it is
 G²RPO's branch bitwise. The ODE tails start at state n+l, one per granularity (default [1]: the paper's
-single tail; [1, 2] is the code's). Credit, loss and schedule are G²RPO's: the z-scores are taken within
-the members that share the merged step (a group's column k). Logs ``method/e_grpo/merge_length_mean``.
+single tail; [1, 2] is the code's). The released sampler starts that tail at σ_{n+1} of the spliced
+schedule, which for l > 1 re-runs steps n+1..n+l-1 on a latent already at σ_{n+l} (a bug its all-1 merge
+lists hide); flowrl starts it at σ_{n+l}.
+
+Credit: z-scores within the members that share the merged step (a group's column k), per granularity,
+summed over granularities, clipped to ``train.adv_clip_max``; loss and schedule are G²RPO's. With several
+rewards the authors z-score the WEIGHTED SUM OF THE RAW REWARDS (shengjun-zhang/VisualGRPO ae619bf:
+``RewardManager.compute_rewards`` returns Σ_c w_c r_c, ``RolloutBuffer.compute_advantages`` z-scores it):
+``reward_zscore="weighted_sum"``, the default. ``"per_reward"`` is G²RPO's rule, Σ_c w_c z(r_c), which
+makes each weight the share of its reward whatever the rewards' spreads (in the weighted sum, the reward
+with the widest spread dominates whatever its weight). Both: the code's unbiased std + ``eps``, and a group
+whose values are all equal gets exactly 0 (the code's float32 (r - mean)/(std + 1e-8) gives it rounding
+noise times 1e8, a bias on the shared log-prob). Logs ``method/e_grpo/merge_length_mean``.
 """
 
 from __future__ import annotations
@@ -17,11 +28,14 @@ from dataclasses import dataclass
 
 import torch
 
+from flowrl.advantages import clip_advantages
 from flowrl.config import ConfigError
 from flowrl.credit.entropy import merged_steps
+from flowrl.credit.granular import granular_advantages
 from flowrl.methods.g2rpo import G2RPO, G2RPOOptions
 
 QUANTITIES = ("h_tilde", "per_element")
+REWARD_ZSCORES = ("weighted_sum", "per_reward")
 
 
 @dataclass
@@ -31,6 +45,7 @@ class EGRPOOptions(G2RPOOptions):
     merge_lengths: int | list[int] | None = None  # fixed l (one, or one per active step); None: adaptive
     entropy: str = "h_tilde"  # the quantity tau applies to: log(2πe s²), or per element ½ log(2πe s²)
     granularities: list[int] = (1,)
+    reward_zscore: str = "weighted_sum"  # z-score Σ w_c r_c (the code) | "per_reward": Σ w_c z(r_c) (G²RPO)
 
     def __post_init__(self):
         if self.trained_steps is not None:
@@ -39,6 +54,9 @@ class EGRPOOptions(G2RPOOptions):
         if self.merge_lengths is None and self.sde_type != "flow_sde":
             raise ConfigError(f"method.options.sde_type: adaptive merging needs flow_sde (a merged {self.sde_type} "
                               f"step does not gain entropy); set merge_lengths for fixed lengths")
+        if self.reward_zscore not in REWARD_ZSCORES:
+            raise ConfigError(f"method.options.reward_zscore: {self.reward_zscore!r} is not one of "
+                              f"{', '.join(REWARD_ZSCORES)}")
         if self.entropy not in QUANTITIES:
             raise ConfigError(f"method.options.entropy: {self.entropy!r} is not one of {', '.join(QUANTITIES)}")
         lengths = [self.merge_lengths] if isinstance(self.merge_lengths, int) else (self.merge_lengths or [])
@@ -81,6 +99,16 @@ class EGRPO(G2RPO):
                               lengths=o.merge_lengths, quantity=o.entropy)
         self._pairs = [(s.start, s.end) for s in merged]
         return self._pairs
+
+    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+        """(N, K): Σ_λ z(Σ_c w_c r_c) within groups (``reward_zscore="weighted_sum"``, the code), or G²RPO's
+        Σ_λ Σ_c w_c z(r_c) (``"per_reward"``); clipped to ``train.adv_clip_max``."""
+        o = self.options
+        if o.reward_zscore == "per_reward":
+            return super().credit(rewards, group_ids)
+        table = self.table(rewards, "final")[..., None]  # (N, K, L, 1): the weighted sum of the raw rewards
+        adv = granular_advantages(table, group_ids, unbiased=o.unbiased, eps=o.eps)  # (N, K)
+        return clip_advantages(adv, self.cfg.train.adv_clip_max)
 
     def metrics(self) -> dict[str, float]:
         if not self._pairs:

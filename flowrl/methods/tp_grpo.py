@@ -19,9 +19,21 @@ Credit (§2 steps 3-7): ``turning_point_credit`` on the table (``train.std_eps``
 clipped to ``train.adv_clip_max``, then each rollout batch's (n, W) advantages are placed at its own
 window's transitions (its row's ``window_start``), so column j of the (N, T) result is transition j.
 
-Where each batch's window sits: ``explore`` records every row's window start and rollout batch as
-``Experience.info`` columns (``window_start``, ``batch_start``), which the trainer gathers over processes
-like the rewards; ``credit`` reads them, so it is a pure function of its columns on every process.
+Balancing pools (``balance_pool``). The authors balance turning points within one process's rollout
+batch (YunzeTong/TurningPoint-GRPO ``scripts/my_train_sd3_fast_with_op3.py``: per sampled batch, before
+any gather; 9 rows at the released scale). ``"batch"`` (default) does the same on flowrl's rollout
+batches, taken as blocks of ``sample.batch_size`` consecutive samples in global order: each process's own
+rollout batches whenever its share of the iteration is a multiple of ``sample.batch_size`` (the released
+layout: 36 = 4 x 9 per GPU), and in every case independent of the number of processes, so one process and
+two give the same credit. ``"iteration"`` pools all N samples: it keeps more turning points (those with the
+largest |Δ| of the whole iteration) and, unlike ``"batch"``, does not change when ``sample.batch_size`` (a
+memory knob) does; an ablation, not the authors' rule. Ties in |Δ| are the norm (all of a sample's turning
+points share its Δ): ``balance_turning_points`` keeps the earlier sample in global order, then the earlier
+step.
+
+Where each batch's window sits: ``explore`` records every row's window start as an ``Experience.info``
+column (``window_start``), which the trainer gathers over processes like the rewards; ``credit`` reads it,
+and the rows come in global order, so credit is a pure function of its columns on every process.
 """
 
 from __future__ import annotations
@@ -50,10 +62,10 @@ class TPGRPOOptions:
     eta: float = 1.0  # η: a turning point's reward is η (R_W - R_k)
     first_step: bool = True  # the first-step rule at k = 0
     consistency: bool = True  # the rest of the trajectory must keep the step's direction
-    balance: bool = True  # keep min(n+, n-) turning points of each sign of Δ per pool
+    balance: bool = True  # keep min(n+, n-) turning points of each sign of Δ per balancing pool
     drop_incremental: bool = True  # at a turning point drop d_k (False: r_k = d_k + η (R_W - R_k))
     baseline_noise: str = "shared"  # R_0's pure ODE: "shared" initial latent (paper) | "independent" (code)
-    balance_pool: str = "iteration"  # balancing pool: the whole "iteration" | each rollout "batch" (code)
+    balance_pool: str = "batch"  # balancing pool: each rollout "batch" (the code) | the whole "iteration"
 
     def __post_init__(self):
         if self.sde_type not in SDE_KINDS:
@@ -72,8 +84,8 @@ class TPGRPOOptions:
         if self.baseline_noise not in ("shared", "independent"):
             raise ConfigError(f"method.options.baseline_noise: {self.baseline_noise!r} is not one of shared, "
                               f"independent")
-        if self.balance_pool not in ("iteration", "batch"):
-            raise ConfigError(f"method.options.balance_pool: {self.balance_pool!r} is not one of iteration, batch")
+        if self.balance_pool not in ("batch", "iteration"):
+            raise ConfigError(f"method.options.balance_pool: {self.balance_pool!r} is not one of batch, iteration")
 
 
 class TPGRPO(FlowGRPO):
@@ -124,9 +136,7 @@ class TPGRPO(FlowGRPO):
             x0 = ctx.adapter.initial_noise(len(batch.noise), ctx.generator("tp_baseline", batch.position))
             x0 = x0.to(batch.noise.device, batch.noise.dtype)
         score["pure_ode"] = ctx.complete(x0, sigmas, batch.cond)[:, None]  # R_0
-        rows = len(batch.prompts)
-        info = {"window_start": torch.full((rows,), float(start)), "batch_start": torch.full((rows,), float(batch.position))}
-        return Experience(traj, score, info)
+        return Experience(traj, score, {"window_start": torch.full((len(batch.prompts),), float(start))})
 
     # ------------------------------------------------------------------------------------ credit
     def table(self, rewards: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -138,7 +148,7 @@ class TPGRPO(FlowGRPO):
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
         t, o = self.cfg.train, self.options
         n, num_steps = len(group_ids), self.cfg.sample.num_steps
-        pools = rewards["batch_start"].long() if o.balance_pool == "batch" else None  # (N,) one id per batch
+        pools = self.balance_pools(n)
         tp = turning_point_credit(self.table(rewards), group_ids, eta=o.eta, first_step=o.first_step,
                                   consistency=o.consistency, balance=o.balance, pools=pools,
                                   drop_incremental=o.drop_incremental, eps=t.std_eps, global_std=t.global_std)
@@ -146,6 +156,13 @@ class TPGRPO(FlowGRPO):
         adv = clip_advantages(tp.advantages, t.adv_clip_max)  # (N, W)
         columns = rewards["window_start"].long()[:, None] + torch.arange(self.window_size)[None]  # (N, W)
         return adv.new_zeros(n, num_steps).scatter_(1, columns, adv)  # column j: transition j of the row's plan
+
+    def balance_pools(self, n: int) -> torch.Tensor | None:
+        """(N,) each sample's balancing pool: its rollout batch, the block of ``sample.batch_size``
+        consecutive samples in global order it falls in (``"batch"``); None for one pool (``"iteration"``)."""
+        if self.options.balance_pool == "iteration":
+            return None
+        return torch.arange(n) // self.cfg.sample.batch_size
 
     def metrics(self) -> dict[str, float]:
         return self.last_credit.metrics() if self.last_credit is not None else {}
