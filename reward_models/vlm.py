@@ -18,24 +18,52 @@ Remotely the same comes from ``top_logprobs`` of a 1-token completion; without l
 counts as 1 or 0.
 
 unifiedreward, ``mode="pointwise"``: the judge writes a reason ending in ``Final Score: X`` (1-5);
-``r = X / 5`` clipped to [0, 1], ``fallback`` (default 0, as Flow-GRPO) when no score parses. ``parse``:
-``"lenient"`` (default: the last ``Final Score``, any case, bold and decimals allowed) or ``"flow_grpo"``
-(Flow-GRPO's: the first case-sensitive ``Final Score:`` and a single digit 1-5).
-``mode="pairwise"`` (Pref-GRPO): each unordered pair of a prompt group is shown as Image 1, Image 2; the
-verdict "Image 1 is better" / "Image 2 is better" (inside ``<answer>`` when present) gives 1 / 0, anything
-else 0.5, and the reward is each sample's win rate (``base.PairwiseReward``). Video samples are shown as
-``video_frames`` uniformly sampled frames. The prompt templates here are flowrl's own; pass ``template=``
-to use a model's training template.
+``fallback`` (default 0, as Flow-GRPO) when no score parses. ``parse``:
+
+* ``"lenient"`` (default): the last ``Final Score``, any case, bold and decimals allowed; ``r = X / 5``
+  clipped to [0, 1];
+* ``"flow_grpo"``: Flow-GRPO's ``unifiedreward_score_sglang`` (yifan123/flow_grpo ``flow_grpo/rewards.py``):
+  the first case-sensitive match of ``Final Score:\s*([1-5](?:\.\d+)?)``, decimals kept, ``r = X / 5``
+  never clipped ("4.5" gives 0.9, "5.5" gives 1.1, "10" gives 0.2: only its "1" matches).
+
+The judge image: ``image_size`` (default 512, Flow-GRPO's) resizes every image to a square;
+``resize_with="pillow"`` (default) does it as Flow-GRPO does, on the uint8 image with Pillow's bicubic
+(``Image.resize((512, 512))``, whose default filter for RGB is bicubic); ``"torch"`` resizes the float
+image (antialiased bicubic, clamped) before rounding. ``image_size=None`` sends the images as they are.
+
+``mode="pairwise"`` (Pref-GRPO): each unordered pair of a prompt group is shown as Image 1, Image 2, and the
+reward is each sample's win rate (``base.PairwiseReward``). The verdict (``parse``): ``"lenient"`` reads
+"Image 1 is better" / "Image 2 is better" (any case, inside the last ``<answer>`` when present, else in the
+whole reply) as 1 / 0, anything else 0.5; ``"pref_grpo"`` is Pref-GRPO's rule
+(CodeGoat24/Pref-GRPO ``fastvideo/rewards/unifiedreward_think.py``): the first ``<answer>...</answer>``,
+stripped; "Image 1 is better" in it gives 1, else "Image 2 is better" gives 0, else 0.5, and a reply without
+an ``<answer>`` tag is a tie (0.5). Video samples are shown as ``video_frames`` uniformly sampled frames
+(first all frames of sample 1, then of sample 2; "Video 1/2 is better" under ``pref_grpo``).
+
+UnifiedReward-Think as Pref-GRPO runs it: ``template_from=PATH`` names the user's copy of
+CodeGoat24/Pref-GRPO (or its ``fastvideo/rewards/templates.py``); the judge text is read from it at
+construction, never shipped here: the string returned by ``get_unifiedreward_think_image_template()`` (and
+``get_unifiedreward_think_video_template()`` for videos), read with ``ast`` without running the file, and
+filled with ``str.format(prompt=...)`` as the authors do. With ``template_from`` the other defaults follow
+the authors' client (``vllm_utils/vllm_request.py``): ``mode`` must be pairwise, ``parse="pref_grpo"``,
+``max_new_tokens=4096``, no resize (``image_size="auto"`` means 512 otherwise, None here) and
+``image_format="jpeg"`` (the judge sees the JPEG quality 95 of the image, as the authors' client encodes the
+saved PNG); each can still be set explicitly. The other prompt templates here are flowrl's own; pass
+``template=`` to use a model's training template.
 """
 
 from __future__ import annotations
 
+import ast
 import base64
+import io
 import math
 import os
 import re
+import string
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -270,14 +298,40 @@ def make_backend(
     return TransformersChat.from_pretrained(model, device, dtype, batch_size, reward)
 
 
-def sample_images(name: str, sample: torch.Tensor, size: int | None, video_frames: int) -> list[np.ndarray]:
-    """One sample -> uint8 images: (3, H, W) -> [image]; (F, 3, H, W) -> ``video_frames`` sampled frames."""
+def sample_images(
+    name: str,
+    sample: torch.Tensor,
+    size: int | None,
+    video_frames: int,
+    resize_with: Literal["torch", "pillow"] = "torch",
+) -> list[np.ndarray]:
+    """One sample -> uint8 images: (3, H, W) -> [image]; (F, 3, H, W) -> ``video_frames`` sampled frames.
+
+    ``size`` resizes each to ``size x size`` by bicubic: ``"torch"`` on the float image (antialiased,
+    clamped) before rounding to uint8; ``"pillow"`` on the uint8 image with Pillow (as Flow-GRPO does).
+    """
     frames = sample[None] if sample.ndim == 3 else sample[uniform_frame_indices(sample.shape[0], video_frames)]
-    if size:
+    if size and resize_with == "torch":
         frames = torch.nn.functional.interpolate(
             frames.float(), size=(size, size), mode="bicubic", align_corners=False, antialias=True
         ).clamp(0, 1)
-    return list(images_to_uint8(name, frames))
+    images = list(images_to_uint8(name, frames))
+    if size and resize_with == "pillow":
+        from PIL import Image
+
+        resample = Image.Resampling.BICUBIC  # Pillow's default filter for RGB, which Flow-GRPO relies on
+        images = [np.asarray(Image.fromarray(i).resize((size, size), resample)) for i in images]
+    return images
+
+
+def jpeg_round_trip(image: np.ndarray, quality: int = 95) -> np.ndarray:
+    """The pixels a server decodes from the JPEG (``quality``) of a uint8 (H, W, 3) image."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="JPEG", quality=quality)
+    with Image.open(io.BytesIO(buffer.getvalue())) as decoded:
+        return np.asarray(decoded.convert("RGB"))
 
 
 # ---------------------------------------------------------------------------------------------- rewards
@@ -358,19 +412,20 @@ def parse_final_score(text: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-_FLOW_GRPO_SCORE = re.compile(r"Final Score:\s*([1-5])")
+# yifan123/flow_grpo flow_grpo/rewards.py (unifiedreward_score_sglang, _extract_scores)
+_FLOW_GRPO_SCORE = re.compile(r"Final Score:\s*([1-5](?:\.\d+)?)")
 
 
 def parse_final_score_flow_grpo(text: str) -> float | None:
-    """Flow-GRPO's parse: the *first* ``Final Score:`` (case-sensitive) followed by one digit 1-5, or None.
-
-    Only that digit counts: ``Final Score: 4.5`` gives 4 and ``Final Score: 10`` gives 1, as in Flow-GRPO.
-    """
+    """Flow-GRPO's parse: the *first* case-sensitive ``Final Score:`` followed by a digit 1-5 and its
+    decimals, or None. ``Final Score: 4.5`` gives 4.5, ``5.5`` gives 5.5 (not clipped), ``10`` gives 1 (the
+    pattern stops after its first digit), ``0`` or ``6`` nothing."""
     found = _FLOW_GRPO_SCORE.search(text or "")
     return float(found.group(1)) if found else None
 
 
 SCORE_PARSERS = {"lenient": parse_final_score, "flow_grpo": parse_final_score_flow_grpo}
+PAIRWISE_PARSERS = ("lenient", "pref_grpo")
 
 
 def parse_preference(text: str) -> float:
@@ -384,11 +439,83 @@ def parse_preference(text: str) -> float:
     return 0.5
 
 
+_PREF_GRPO_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+def parse_preference_pref_grpo(text: str, noun: str = "Image") -> float:
+    """Pref-GRPO's verdict (CodeGoat24/Pref-GRPO fastvideo/rewards/unifiedreward_think.py, ``_extract_answer``
+    and ``_pairwise_win_rate``): the first ``<answer>...</answer>`` (case-sensitive), stripped; "Image 1 is
+    better" in it -> 1.0, else "Image 2 is better" -> 0.0, else 0.5; no ``<answer>`` tag at all -> 0.5."""
+    found = _PREF_GRPO_ANSWER.search(text or "")
+    answer = found.group(1).strip() if found else ""
+    if f"{noun} 1 is better" in answer:
+        return 1.0
+    if f"{noun} 2 is better" in answer:
+        return 0.0
+    return 0.5
+
+
+# ---------------------------------------------------------------------------------------------- UR-Think
+
+THINK_TEMPLATES_FILE = Path("fastvideo") / "rewards" / "templates.py"
+THINK_TEMPLATE_FUNCTIONS = {
+    "image": "get_unifiedreward_think_image_template",
+    "video": "get_unifiedreward_think_video_template",
+}
+THINK_MAX_NEW_TOKENS = 4096  # the authors' client: vllm_utils/vllm_request.py, max_tokens
+
+
+def _returned_strings(source: Path) -> dict[str, str]:
+    """Module-level functions of a Python file whose body returns one string literal (docstring allowed),
+    read with ``ast`` without running the file: {function name: string}."""
+    out = {}
+    for node in ast.parse(source.read_text(encoding="utf-8"), filename=str(source)).body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
+        if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Constant):
+            if isinstance(body[0].value.value, str):
+                out[node.name] = body[0].value.value
+    return out
+
+
+def read_think_templates(template_from: str) -> dict[str, str]:
+    """UnifiedReward-Think's pairwise judge texts ({"image": ..., "video": ...} where present) from the
+    user's copy of CodeGoat24/Pref-GRPO (the folder, or its ``fastvideo/rewards/templates.py``)."""
+    root = Path(str(template_from)).expanduser()
+    source = root if root.is_file() else root / THINK_TEMPLATES_FILE
+    if not root.exists():
+        raise RewardError(f"unifiedreward: template_from={str(template_from)!r} does not exist")
+    if not source.is_file():
+        raise RewardError(
+            f"unifiedreward: template_from={str(template_from)!r} has no {THINK_TEMPLATES_FILE}; is it a copy "
+            "of github.com/CodeGoat24/Pref-GRPO?"
+        )
+    try:
+        found = _returned_strings(source)
+    except (SyntaxError, UnicodeDecodeError, ValueError) as exc:
+        raise RewardError(f"unifiedreward: {source} is not readable Python ({type(exc).__name__})") from None
+    templates = {kind: found[fn] for kind, fn in THINK_TEMPLATE_FUNCTIONS.items() if fn in found}
+    if "image" not in templates:
+        raise RewardError(
+            f"unifiedreward: {source} has no {THINK_TEMPLATE_FUNCTIONS['image']}() returning a string literal"
+        )
+    for kind, template in templates.items():
+        try:
+            fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+        except ValueError:
+            fields = set()
+        if fields != {"prompt"}:
+            raise RewardError(
+                f"unifiedreward: {source} {THINK_TEMPLATE_FUNCTIONS[kind]}() is not a template with only {{prompt}}"
+            )
+    return templates
+
+
 class UnifiedRewardReward(PairwiseReward):
     """UnifiedReward judge, pointwise or pairwise (see module docstring). Details: ``judge_text``."""
 
     name = "unifiedreward"
-    score_range = (0.0, 1.0)
     modalities = ("image", "video")  # a video is judged on sampled frames
 
     def __init__(
@@ -397,11 +524,14 @@ class UnifiedRewardReward(PairwiseReward):
         base_url: str | None = None,
         mode: str = "pointwise",
         template: str | None = None,
-        max_new_tokens: int = 512,
-        image_size: int | None = 512,
+        template_from: str | None = None,
+        max_new_tokens: int | None = None,
+        image_size: int | Literal["auto"] | None = "auto",
+        image_format: Literal["png", "jpeg"] | None = None,
+        resize_with: Literal["pillow", "torch"] = "pillow",
         video_frames: int = 8,
         fallback: float = 0.0,
-        parse: Literal["lenient", "flow_grpo"] = "lenient",
+        parse: Literal["lenient", "flow_grpo", "pref_grpo"] | None = None,
         both_orders: bool = False,
         backend: ChatBackend | None = None,
         **backend_options: Any,
@@ -411,18 +541,59 @@ class UnifiedRewardReward(PairwiseReward):
         if both_orders and mode != "pairwise":
             raise RewardError("unifiedreward: both_orders=true needs mode=pairwise")
         self.both_orders = bool(both_orders)
-        check_choice(self.name, "parse", parse, tuple(SCORE_PARSERS))
-        self.parse = parse
         self.mode, self.pairwise = mode, mode == "pairwise"
-        self.template = template or (PAIRWISE_TEMPLATE if self.pairwise else POINTWISE_TEMPLATE)
+        think = template_from is not None
+        if think and template is not None:
+            raise RewardError("unifiedreward: give template or template_from, not both")
+        if think and not self.pairwise:
+            raise RewardError(
+                "unifiedreward: template_from reads UnifiedReward-Think's pairwise template; set mode=pairwise"
+            )
+        parse = parse if parse is not None else ("pref_grpo" if think else "lenient")
+        check_choice(self.name, "parse", parse, PAIRWISE_PARSERS if self.pairwise else tuple(SCORE_PARSERS))
+        check_choice(self.name, "resize_with", resize_with, ("pillow", "torch"))
+        image_format = image_format if image_format is not None else ("jpeg" if think else "png")
+        check_choice(self.name, "image_format", image_format, ("png", "jpeg"))
+        if image_size == "auto":
+            image_size = None if think else 512
+        self.parse, self.image_format, self.resize_with = parse, image_format, resize_with
+        self.templates = read_think_templates(template_from) if think else {}
+        self.template = self.templates.get("image") or template
+        self.template = self.template or (PAIRWISE_TEMPLATE if self.pairwise else POINTWISE_TEMPLATE)
         if "{prompt}" not in self.template:
             raise RewardError("unifiedreward: template must contain {prompt}")
+        self.template_from = str(template_from) if think else None
         self.backend = backend or make_backend(model, base_url, self.name, **backend_options)
+        if max_new_tokens is None:
+            max_new_tokens = THINK_MAX_NEW_TOKENS if think else 512
         self.max_new_tokens, self.image_size, self.video_frames = max_new_tokens, image_size, video_frames
         self.fallback = fallback
 
+    @property
+    def score_range(self) -> tuple[float, float]:
+        # Flow-GRPO's parse never clips: X in [1, 6) gives X / 5 in [0.2, 1.2), the fallback 0
+        return (min(0.0, self.fallback), 1.2) if self.parse == "flow_grpo" else (0.0, 1.0)
+
     def _images(self, sample: torch.Tensor) -> list[np.ndarray]:
-        return sample_images(self.name, sample, self.image_size, self.video_frames)
+        images = sample_images(self.name, sample, self.image_size, self.video_frames, self.resize_with)
+        return [jpeg_round_trip(i) for i in images] if self.image_format == "jpeg" else images
+
+    def _pair_template(self, media: Any) -> tuple[str, str]:
+        """(template, noun) for one pair: UR-Think's video template and "Video" for video samples."""
+        if not self.templates or getattr(media, "ndim", 4) != 5:
+            return self.template, "Image"
+        if "video" not in self.templates:
+            raise RewardError(
+                f"unifiedreward: {self.template_from} has no {THINK_TEMPLATE_FUNCTIONS['video']}() for video samples"
+            )
+        return self.templates["video"], "Video"
+
+    def _score(self, value: float | None) -> float:
+        if value is None:
+            return self.fallback
+        if self.parse == "flow_grpo":
+            return value / 5.0  # Flow-GRPO: score / 5, not clipped
+        return min(max(value / 5.0, 0.0), 1.0)
 
     def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         media, _ = unwrap_video(media)
@@ -433,16 +604,19 @@ class UnifiedRewardReward(PairwiseReward):
         requests = [ChatRequest(self._images(s), self.template.format(prompt=p)) for s, p in zip(media, prompts)]
         texts = self.backend.generate(requests, self.max_new_tokens)
         values = [SCORE_PARSERS[self.parse](t) for t in texts]
-        scores = [self.fallback if v is None else min(max(v / 5.0, 0.0), 1.0) for v in values]
+        scores = [self._score(v) for v in values]
         return RewardOutput(
             scores=torch.tensor(scores, dtype=torch.float32),
             details={"judge_text": texts, "parsed": [v is not None for v in values]},
         )
 
     def compare(self, media_a: Any, media_b: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        template, noun = self._pair_template(media_a)
         requests = [
-            ChatRequest(self._images(a) + self._images(b), self.template.format(prompt=p))
+            ChatRequest(self._images(a) + self._images(b), template.format(prompt=p))
             for a, b, p in zip(media_a, media_b, prompts)
         ]
         texts = self.backend.generate(requests, self.max_new_tokens)
+        if self.parse == "pref_grpo":
+            return torch.tensor([parse_preference_pref_grpo(t, noun) for t in texts], dtype=torch.float32)
         return torch.tensor([parse_preference(t) for t in texts], dtype=torch.float32)

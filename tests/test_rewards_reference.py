@@ -495,7 +495,7 @@ def test_fast_path_keeps_the_geometry_and_stays_close(tiny_clip, tiny_openclip, 
         (
             "unifiedreward",
             {"parse": "flow-grpo"},
-            "reward_args.unifiedreward.parse: unifiedreward's parse must be one of 'lenient', 'flow_grpo'; got 'flow-grpo'",
+            "reward_args.unifiedreward.parse: unifiedreward's parse must be one of 'lenient', 'flow_grpo', 'pref_grpo' or null; got 'flow-grpo'",
         ),
     ],
 )
@@ -572,10 +572,13 @@ def test_jpeg_incompressibility_in_raw_kb_as_flow_grpo():
 @pytest.mark.parametrize(
     ("text", "value"),
     [
+        # yifan123/flow_grpo flow_grpo/rewards.py (94e23ee), _extract_scores: r"Final Score:\s*([1-5](?:\.\d+)?)"
         ("The image is fine.\nFinal Score: 4", 4.0),
         ("Final Score:3", 3.0),
-        ("Final Score: 4.5", 4.0),  # one digit only
-        ("Final Score: 10", 1.0),  # one digit only
+        ("Final Score: 4.5", 4.5),  # decimals kept
+        ("Final Score: 5.5", 5.5),  # a digit 1-5, then any decimals: not clipped
+        ("Final Score: 3.25/5", 3.25),
+        ("Final Score: 10", 1.0),  # the pattern stops after its first digit
         ("Final Score: 2. On reflection, Final Score: 5", 2.0),  # the first match
         ("final score: 4", None),  # case-sensitive
         ("**Final Score:** 4", None),  # the digit must follow the colon and spaces
@@ -591,14 +594,35 @@ def test_unifiedreward_flow_grpo_parse(text, value):
 
 
 def test_unifiedreward_with_flow_grpo_parsing():
-    replies = ["Final Score: 4.5", "final score: 5", "Final Score: 10"]
+    replies = ["Final Score: 4.5", "final score: 5", "Final Score: 10", "Final Score: 5.5"]
 
     class Judge:
         def generate(self, requests, max_new_tokens):
             return replies[: len(requests)]
 
     reward = build_reward("unifiedreward", parse="flow_grpo", backend=Judge())
-    out = reward(torch.rand(3, 3, 16, 16), ["a", "b", "c"], [{}] * 3)
-    assert out.scores.tolist() == pytest.approx([0.8, 0.0, 0.2])  # 4/5, unparsed -> 0, 1/5
-    lenient = build_reward("unifiedreward", backend=Judge())(torch.rand(3, 3, 16, 16), ["a", "b", "c"], [{}] * 3)
-    assert lenient.scores.tolist() == pytest.approx([0.9, 1.0, 1.0])  # 4.5/5, 5/5, 10/5 clipped
+    out = reward(torch.rand(4, 3, 16, 16), ["a", "b", "c", "d"], [{}] * 4)
+    # Flow-GRPO (flow_grpo/rewards.py, 94e23ee): score / 5, never clipped: 4.5/5, unparsed -> 0, 1/5, 5.5/5
+    assert out.scores.tolist() == pytest.approx([0.9, 0.0, 0.2, 1.1])
+    assert reward.score_range == (0.0, 1.2)
+    lenient = build_reward("unifiedreward", backend=Judge())(torch.rand(4, 3, 16, 16), ["a", "b", "c", "d"], [{}] * 4)
+    assert lenient.scores.tolist() == pytest.approx([0.9, 1.0, 1.0, 1.0])  # 4.5/5, 5/5, 10/5 and 5.5/5 clipped
+
+
+def test_unifiedreward_judge_image_is_resized_as_flow_grpo_does():
+    """Flow-GRPO (flow_grpo/rewards.py, 94e23ee, unifiedreward_score_sglang): uint8 rounding, then
+    ``Image.fromarray(image).resize((512, 512))`` (Pillow's default filter for RGB: bicubic), then PNG."""
+    seen = []
+
+    class Judge:
+        def generate(self, requests, max_new_tokens):
+            seen.extend(requests)
+            return ["Final Score: 3"] * len(requests)
+
+    images = torch.rand(2, 3, 20, 24, generator=torch.Generator().manual_seed(3))
+    build_reward("unifiedreward", parse="flow_grpo", image_size=16, backend=Judge())(images, ["a", "b"], [{}] * 2)
+    for request, pil in zip(seen, _pil(images)):
+        assert np.array_equal(request.images[0], np.asarray(pil.resize((16, 16))))
+    seen.clear()
+    build_reward("unifiedreward", image_size=16, resize_with="torch", backend=Judge())(images, ["a", "b"], [{}] * 2)
+    assert not all(np.array_equal(r.images[0], np.asarray(p.resize((16, 16)))) for r, p in zip(seen, _pil(images)))

@@ -514,3 +514,159 @@ def test_vlm_judge_on_a_tiny_qwen3_vl():
     alone = [reward(images[i : i + 1], prompts[i : i + 1], [{}]).scores.item() for i in range(2)]
     assert ((batched > 0) & (batched < 1)).all()
     assert batched.tolist() == pytest.approx(alone, abs=1e-4)  # left padding does not change P(yes)
+
+
+# ---------------------------------------------------------------------------------------------- UnifiedReward-Think
+
+# A stand-in for the user's copy of CodeGoat24/Pref-GRPO: fastvideo/rewards/templates.py holds the judge text
+# as functions returning a string literal (the authors' layout since 1dc528e); the text here is made up.
+_FAKE_TEMPLATES = '''
+def get_unifiedreward_think_image_template() -> str:
+    return """Compare Image 1 and Image 2 for the caption 「{prompt}」. <think>...</think> then <answer>."""
+
+
+def get_unifiedreward_think_video_template() -> str:
+    return """Compare Video 1 and Video 2 for 「{prompt}」."""
+
+
+def get_unifiedreward_image_template() -> str:
+    return "pointwise {prompt}"
+'''
+
+
+def _pref_grpo_copy(tmp_path, text=_FAKE_TEMPLATES):
+    folder = tmp_path / "Pref-GRPO" / "fastvideo" / "rewards"
+    folder.mkdir(parents=True)
+    (folder / "templates.py").write_text(text + "\nraise SystemExit('must not be run')\n")
+    return tmp_path / "Pref-GRPO"
+
+
+class _CannedJudge:
+    """Replies from a list, in order, recording requests and max_new_tokens."""
+
+    def __init__(self, replies):
+        self.replies, self.requests, self.max_new_tokens = list(replies), [], []
+
+    def generate(self, requests, max_new_tokens):
+        self.requests += requests
+        self.max_new_tokens.append(max_new_tokens)
+        out, self.replies = self.replies[: len(requests)], self.replies[len(requests) :]
+        return out
+
+
+@pytest.mark.parametrize(
+    ("text", "p"),
+    [
+        # CodeGoat24/Pref-GRPO fastvideo/rewards/unifiedreward_think.py (3e787f6): the first <answer>, stripped;
+        # "Image 1 is better" in it wins, else "Image 2 is better", else a tie; no <answer> tag: a tie
+        ("<think>a</think>\n<answer> Image 1 is better </answer>", 1.0),
+        ("<think>a</think><answer>Image 2 is better</answer>", 0.0),
+        ("<think>Image 1 is better</think> Image 2 is better", 0.5),  # no tag: a tie (lenient: 0)
+        ("<think>" + "x " * 50, 0.5),  # cut off by max_new_tokens: a tie
+        ("<answer>image 1 is better</answer>", 0.5),  # case-sensitive
+        ("<answer>Image 1 is better. Image 2 is better</answer>", 1.0),  # "Image 1" is checked first
+        ("<answer>Image 2 is better</answer><answer>Image 1 is better</answer>", 0.0),  # the first tag
+    ],
+)
+def test_pref_grpo_verdict_by_hand(text, p):
+    from flowrl.reward_models.vlm import parse_preference_pref_grpo
+
+    assert parse_preference_pref_grpo(text) == p
+
+
+def test_unifiedreward_think_reads_the_authors_template_and_counts_untagged_replies_as_ties(tmp_path):
+    root = _pref_grpo_copy(tmp_path)
+    judge = _CannedJudge(
+        [
+            "<think>1 wins</think><answer>Image 1 is better</answer>",  # (0, 1)
+            "Image 2 is better",  # (0, 2): no <answer>, a tie
+            "<think>..</think><answer>Image 1 is better</answer>",  # (1, 2)
+        ]
+    )
+    reward = build_reward("unifiedreward", mode="pairwise", template_from=str(root), backend=judge)
+    images = torch.rand(3, 3, 20, 24, generator=torch.Generator().manual_seed(0))
+    out = reward(images, ["a red cube"] * 3, [{}] * 3)
+    # wins: 0: 1 + 0.5, 1: 0 + 1, 2: 0.5 + 0 over two games each
+    assert out.scores.tolist() == pytest.approx([0.75, 0.5, 0.25])
+    expected = "Compare Image 1 and Image 2 for the caption 「a red cube」. <think>...</think> then <answer>."
+    assert [r.text for r in judge.requests] == [expected] * 3
+    assert judge.max_new_tokens == [4096]  # the authors' client asks for up to 4096 new tokens
+    first = judge.requests[0].images[0]  # not resized; the JPEG q95 the authors' client sends, decoded
+    assert first.shape == (20, 24, 3)
+    pixels = (images[0] * 255).round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0).numpy()
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=95)
+    assert np.array_equal(first, np.asarray(Image.open(io.BytesIO(buffer.getvalue())).convert("RGB")))
+    # explicit settings still win
+    again = build_reward(
+        "unifiedreward", mode="pairwise", template_from=str(root / "fastvideo" / "rewards" / "templates.py"),
+        max_new_tokens=64, image_size=16, image_format="png", backend=_CannedJudge(["x"] * 3),
+    )  # fmt: skip
+    again(images, ["p"] * 3, [{}] * 3)
+    assert again.backend.max_new_tokens == [64] and again.backend.requests[0].images[0].shape == (16, 16, 3)
+
+
+def test_unifiedreward_think_videos_use_the_video_template(tmp_path):
+    judge = _CannedJudge(["<answer>Video 2 is better</answer>"])
+    reward = build_reward(
+        "unifiedreward", mode="pairwise", template_from=str(_pref_grpo_copy(tmp_path)), video_frames=2, backend=judge
+    )
+    out = reward(torch.rand(2, 5, 3, 8, 8), ["p", "p"], [{}, {}])
+    assert out.scores.tolist() == pytest.approx([0.0, 1.0])
+    assert judge.requests[0].text == "Compare Video 1 and Video 2 for 「p」." and len(judge.requests[0].images) == 4
+
+
+@pytest.mark.parametrize(
+    ("setup", "kwargs", "message"),
+    [
+        (None, {}, r"template_from='.*missing' does not exist"),
+        ("empty", {}, r"has no fastvideo/rewards/templates\.py; is it a copy of github\.com/CodeGoat24/Pref-GRPO\?"),
+        ("other", {}, r"has no get_unifiedreward_think_image_template\(\) returning a string literal"),
+        ("fields", {}, r"get_unifiedreward_think_image_template\(\) is not a template with only \{prompt\}"),
+        ("ok", {"mode": "pointwise"}, r"template_from reads UnifiedReward-Think's pairwise template; set mode="),
+        ("ok", {"template": "{prompt}"}, r"give template or template_from, not both"),
+        ("ok", {"parse": "flow_grpo"}, r"parse='flow_grpo'; allowed: lenient, pref_grpo"),
+    ],
+)
+def test_unifiedreward_think_errors_are_one_line(tmp_path, setup, kwargs, message):
+    if setup is None:
+        root = tmp_path / "missing"
+    elif setup == "empty":
+        root = tmp_path / "empty"
+        root.mkdir()
+    elif setup == "other":
+        root = _pref_grpo_copy(tmp_path, "def get_unifiedreward_image_template():\n    return '{prompt}'\n")
+    elif setup == "fields":
+        root = _pref_grpo_copy(tmp_path, "def get_unifiedreward_think_image_template():\n    return '{prompt} {x}'\n")
+    else:
+        root = _pref_grpo_copy(tmp_path)
+    options = {"mode": "pairwise", **kwargs}
+    with pytest.raises(RewardError, match=message) as info:
+        build_reward("unifiedreward", template_from=str(root), backend=_CannedJudge([]), **options)
+    assert "\n" not in str(info.value) and str(info.value).startswith("unifiedreward: ")
+
+
+class _ThinkServer(JsonHandler):
+    """A served UR-Think: answers without an <answer> tag once, then with one; records max_tokens."""
+
+    bodies: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        type(self).bodies.append(body)
+        content = "<think>long</think>" if len(type(self).bodies) == 1 else "<answer>Image 2 is better</answer>"
+        self._send(200, {"choices": [{"message": {"content": content}}]})
+
+
+def test_unifiedreward_think_against_an_openai_endpoint(tmp_path):
+    _ThinkServer.bodies = []
+    with serve(_ThinkServer) as url:
+        reward = build_reward(
+            "unifiedreward", mode="pairwise", template_from=str(_pref_grpo_copy(tmp_path)), base_url=url,
+            model="UnifiedReward-Think", concurrency=1,
+        )  # fmt: skip
+        out = reward(torch.rand(3, 3, 8, 8), ["q"] * 3, [{}] * 3)
+    # (0, 1) a tie, (0, 2) and (1, 2) won by the second: 0: 0.5 + 0, 1: 0.5 + 0, 2: 1 + 1
+    assert out.scores.tolist() == pytest.approx([0.25, 0.25, 1.0])
+    assert [b["max_tokens"] for b in _ThinkServer.bodies] == [4096] * 3
+    assert "「q」" in _ThinkServer.bodies[0]["messages"][0]["content"][-1]["text"]
