@@ -207,6 +207,20 @@ def test_default_options_are_the_released_settings():
     assert (o.baseline_noise, o.balance_pool) == ("shared", "batch")
 
 
+def test_the_sd35m_recipe_carries_the_authors_launch_settings():
+    """YunzeTong/TurningPoint-GRPO 994d26a: scripts/multi_node/common_op3.sh (BETA=0.0001 on 32 processes) over
+    config/my_grpo.py pickscore_sd3_fast_op3: train_batch_size 9, 24 images a prompt, num_batches_per_epoch =
+    48 / (32 x 9 / 24) = 4, so 32 x 9 x 4 = 1152 samples (48 prompts) an epoch, gradient_accumulation_steps =
+    4 // 2 = 2 rollout batches: two optimizer steps an epoch."""
+    cfg = resolve_config("sd35m-tp-grpo")
+    s, t, o = cfg.sample, cfg.train, build_method(cfg).options
+    assert t.beta == 1e-4
+    assert s.prompts_per_iteration * s.group_size == 1152 and t.optimizer_steps_per_iteration == 2
+    assert s.batch_size == 9 and (1152 // 32) % s.batch_size == 0  # 4 rollout batches of 9 per GPU: the pools
+    assert (o.balance_pool, o.baseline_noise, o.noise_level, o.eta) == ("batch", "independent", 0.7, 1.0)
+    assert (t.clip_range, t.global_std, t.learning_rate) == (1e-5, False, 3e-4)
+
+
 @pytest.mark.parametrize("option, message", [
     ("method.options.eta=-1", "method.options.eta: must be > 0"),
     ("method.options.noise_level=0", "method.options.noise_level: must be > 0"),
