@@ -55,6 +55,24 @@ def clip_advantages(adv: torch.Tensor, max_abs: float) -> torch.Tensor:
     return adv.clamp(-max_abs, max_abs)
 
 
+def batch_zscore(adv: torch.Tensor, eps: float = 1e-8, unbiased: bool = True) -> torch.Tensor:
+    """GDPO's batch re-normalisation, as Pref-GRPO's ``--apply_gdpo`` runs it: (a - mean) / (std + eps) over
+    all N samples of the iteration (every process's), with the sample std and eps 1e-8 as the authors'
+    ``compute_weighted_advantages``; clipping comes after it.
+
+    adv: (N,) or (N, T); an (N, T) tensor is normalised per transition (column), as ``group_zscore`` treats
+    trailing indices. An entry that is exactly 0 stays 0: a flat group's 0 (or an entry without credit)
+    would otherwise become -mean / std, float noise for group-centred advantages (whose mean is 0 up to
+    rounding), and the trainer drops the rows whose advantage is 0. Fewer than 2 samples: zeros.
+    Returns (N,) or (N, T) fp32.
+    """
+    x = adv.float()
+    if x.shape[0] < 2:
+        return torch.zeros_like(x)
+    std = x.std(dim=0, correction=1 if unbiased else 0)
+    return torch.where(x == 0, 0.0, (x - x.mean(dim=0)) / (std + eps))
+
+
 def zero_std_ratio(rewards: torch.Tensor, group_ids: torch.Tensor) -> float:
     """Fraction of groups whose rewards are all equal (they carry no learning signal).
 

@@ -198,6 +198,14 @@ class TrainConfig:
     beta: float = 0.004  # KL weight, exact per-element Gaussian KL (= Flow-GRPO code beta 0.04 x |dt| 0.1)
     global_std: bool = True  # normalise by the std of all rewards (True) or of each group (False)
     std_eps: float = 1e-4  # group advantage (r - mean) / (std + std_eps)
+    # GDPO (Pref-GRPO's --apply_gdpo): the method's advantages z-scored again over the whole iteration, all
+    # processes together (sample std, eps 1e-8; each transition's column on its own; a 0 stays 0), then clipped
+    # to adv_clip_max
+    batch_renorm: bool = False
+    # GRPO-Guard's RatioNorm (Pref-GRPO's --rationorm) on the PPO ratio of Flow-GRPO and every method built on
+    # its loss: (log-ratio + mean_d (mu - mu_old)^2 / (2 s^2)) s, the clipped loss divided by |dt|; needs a
+    # Gaussian step (flow_sde, dance_sde); the rollout keeps each transition's mean
+    ratio_norm: bool = False
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
     gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
     # keep the rollout's stored states (the latents of the transitions that train) on the CPU until the update
@@ -352,7 +360,7 @@ class Config:
         for name in self.reward_args:
             if name not in self.reward and name not in (self.eval_reward or {}):
                 raise ConfigError(f"reward_args.{name}: no reward named {name!r} is configured")
-        from flowrl.methods import check_method_name
+        from flowrl.methods import check_method_name, method_class
 
         try:
             check_method_name(self.method.name)
@@ -362,6 +370,9 @@ class Config:
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
+        if self.train.ratio_norm and not hasattr(method_class(self.method.name), "policy_loss"):
+            raise ConfigError(f"train.ratio_norm: method {self.method.name} has no clipped PPO ratio to normalise "
+                              "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)")
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 

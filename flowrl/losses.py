@@ -38,6 +38,30 @@ def ppo_clip_from_log_ratio(log_ratio: torch.Tensor, advantages: torch.Tensor, c
     return PolicyLossOutput(loss, ratio.detach(), clip_frac, approx_kl)
 
 
+def ratio_norm_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mean: torch.Tensor,
+                         old_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """GRPO-Guard's RatioNorm log-ratio (arXiv 2510.22319; ``specs/flow_grpo_core.md`` §1.8), (B,):
+
+    (log π_θ - log π_old + b)·s with b = mean_d (μ_θ - μ_old)² / (2 s²), per sample (the official script
+    averages b over the whole micro-batch, a defect). With x' = μ_old + s ε it is mean_d[(μ_θ - μ_old)·ε]:
+    no step-dependent bias (ratio mean below 1 at low-noise steps) and no step-dependent scale.
+    mean, old_mean: (B, ...); log_prob, old_log_prob, std: (B,).
+    """
+    dims = tuple(range(1, mean.ndim))
+    bias = (mean - old_mean).pow(2).mean(dim=dims) / (2 * std**2)
+    return (log_prob - old_log_prob + bias) * std
+
+
+def ratio_norm_clip_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mean: torch.Tensor,
+                         old_mean: torch.Tensor, std: torch.Tensor, advantages: torch.Tensor, clip_range: float,
+                         dt: float) -> PolicyLossOutput:
+    """The clipped surrogate of the RatioNorm ratio, divided by the step's |Δt| (GRPO-Guard's official script
+    and Pref-GRPO's ``--rationorm`` both divide; Flow-Factory does not)."""
+    log_ratio = ratio_norm_log_ratio(log_prob, old_log_prob, mean, old_mean, std)
+    out = ppo_clip_from_log_ratio(log_ratio, advantages, clip_range)
+    return PolicyLossOutput(out.loss / abs(dt), out.ratio, out.clip_frac, out.approx_kl)
+
+
 def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Exact KL( N(mean, s^2 I) || N(ref_mean, s^2 I) ) per element, averaged over non-batch dims:
 

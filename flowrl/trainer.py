@@ -26,7 +26,7 @@ import torch
 from flowrl import checkpoint as ckpt
 from flowrl import latents
 from flowrl import runs, sharding, trackers
-from flowrl.advantages import zero_std_ratio
+from flowrl.advantages import batch_zscore, clip_advantages, zero_std_ratio
 from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
 from flowrl.data import GroupSampler, load_eval_prompts, load_train_prompts, uses_negatives
 from flowrl.interrupts import Interrupted, StopSignals
@@ -901,6 +901,8 @@ class Trainer:
             scores, comps = scored.final, scored.components
             with timed(metrics, "advantage"):
                 adv_all = self.method.credit(scored.columns, group_ids)
+                if self.cfg.train.batch_renorm:  # GDPO: the whole iteration's advantages z-scored again, then clipped
+                    adv_all = clip_advantages(batch_zscore(adv_all), self.cfg.train.adv_clip_max)
             metrics.update({f"method/{k}": v for k, v in self.method.metrics().items()})
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()

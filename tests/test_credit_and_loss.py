@@ -56,3 +56,46 @@ def test_gaussian_kl_matches_torch_distributions():
         p = torch.distributions.Normal(mean[b], std[b])
         q = torch.distributions.Normal(ref[b], std[b])
         assert kl[b].item() == pytest.approx(torch.distributions.kl_divergence(p, q).mean().item(), rel=1e-5)
+
+
+def test_gdpo_z_scores_the_weighted_sum_of_group_z_scores_again_over_the_batch(tmp_path):
+    """Pref-GRPO's --apply_gdpo (CodeGoat24/Pref-GRPO, fastvideo/rewards/dispatcher.py
+    compute_weighted_advantages, commit 3e787f6): each reward z-scored within its group (sample std, eps 1e-8),
+    the weighted sum, then (A - mean) / (std + 1e-8) over the whole gathered batch (sample std), and the
+    clamp to ±adv_clip_max only after it (fastvideo/train_flux.py)."""
+    from flowrl.advantages import batch_zscore
+    from flowrl.config import resolve_config
+    from flowrl.methods import build_method
+
+    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "method.name=pref_grpo", "train.batch_renorm=true",
+                                      "reward={jpeg_compressibility: 0.4, aesthetic: 0.6}"])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    # reward 1: group 0 [1, 2, 3] -> z [-1, 0, 1] (mean 2, std 1); group 1 [5, 3, 4] -> [1, -1, 0]
+    # reward 2: group 0 [7, 8, 6] -> [0, 1, -1]; group 1 [2, 2, 2] flat -> 0
+    r1, r2 = torch.tensor([1.0, 2.0, 3.0, 5.0, 3.0, 4.0]), torch.tensor([7.0, 8.0, 6.0, 2.0, 2.0, 2.0])
+    total = build_method(cfg).credit({"final": 0.4 * r1 + 0.6 * r2, "final/jpeg_compressibility": r1,
+                                      "final/aesthetic": r2}, groups)
+    # 0.4 z1 + 0.6 z2 = [-0.4, 0.6, -0.2, 0.4, -0.4, 0]: unclipped (the clip follows GDPO), mean 0,
+    # sample variance (0.16 + 0.36 + 0.04 + 0.16 + 0.16) / 5 = 0.176
+    torch.testing.assert_close(total, torch.tensor([-0.4, 0.6, -0.2, 0.4, -0.4, 0.0]))
+    std = math.sqrt(0.176)
+    want = [-0.4 / std, 0.6 / std, -0.2 / std, 0.4 / std, -0.4 / std, 0.0]  # [-0.9535, 1.4302, ...]
+    assert batch_zscore(total).tolist() == pytest.approx(want, rel=1e-5)
+
+
+def test_batch_zscore_by_hand():
+    from flowrl.advantages import batch_zscore
+
+    # (N, T): each column on its own. Column 0 [1, -1, 0]: mean 0, std 1; column 1 [0, 2, -2]: std 2
+    adv = torch.tensor([[1.0, 0.0], [-1.0, 2.0], [0.0, -2.0]])
+    torch.testing.assert_close(batch_zscore(adv), torch.tensor([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]]))
+    # a nonzero mean: [3, 1, 0, 2] has mean 1.5 and sample std sqrt(5 / 3); the 0 (no signal) stays 0
+    s = math.sqrt(5 / 3)
+    assert batch_zscore(torch.tensor([3.0, 1.0, 0.0, 2.0])).tolist() == pytest.approx([1.5 / s, -0.5 / s, 0.0, 0.5 / s])
+    # one outlier among 36: [35, -1 x 35] has mean 0 and sample std sqrt(36) = 6, so 35 / 6 = 5.83 before
+    # the clip to 5 that follows (clipping first would give another result)
+    x = torch.tensor([35.0] + [-1.0] * 35)
+    z = batch_zscore(x)
+    assert float(z[0]) == pytest.approx(35 / 6) and float(z[1]) == pytest.approx(-1 / 6)
+    assert float(clip_advantages(z, 5.0)[0]) == 5.0
+    assert torch.equal(batch_zscore(torch.zeros(4)), torch.zeros(4))  # every group flat: no NaN

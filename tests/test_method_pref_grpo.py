@@ -160,3 +160,100 @@ def test_two_processes_give_one_processs_win_rates(tmp_path):
     for a, b in zip(one, two):
         for key in ("method/pref/win_rate_std", "cost/reward_calls"):
             assert a[key] == pytest.approx(b[key], rel=1e-6)
+
+
+# ------------------------------------------------------------------ the authors' switches, for every method
+SKIP = ("timing_s/", "throughput/", "memory/")
+
+
+def _run(tmp_path, *overrides) -> list[dict]:
+    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "train.iterations=2", *overrides])
+    return Trainer(cfg).train()
+
+
+def _same(a: list[dict], b: list[dict]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert ({k: v for k, v in x.items() if not k.startswith(SKIP)}
+                == {k: v for k, v in y.items() if not k.startswith(SKIP)})
+
+
+def test_ratio_norm_on_flow_grpo_is_grpo_guard(tmp_path, one_thread):
+    """``train.ratio_norm`` makes Flow-GRPO's loss GRPO-Guard's: the same run, metric for metric."""
+    _same(_run(tmp_path / "a", "method.name=flow_grpo", "train.ratio_norm=true"),
+          _run(tmp_path / "b", "method.name=grpo_guard"))
+
+
+@pytest.mark.parametrize("method", ["pref_grpo", "g2rpo"])
+def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_thread, method):
+    """The rollout keeps each transition's mean; on-policy the RatioNorm ratio is 1 and the loss is
+    -mean(A) / |Δ_j| (CodeGoat24/Pref-GRPO fastvideo/train_flux.py --rationorm, commit 3e787f6: the bias per
+    sample, the scale the step's std, the policy loss divided by sqrt(|dt|)^2)."""
+    tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, f"method.name={method}",
+                                             "train.ratio_norm=true"]))
+    ctx = tr.context(0)
+    b = tr.collect(0, ctx)[0][0]
+    assert b.traj.means is not None and b.traj.means.shape[:2] == b.traj.log_probs.shape
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.25])
+    for j in b.traj.plan.trained_indices:
+        out = tr.method.transition_loss(ctx, b.traj, j, b.cond, adv)
+        dt = float(b.traj.plan.sigma[j] - b.traj.plan.sigma_next[j])
+        assert float(out.ratio_mean) == pytest.approx(1.0, abs=1e-6)
+        assert float(out.loss.detach()) == pytest.approx(-float(adv.mean()) / dt, rel=1e-5)
+
+
+def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
+    for overrides, message in (
+        (["method.name=ram"], "train.ratio_norm: method ram has no clipped PPO ratio"),
+        (["method.name=flow_grpo", "sample.sde_type=cps"], "sample.sde_type: flow_grpo needs a Gaussian step"),
+        (["method.name=tp_grpo"], "method.options.sde_type: tp_grpo needs a Gaussian step"),  # CPS by default
+    ):
+        with pytest.raises(ConfigError) as err:
+            build_method(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "train.ratio_norm=true", *overrides]))
+        assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
+    """``train.batch_renorm`` z-scores the method's advantages over the iteration before the clip, in the
+    trainer (so for every method); the update gets exactly clip(batch_zscore(credit))."""
+    from flowrl.advantages import batch_zscore
+
+    # a pairwise judge's win rates at 0.4 and a pointwise score at 0.6, as the authors' UR-Think 0.4 + CLIP 0.6
+    tr = Trainer(_cfg(tmp_path, "reward={'pairwise_rewards:Brighter': 0.4, jpeg_compressibility: 0.6}",
+                      "train.iterations=1",
+                      "train.batch_renorm=true", "train.ratio_norm=true", "sample.same_noise_in_group=true"))
+    seen = {}
+    update, credit = tr.update, tr.method.credit
+
+    def spy_credit(columns, group_ids):
+        seen["credit"] = credit(columns, group_ids)
+        return seen["credit"]
+
+    def spy_update(batches, adv_all, *args, **kwargs):
+        seen["adv"] = adv_all
+        return update(batches, adv_all, *args, **kwargs)
+
+    tr.method.credit, tr.update = spy_credit, spy_update
+    (row,) = tr.train()
+    torch.testing.assert_close(seen["adv"], batch_zscore(seen["credit"]).clamp(-5, 5), rtol=0, atol=0)
+    assert float(seen["adv"].std()) == pytest.approx(1.0, rel=1e-5)  # the batch's sample std, before any clip
+    assert row["policy/onpolicy_logp_diff"] <= 1e-4
+
+
+def test_shared_noise_is_one_draw_per_group_on_any_number_of_processes(tmp_path):
+    """Pref-GRPO's --init_same_noise (fastvideo/train_flux.py: one draw for a rollout's whole group):
+    ``sample.same_noise_in_group`` gives every member of a group the same initial noise, different groups
+    different noise, and two processes' shares are the one process's rows."""
+    from flowrl.data import GroupSampler
+
+    tr = Trainer(_cfg(tmp_path, "sample.same_noise_in_group=true"))
+    s = tr.cfg.sample
+    one = tr.sampler.iteration(3)
+    noise = tr._initial_noise(3, one)  # (8, C, H, W): 2 groups of 4
+    for g in one.group_ids.unique():
+        members = noise[one.group_ids == g]
+        assert all(torch.equal(members[0], m) for m in members[1:])
+    assert not torch.equal(noise[one.group_ids == 0][0], noise[one.group_ids == 1][0])
+    shares = [GroupSampler(len(tr.prompts), s.prompts_per_iteration, s.group_size, tr.cfg.seed, 2, r).iteration(3)
+              for r in (0, 1)]
+    assert torch.equal(torch.cat([tr._initial_noise(3, share) for share in shares]), noise)

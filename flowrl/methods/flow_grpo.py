@@ -4,6 +4,10 @@ On the method seam (``flowrl.methods.base``): ``explore`` walks the step plan (`
 noise level, window) from the batch's noise; ``credit`` normalises the final reward within groups;
 ``transition_loss`` is the clipped ratio of the recomputed log-prob plus beta times the exact Gaussian KL
 to the reference. Other methods subclass it and replace one of these.
+
+``train.ratio_norm`` swaps the ratio for GRPO-Guard's RatioNorm (``flowrl.losses.ratio_norm_clip_loss``) in
+this method and every method that inherits ``policy_loss`` (Pref-GRPO, TP-GRPO, DenseGRPO, G²RPO, E-GRPO;
+GRPO-Guard is Flow-GRPO with it always on): the rollout then keeps each transition's mean.
 """
 
 from __future__ import annotations
@@ -13,16 +17,35 @@ from collections.abc import Callable
 import torch
 
 from flowrl.advantages import clip_advantages, group_advantages
-from flowrl.losses import PolicyLossOutput, gaussian_kl, ppo_clip_loss
+from flowrl.config import ConfigError
+from flowrl.losses import PolicyLossOutput, gaussian_kl, ppo_clip_loss, ratio_norm_clip_loss
 from flowrl.methods.base import Context, Experience, Method, PromptBatch, TransitionLoss
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan
 from flowrl.rollout import Trajectory
 from flowrl.sde import StepOutput
 
+# the step kinds whose log-prob is an exact Gaussian with a mean and a std (RatioNorm needs both)
+GAUSSIAN_KINDS = ("flow_sde", "dance_sde")
+
 
 class FlowGRPO(Method):
     name = "flow_grpo"
+    # GRPO-Guard's RatioNorm on the clipped ratio: on with ``train.ratio_norm``, or always (GRPO-Guard)
+    ratio_norm = False
+
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.ratio_norm = self.ratio_norm or cfg.train.ratio_norm
+        if self.ratio_norm:
+            # a method that picks its own step kind (G²RPO, E-GRPO: method.options.sde_type) is checked on it
+            own = hasattr(self.options, "sde_type")
+            kind = self.options.sde_type if own else cfg.sample.sde_type
+            if kind not in GAUSSIAN_KINDS:
+                raise ConfigError(f"{'method.options' if own else 'sample'}.sde_type: {self.name} needs a Gaussian "
+                                  f"step with an exact log-prob for RatioNorm ({', '.join(GAUSSIAN_KINDS)}), "
+                                  f"got {kind!r}")
+            self.keep_means = True
 
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
         """The batch's step plan; a window start is drawn from the stream ("plan", batch position)."""
@@ -58,8 +81,15 @@ class FlowGRPO(Method):
 
     def policy_loss(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor) -> PolicyLossOutput:
         """The clipped surrogate of transition ``j`` given its recomputed step ``new`` (a loss variant
-        replaces only this)."""
-        return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, self.cfg.train.clip_range)
+        replaces only this); with RatioNorm, of the corrected ratio and divided by |Δ_j|."""
+        clip_range = self.cfg.train.clip_range
+        if not self.ratio_norm:
+            return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, clip_range)
+        if traj.means is None:
+            raise RuntimeError(f"train.ratio_norm: method {self.name}'s rollout kept no transition means")
+        dt = float(traj.plan.sigma[j] - traj.plan.sigma_next[j])
+        return ratio_norm_clip_loss(new.log_prob, traj.log_probs[:, j], new.mean, traj.means[:, j].to(new.mean.device),
+                                    new.std, advantages, clip_range, dt)
 
     def assemble(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor,
                  reference_mean: Callable[[], torch.Tensor]) -> TransitionLoss:

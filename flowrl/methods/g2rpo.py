@@ -117,7 +117,7 @@ class G2RPO(FlowGRPO):
                              batch.group_ids[first], None)  # (n, T+1): one ODE trajectory per group
         plan = self.branch_plan(sigmas)
         self.num_branches = len(plan)
-        inputs, outputs, log_probs, scored = [], [], [], []
+        inputs, outputs, log_probs, means, scored = [], [], [], [], []
         for k, (start, end) in enumerate(self.branches(sigmas)):
             a_k = anchor.states[:, start]
             with torch.no_grad():
@@ -126,12 +126,13 @@ class G2RPO(FlowGRPO):
             inputs.append(a_k.index_select(0, rows.to(a_k.device)))
             outputs.append(out.x_next)
             log_probs.append(out.log_prob)
+            means.append(out.mean)  # kept for train.ratio_norm (keep_means)
             for lam in self.options.granularities:
                 tail = ode_tail(sigmas, end, lam)
                 scored.append(ctx.rollout(tail.plan, out.x_next, batch.cond, batch.group_ids, None).final
                               if len(tail.plan) else out.x_next)
         traj = Trajectory(torch.stack(inputs, 1), torch.stack(log_probs, 1), batch.group_ids, plan,
-                          next_states=torch.stack(outputs, 1))
+                          next_states=torch.stack(outputs, 1), means=torch.stack(means, 1) if self.keep_means else None)
         score = {"final": scored[0]}
         if len(scored) > 1:
             score["branch"] = torch.stack(scored[1:], 1)  # (B, K·L - 1, C, H, W)

@@ -13,6 +13,12 @@ Flow-GRPO's rollouts and clipped loss, with two changes:
   trains its own draw of the plan's trained transitions (``Trajectory.row_mask``), and the update
   forwards only the rows that train each transition.
 
+The authors' scripts (``scripts/_common_finetune.sh`` since 2026-02) also switch on three things flowrl has
+for every method: ``--apply_gdpo`` is ``train.batch_renorm`` (the weighted sum z-scored again over the whole
+gathered batch, then clipped: this credit then leaves the clip to the trainer), ``--rationorm`` is
+``train.ratio_norm`` (GRPO-Guard's ratio, the loss divided by |dt|) and ``--init_same_noise`` is
+``sample.same_noise_in_group``; ``sd35m-pref-grpo`` turns all three on.
+
 The mean win rate is always 1/2, so judge progress by an absolute held-out reward (``eval_reward``).
 """
 
@@ -94,7 +100,9 @@ class PrefGRPO(FlowGRPO):
             all_rates = torch.cat(rates)
             self._metrics = {"pref/win_rate_mean": float(all_rates.mean()),
                              "pref/win_rate_std": float(all_rates.std(unbiased=False))}
-        return clip_advantages(total, t.adv_clip_max)
+        # with GDPO (train.batch_renorm) the trainer z-scores the sum over the iteration and clips after it, as
+        # the authors' code clamps only after GDPO
+        return total if t.batch_renorm else clip_advantages(total, t.adv_clip_max)
 
     def metrics(self) -> dict[str, float]:
         return dict(self._metrics)
