@@ -137,14 +137,17 @@ def test_bad_options_are_one_line_errors(tmp_path):
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo on linux")
-def test_two_processes_give_one_processs_win_rates(tmp_path):
-    """The pairwise judge sees whole groups on each process: the same win rates, advantages and losses."""
+@pytest.mark.parametrize("switches", [[], ["train.batch_renorm=true", "train.ratio_norm=true",
+                                           "sample.same_noise_in_group=true"]], ids=["plain", "authors-switches"])
+def test_two_processes_give_one_processs_win_rates(tmp_path, switches):
+    """The pairwise judge sees whole groups on each process: the same win rates, advantages and losses; with
+    GDPO (over the gathered iteration), RatioNorm and shared initial noise as well."""
     import subprocess
 
     from test_distributed import ENV, TORCHRUN, _assert_same_metrics
 
     env = {**ENV, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), ENV.get("PYTHONPATH", "")])}
-    common = [*SMALL, "method.name=pref_grpo", *PAIRWISE, "train.iterations=2", "log.monitors=false"]
+    common = [*SMALL, "method.name=pref_grpo", *PAIRWISE, "train.iterations=2", "log.monitors=false", *switches]
 
     def run(command, out):
         done = subprocess.run([*command, f"output_dir={out}", *common], env=env, capture_output=True, text=True,
@@ -257,3 +260,12 @@ def test_shared_noise_is_one_draw_per_group_on_any_number_of_processes(tmp_path)
     shares = [GroupSampler(len(tr.prompts), s.prompts_per_iteration, s.group_size, tr.cfg.seed, 2, r).iteration(3)
               for r in (0, 1)]
     assert torch.equal(torch.cat([tr._initial_noise(3, share) for share in shares]), noise)
+
+
+def test_resume_with_the_authors_switches_repeats_the_uninterrupted_run(tmp_path, one_thread):
+    switches = [*PAIRWISE, "train.batch_renorm=true", "train.ratio_norm=true", "sample.same_noise_in_group=true",
+                "log.save_every=1"]
+    full = _run(tmp_path / "full", "method.name=pref_grpo", *switches, "train.iterations=3")
+    _run(tmp_path / "part", "method.name=pref_grpo", *switches, "train.iterations=1")
+    resumed = _run(tmp_path / "part", "method.name=pref_grpo", *switches, "train.iterations=3", "resume=latest")
+    _same(full[1:], resumed)
