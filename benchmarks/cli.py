@@ -376,7 +376,13 @@ def _add_unigenbench(sub: Any) -> None:
         help="asks per image while the reply does not parse (official 11, lenient 3)",
     )
     j.add_argument("--timeout", type=float, default=600.0, help="seconds per call")
-    j.add_argument("--retries", type=int, default=3, help="retries per failed call (backoff doubling from 2 s)")
+    j.add_argument(
+        "--retries",
+        type=int,
+        default=None,
+        help="retries per failed call (backoff doubling from 2 s; default 9 official, i.e. the official "
+        "client's 10 tries, 3 lenient)",
+    )
     j.add_argument("--concurrency", type=int, default=8, help="calls in flight to the endpoint")
     j.add_argument("--judge-dtype", default="bf16", help="local judge weights: fp32 | fp16 | bf16")
     j.add_argument("--device", default=None, help="local judge device (default: cuda when available)")

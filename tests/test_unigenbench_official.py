@@ -270,7 +270,7 @@ REPLIES = {
     (1, 0): ["<analysis>['x', 'y', 'z']</analysis><score>[1, 1.0, 2]</score>"],
     (1, 1): ["<analysis>['x', 'y', 'z']</analysis><score>(0, 1, '1')</score>"],
     (1, 2): ["<analysis>['x', 'y', 'z']</analysis><score>[1, 1, 1]</score><score>[0, 0, 0]</score>"],
-    (1, 3): [500],
+    (1, 3): [500, "<analysis>['x', 'y', 'z']</analysis><score>[0, 0, 1]</score>"],  # a failed call, asked again
 }
 
 
@@ -324,7 +324,7 @@ def test_official_round_trip_counts_requests_and_labels(official, images, server
     assert main(judge_argv(official, images, out, server)) == 0
     printed = capsys.readouterr().out
     assert OfficialServer.calls == {(0, 0): 1, (0, 1): 3, (0, 2): 11, (0, 3): 1, (1, 0): 1, (1, 1): 1, (1, 2): 1,
-                                    (1, 3): 1}  # fmt: skip
+                                    (1, 3): 2}  # fmt: skip
     body = OfficialServer.bodies[0]
     assert set(body) == {"model", "messages", "do_sample", "max_tokens"}  # no temperature
     assert body["do_sample"] is False and body["max_tokens"] == 4096 and body["model"] == "QwenVL"
@@ -342,12 +342,14 @@ def test_official_round_trip_counts_requests_and_labels(official, images, server
     s = json.loads((out / "summary.json").read_text())
     sub = s["sub_dimensions"]
     # prompt 0 (Color, Quantity): [1, 0], [1, 1]; image 2 never parsed, image 3 dropped
-    # prompt 1 (Style, Color, Style): [1, 1, 0], [0, 1, 0], [1, 1, 1]; image 3 failed call
-    assert (sub["Attribute - Color"]["correct"], sub["Attribute - Color"]["total"]) == (5, 5)
+    # prompt 1 (Style, Color, Style): [1, 1, 0], [0, 1, 0], [1, 1, 1], and image 3 after its failed call
+    # was asked again (eval/src/eval_common.py call_evaluation_vllm: a failed call uses up one of the 11)
+    assert (sub["Attribute - Color"]["correct"], sub["Attribute - Color"]["total"]) == (5, 6)
     assert (sub["Attribute - Quantity"]["correct"], sub["Attribute - Quantity"]["total"]) == (1, 2)
-    assert (sub["Style"]["correct"], sub["Style"]["total"]) == (3, 6)
-    assert s["primary_dimensions"]["Attribute"]["accuracy"] == pytest.approx(6 / 7)
-    assert s["unscored"]["images"] == {"dropped": 1, "parse_error": 1, "request_error": 1}
+    assert (sub["Style"]["correct"], sub["Style"]["total"]) == (4, 8)
+    assert s["primary_dimensions"]["Attribute"]["accuracy"] == pytest.approx(6 / 8)
+    assert s["unscored"]["images"] == {"dropped": 1, "parse_error": 1}
+    assert s["prompt_set"]["official_check"]["official_set"] == "en"
     records = read_progress(out / "progress.jsonl")
     assert records[(0, 2)]["attempts"] == 11 and records[(0, 3)]["raw_score"] == "'10'"
     assert s["protocol"]["official"] is True and s["protocol"]["deviations"] == []
@@ -390,6 +392,81 @@ def test_deviations_and_lenient_runs_are_never_called_official(official, images,
     assert printed.startswith("# UniGenBench (lenient protocol, not official)")
     assert "NOT UniGenBench's official protocol" in printed and "(official protocol)" not in printed
     assert "temperature" in OfficialServer.bodies[-1]  # the lenient request is flowrl's own
+
+
+CRASHES = [  # reply (2 testpoints), why the official run would stop (None: it goes on)
+    # eval/src/eval_common.py (CodeGoat24/UniGenBench 49d0bce): parse_evaluation_response catches only
+    # ValueError / SyntaxError of ast.literal_eval and takes len(analysis), then len(score), unguarded;
+    # run_evaluation stores each result with json.dumps in the main process
+    (A + "<score>1</score>", "len(score) raises TypeError"),  # the bare score of the one-testpoint rows
+    ("<analysis>1</analysis><score>[1, 0]</score>", "len(analysis) raises TypeError"),
+    ("<analysis>['a']</analysis><score>1</score>", None),  # the analysis misfits first: asked again
+    (A + "<score>{[1]: 0}</score>", "ast.literal_eval raises TypeError"),  # unhashable
+    (A + "<score>{1, 0}</score>", "json.dumps of the result raises TypeError"),  # a set cannot be stored
+    (A + "<score>[true, false]</score>", None),  # ValueError: asked again
+    (A + "<score>[True, False]</score>", None),  # stored, then skipped by calculate_scores
+    (A + "<score>[1, 0]</score>", None),
+]
+
+
+@pytest.mark.parametrize(("reply", "crash"), CRASHES)
+def test_replies_that_would_stop_the_official_run(reply, crash):
+    got = parse_reply(reply, ["Style", "Attribute - Color"], "p")
+    assert (got.crash or "").startswith(crash or "") and (got.crash is None) == (crash is None), got.crash
+
+
+def test_a_reply_that_would_stop_the_official_run_is_not_official(official, images, server, tmp_path, monkeypatch):
+    monkeypatch.setitem(REPLIES, (0, 0), [A + "<score>1</score>", A + "<score>[1, 0]</score>"])
+    out = tmp_path / "crash"
+    assert main(judge_argv(official, images, out, server)) == 0
+    record = read_progress(out / "progress.jsonl")[(0, 0)]
+    assert record["status"] == "ok" and record["attempts"] == 2  # flowrl asked again
+    assert record["official_crash"].startswith("len(score) raises TypeError")
+    s = json.loads((out / "summary.json").read_text())
+    assert s["protocol"]["official"] is False and s["official_crashes"]["replies"] == 1
+    assert s["protocol"]["deviations"][0].startswith("1 image(s) got a reply that would have stopped the official run")
+
+
+def test_calls_failing_on_every_attempt_are_not_official(official, images, server, tmp_path, monkeypatch):
+    monkeypatch.setitem(REPLIES, (1, 3), [500])
+    out = tmp_path / "flaky"
+    assert main(judge_argv(official, images, out, server)) == 0
+    assert OfficialServer.calls[(1, 3)] == 11  # the failed call is asked again on each of the 11 attempts
+    s = json.loads((out / "summary.json").read_text())
+    assert s["unscored"]["images"]["request_error"] == 1
+    assert s["protocol"]["official"] is False
+    assert s["protocol"]["deviations"] == ["1 image(s) unscored: their judge calls failed on every attempt"]
+
+
+def test_official_judges_retry_a_call_as_the_official_client(server):
+    from flowrl.benchmarks.unigenbench.judge import openai_judge
+
+    # eval/src/vllm_request.py: VLMessageClient(max_retries=10) tries a call 10 times: 1 + 9 retries
+    official = openai_judge(server, "QwenVL", official_style="vllm")
+    assert official.info.retries == 9 and official.backend.retries == 9
+    assert openai_judge(server, "QwenVL").info.retries == 3  # lenient
+    assert openai_judge(server, "QwenVL", retries=0, official_style="vllm").backend.retries == 0
+
+
+def test_a_subset_csv_is_not_comparable(official, images, server, tmp_path):
+    subset = tmp_path / "first_row.csv"
+    write_prompts(subset, ROWS[:1])  # an extract of the official file: one of its two rows
+    argv = judge_argv(official, images, tmp_path / "sub", server)
+    argv[argv.index("en")] = str(subset)
+    assert main(argv) == 0
+    s = json.loads((tmp_path / "sub" / "summary.json").read_text())
+    assert s["protocol"]["official"] is False
+    assert s["protocol"]["deviations"] == [
+        f"the prompt CSV (1 rows, sha256 {s['prompt_set']['sha256'][:12]}) is not one of the official CSVs "
+        "(en (2 rows))"
+    ]
+    copy = tmp_path / "copy.csv"  # the same bytes elsewhere are the official set
+    shutil.copy(official / "data" / "test_prompts_en.csv", copy)
+    argv = judge_argv(official, images, tmp_path / "copy", server)
+    argv[argv.index("en")] = str(copy)
+    assert main(argv) == 0
+    s = json.loads((tmp_path / "copy" / "summary.json").read_text())
+    assert s["protocol"]["official"] is True and s["prompt_set"]["official_check"]["official_set"] == "en"
 
 
 def test_gemini_request_style_sends_text_first_and_the_file(official, images, server, tmp_path):

@@ -10,8 +10,10 @@ Images: ``IMAGES/{index}_{k}.png`` for ``k < images_per_prompt`` (the benchmark'
 
 ``template`` picks the protocol: a template string is ``lenient`` (``judge.py``), an
 ``official.OfficialProtocol`` is ``official`` (the official prompt, parse and scoring rules, 11 attempts by
-default). ``resume=True`` keeps the images already final (``ok``, and under the official rules ``dropped``)
-and judges the rest again; it refuses a folder made by another protocol, judge, template, prompt file or
+default; a failed call is asked again within them, as the official ``call_evaluation_vllm`` does; the
+prompt CSV is compared with the official copy's CSVs; replies that would have stopped the official run are
+marked ``official_crash``). ``resume=True`` keeps the images already final (``ok``, and under the
+official rules ``dropped``) and judges the rest again; it refuses a folder made by another protocol, judge, template, prompt file or
 image count. A fresh run refuses a folder that already has progress.
 """
 
@@ -74,6 +76,8 @@ def _run_record(
 ) -> dict:  # fmt: skip
     described = {k: v for k, v in prompts.describe().items() if k != "invalid_rows"}
     described["version"] = prompt_version(prompts)
+    if protocol is not None:
+        described["official_check"] = off.prompt_check(protocol.root, prompts.sha256, prompts.rows)
     return {
         "benchmark": "unigenbench",
         "protocol": "official" if protocol is not None else "lenient",
@@ -147,10 +151,10 @@ def _official_requests(tasks: Sequence[tuple[TestCase, int, Any]], judge: Judge,
     return requests
 
 
-def _ask_until_read(tasks, requests, judge: Judge, attempts: int, read) -> list[dict[str, Any]]:
+def _ask_until_read(tasks, requests, judge: Judge, attempts: int, read, reask_failed: bool = False):
     """Ask ``judge`` for every task, and again for those whose reply ``read`` refuses, up to ``attempts``
-    asks in all. ``read(case, k, reply, attempt) -> (record, ask_again)``. A failed call is not asked again
-    here: the client has already retried it with backoff."""
+    asks in all. ``read(case, k, reply, attempt) -> (record, ask_again)``. A failed call (the client has
+    already retried it with backoff) is asked again only with ``reask_failed`` (the official code's rule)."""
     results: list[dict[str, Any] | None] = [None] * len(tasks)
     pending = list(range(len(tasks)))
     for attempt in range(1, attempts + 1):
@@ -161,6 +165,8 @@ def _ask_until_read(tasks, requests, judge: Judge, attempts: int, read) -> list[
             if isinstance(reply, BaseException):
                 reason = str(reply).strip().splitlines()[0] if str(reply).strip() else type(reply).__name__
                 results[i] = _record(case, k, "request_error", attempts=attempt, error=reason)
+                if reask_failed:
+                    still.append(i)
                 continue
             results[i], again = read(case, k, reply, attempt)
             if again:
@@ -175,10 +181,15 @@ def _ask_until_read(tasks, requests, judge: Judge, attempts: int, read) -> list[
 def judge_official(
     tasks: Sequence[tuple[TestCase, int, Any]], judge: Judge, protocol: off.OfficialProtocol, attempts: int
 ) -> list[dict[str, Any]]:
-    """Judge (case, k, image path) tasks under the official rules: ask again while a reply does not parse."""
+    """Judge (case, k, image path) tasks under the official rules: ask again while a reply does not parse
+    or a call fails; a record whose replies include one that would have stopped the official run carries
+    ``official_crash`` (the first such reason)."""
+    crashes: dict[tuple[int, int], str] = {}
 
     def read(case, k, reply, attempt):
         verdict = off.parse_reply(reply, case.testpoints, getattr(case, "source_prompt", "") or case.prompt)
+        if verdict.crash is not None:
+            crashes.setdefault((case.index, k), verdict.crash)
         if verdict.status == "retry":
             return _record(case, k, "parse_error", attempts=attempt, error=verdict.reason, output=reply), True
         status = OK if verdict.status == "ok" else DROPPED
@@ -188,7 +199,12 @@ def judge_official(
             raw_score=verdict.raw_score, error=verdict.reason,
         ), False  # fmt: skip
 
-    return _ask_until_read(tasks, _official_requests(tasks, judge, protocol), judge, attempts, read)
+    records = _ask_until_read(tasks, _official_requests(tasks, judge, protocol), judge, attempts, read, True)
+    for record in records:
+        crash = crashes.get((record["index"], record["image"]))
+        if crash is not None:
+            record["official_crash"] = crash
+    return records
 
 
 def judge_images(
@@ -335,6 +351,9 @@ def summarize_run(
     summary["attempts"] = {"budget": run.get("attempts"), "official_budget": off.OFFICIAL_ATTEMPTS,
                            "most_used": max(used, default=0)}  # fmt: skip
     summary["official"] = run.get("official")
+    scope = {(case.index, k) for case in cases for k in range(run["images_per_prompt"])}
+    crashed = [r for key, r in records.items() if key in scope and r.get("official_crash")]
+    summary["official_crashes"] = {"replies": len(crashed), "first": crashed[0]["official_crash"] if crashed else None}
     summary["protocol"] = protocol_status(run, summary)
     summary["written"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     write_summary(summary, out)

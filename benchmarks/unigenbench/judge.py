@@ -234,6 +234,7 @@ class JudgeInfo:
     language: str = "en"
     protocol: str = "lenient"  # "lenient" | "official"
     request: dict[str, Any] | None = None  # how requests are built (official.request_description)
+    retries: int | None = None  # retries of a failed call after its first try (remote judges)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -289,7 +290,7 @@ def openai_judge(
     api_key: str | None = None,
     max_tokens: int = 4096,
     timeout: float = 600.0,
-    retries: int = 3,
+    retries: int | None = None,
     backoff: float = 2.0,
     concurrency: int = 8,
     official_style: str | None = None,
@@ -297,13 +298,17 @@ def openai_judge(
     """A judge behind an OpenAI-compatible endpoint; the endpoint's model listing is recorded when it has one.
 
     ``official_style`` ("vllm" / "gemini"): requests as the official client builds them (``official.py``).
+    ``retries`` of a failed call after its first try: by default 9 with ``official_style`` (the official
+    vLLM client's 10 tries a call), else 3.
     """
     import os
 
     from flowrl.reward_models.vlm import OpenAIChat
 
-    from .official import OfficialChat, request_description
+    from .official import OFFICIAL_CALL_RETRIES, OfficialChat, request_description
 
+    if retries is None:
+        retries = OFFICIAL_CALL_RETRIES if official_style is not None else 3
     api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
     if official_style is not None:
         chat: Any = OfficialChat(base_url, model, official_style, api_key, timeout=timeout, retries=retries,
@@ -323,6 +328,7 @@ def openai_judge(
         base_url=base_url,
         served={k: served[k] for k in keep if k in served} if served else None,
         max_tokens=max_tokens,
+        retries=retries,
     )
     if official_style is not None:
         info.temperature, info.protocol = None, "official"

@@ -19,14 +19,24 @@ as Python prints it; ``{explanation}`` is ``HEADER:「`` followed by one ``\\nNA
 testpoint of the row, in order and repeats kept, then ``\\n」``; ``{test_explanation}`` likewise with each
 testpoint's description (an empty description gives ``NAME: ``). The prompt text is the CSV field unstripped.
 
-**Parsing** (``parse_reply``), the official rules: the first ``<analysis>...</analysis>`` and the first
-``<score>...</score>`` (case-sensitive, across lines), each body stripped and read with
-``ast.literal_eval``; both must have as many elements as the row has testpoints. Anything else asks again,
-up to ``OFFICIAL_ATTEMPTS`` (11: the first ask and 10 retries). A reply that passes is then scored as the
-official scorer does after its CSV round trip (``json.dumps`` of the result, then ``ast.literal_eval`` of
-that text): the score must come back as a list, else the image is dropped from numerator and denominator
-alike (``status = "dropped"``; e.g. ``[true, false]`` in the reply's own JSON spelling fails to read,
-``"10"`` is a 2-character string, not a list). A test point is correct only if its value ``== 1``.
+**Parsing** (``parse_reply``), the official rules (``parse_evaluation_response`` in
+``eval/src/eval_common.py``): the first ``<analysis>...</analysis>`` and the first ``<score>...</score>``
+(case-sensitive, across lines), each body stripped and read with ``ast.literal_eval``; both must have as
+many elements as the row has testpoints. Anything else asks again, up to ``OFFICIAL_ATTEMPTS`` (11: the
+first ask and 10 retries). A reply that passes is then scored as the official scorer does after its CSV
+round trip (``json.dumps`` of the result, then ``ast.literal_eval`` of that text): the score must come back
+as a list, else ``calculate_scores`` skips the row (its ``except Exception: continue``), i.e. the image
+leaves numerator and denominator alike (``status = "dropped"``; e.g. ``[true, false]`` in the reply's own
+JSON spelling fails to read, ``"10"`` is a 2-character string, not a list). A test point is correct only if
+its value ``== 1``.
+
+**Replies that stop the official run.** Only ``ValueError`` and ``SyntaxError`` of ``ast.literal_eval``
+are caught there, and the lengths are taken in the order ``len(analysis)`` then ``len(score)`` unguarded;
+the result is stored with ``json.dumps`` in the main process. So a reply whose body raises anything else
+(``{[1]: 0}``: TypeError), whose analysis (or, the analysis fitting, whose score) has no length (a bare
+``<score>1</score>``), or whose literal JSON cannot store (a set) raises out of the worker pool and ends the
+whole official run. flowrl asks again (or drops the unstorable one) and goes on, but marks the verdict
+``crash`` with the reason: such a run is not what the official code produces.
 
 **Requests** (``OfficialChat``): the vLLM path sends the image first, as base64 JPEG at quality 95 of the
 file converted to RGB, then the text, with the fields ``model``, ``messages``, ``do_sample: false`` and
@@ -53,6 +63,9 @@ from typing import Any
 logger = logging.getLogger(__name__)
 
 OFFICIAL_ATTEMPTS = 11  # the official max_retries = 10, tried as range(max_retries + 1)
+# the official vLLM client (eval/src/vllm_request.py, VLMessageClient(max_retries=10)) tries a failed call
+# 10 times (``while attempt < max_retries``): flowrl's retries after the first try
+OFFICIAL_CALL_RETRIES = 9
 OFFICIAL_MAX_TOKENS = 4096
 OFFICIAL_IMAGES_PER_PROMPT = 4
 REQUEST_STYLES = ("vllm", "gemini")
@@ -325,6 +338,39 @@ def official_csv(root: str | Path | None, name: str) -> Path:
     return path
 
 
+def official_prompt_files(root: str | Path) -> dict[str, dict[str, Any]]:
+    """The official prompt CSVs of the copy at ``root`` (its ``data/`` folder; for a protocol file, the
+    nearest ``data/`` above it): ``{set name: {"path", "sha256", "rows"}}`` for those present."""
+    root = Path(root).expanduser()
+    folders = [root / "data"] if root.is_dir() else [parent / "data" for parent in list(root.parents)[:3]]
+    for folder in folders:
+        found = {name: folder / csv for name, csv in CSV_NAMES.items() if (folder / csv).is_file()}
+        if found:
+            return {
+                name: {"path": str(path), "sha256": sha256_file(path), "rows": _csv_rows(path)}
+                for name, path in found.items()
+            }
+    return {}
+
+
+def _csv_rows(path: Path) -> int | None:
+    import csv
+
+    try:
+        with open(path, encoding="utf-8", newline="") as handle:
+            return max(sum(1 for _ in csv.reader(handle)) - 1, 0)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+
+
+def prompt_check(root: str | Path, prompts_sha256: str | None, rows: int) -> dict[str, Any]:
+    """Whether the prompt CSV is byte for byte one of the official copy's CSVs: ``{"official_set": name or
+    None, "rows", "official": {name: rows}}`` (a subset or an edited CSV has no official set)."""
+    files = official_prompt_files(root)
+    match = next((name for name, f in files.items() if prompts_sha256 and f["sha256"] == prompts_sha256), None)
+    return {"official_set": match, "rows": rows, "official": {name: f["rows"] for name, f in files.items()}}
+
+
 def check_testpoints(protocol: OfficialProtocol, cases: Any) -> None:
     """Every testpoint of every valid row has an official definition (the official run aborts otherwise)."""
     for case in cases:
@@ -368,6 +414,7 @@ class Verdict:
     analysis: Any = None
     raw_score: str | None = None  # repr of the literal read from <score>
     reason: str | None = None
+    crash: str | None = None  # why this reply would have stopped the official run (see the module docstring)
 
 
 _ANALYSIS = re.compile(r"<analysis>(.*?)</analysis>", re.DOTALL)
@@ -391,21 +438,27 @@ def parse_reply(text: str | None, testpoints: list[str] | tuple[str, ...], promp
     try:
         analysis = ast.literal_eval(analysis_match.group(1).strip())
         score = ast.literal_eval(score_match.group(1).strip())
-    except Exception as exc:  # noqa: BLE001 - the official code asks again (or dies) on any of these
+    except (ValueError, SyntaxError) as exc:  # the official code asks again on these two only
         return Verdict("retry", reason=f"not a Python literal ({_short(exc)})")
-    try:
-        lengths = len(analysis), len(score)
-    except TypeError as exc:
-        return Verdict("retry", reason=f"no length ({_short(exc)})")
-    if lengths != (n, n):
-        return Verdict("retry", reason=f"analysis has {lengths[0]} and score {lengths[1]} items for {n} testpoints")
+    except Exception as exc:  # noqa: BLE001 - anything else ends the official run
+        why = f"ast.literal_eval raises {_short(exc)}"
+        return Verdict("retry", reason=f"not a Python literal ({_short(exc)})", crash=why)
+    for what, value in (("analysis", analysis), ("score", score)):  # the official order, short-circuited
+        try:
+            length = len(value)
+        except TypeError as exc:
+            return Verdict("retry", reason=f"no length ({_short(exc)})", crash=f"len({what}) raises {_short(exc)}")
+        if length != n:
+            return Verdict("retry", reason=f"{what} has {length} items for {n} testpoints")
     raw = repr(score)
     # the official scorer reads the score back from the JSON text it stored
     record = {"prompt": prompt, "testpoint": list(testpoints), "analysis": analysis, "score": score}
     try:
         stored = json.dumps(record, ensure_ascii=False, indent=4)
     except (TypeError, ValueError) as exc:
-        return Verdict("dropped", raw_score=raw, reason=f"the official run aborts storing it ({_short(exc)})")
+        why = f"json.dumps of the result raises {_short(exc)}"
+        reason = f"the official run aborts storing it ({_short(exc)})"
+        return Verdict("dropped", raw_score=raw, reason=reason, crash=why)
     try:
         back = ast.literal_eval(stored)["score"]
     except Exception as exc:  # noqa: BLE001
@@ -460,7 +513,7 @@ class OfficialChat:
     """An OpenAI-compatible ``/chat/completions`` endpoint called with the official request body."""
 
     def __init__(self, base_url: str, model: str, style: str = "vllm", api_key: str | None = None,
-                 timeout: float = 600.0, retries: int = 3, backoff: float = 2.0):  # fmt: skip
+                 timeout: float = 600.0, retries: int = OFFICIAL_CALL_RETRIES, backoff: float = 2.0):  # fmt: skip
         from flowrl.reward_models.remote import check_waits
 
         if style not in REQUEST_STYLES:

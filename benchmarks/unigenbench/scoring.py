@@ -14,8 +14,10 @@ accepts and its scorer skips) and the prompt rows that failed validation (``inva
 what the official scorer counts on the same replies.
 
 ``protocol_status`` says whether a run may be called official: only ``--protocol official`` with the
-official attempts, images per prompt, max_tokens and a remote judge, every row of the CSV, and the CSV and
-protocol files unmodified from their git commits. A lenient run is never called official.
+official attempts, images per prompt, max_tokens and a remote judge, every row of a CSV that is byte for
+byte one of the official copy's prompt CSVs (a subset or an edited extract is not), the CSV and protocol
+files unmodified from their git commits, no image lost to failed calls, and no reply that would have
+stopped the official run. A lenient run is never called official.
 """
 
 from __future__ import annotations
@@ -128,6 +130,16 @@ def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
         deviations.append("the prompt CSV differs from its git commit")
     if ((run.get("official") or {}).get("version") or {}).get("git_modified"):
         deviations.append("the official protocol file differs from its git commit")
+    deviations += _prompt_file_deviations(run.get("prompts") or {})
+    failed = summary.get("unscored", {}).get("images", {}).get("request_error", 0)
+    if failed:
+        deviations.append(f"{failed} image(s) unscored: their judge calls failed on every attempt")
+    crashes = summary.get("official_crashes") or {}
+    if crashes.get("replies"):
+        deviations.append(
+            f"{crashes['replies']} image(s) got a reply that would have stopped the official run "
+            f"(first: {crashes.get('first')}); flowrl asked again or dropped it"
+        )
     official = not deviations
     label = (
         "official (UniGenBench's template, definitions, parse and scoring rules and requests); comparable with "
@@ -136,6 +148,23 @@ def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
         else "official rules with deviations (" + "; ".join(deviations) + "): not comparable with the leaderboard"
     )
     return {"name": name, "official": official, "deviations": deviations, "label": label}
+
+
+def _prompt_file_deviations(prompts: Mapping[str, Any]) -> list[str]:
+    """The prompt CSV must be one of the official copy's CSVs, byte for byte (``official.prompt_check``)."""
+    check = prompts.get("official_check")
+    if check is None:
+        return ["the prompt CSV was not compared with the official copy's CSVs"]
+    if check.get("official_set"):
+        return []
+    official = check.get("official") or {}
+    if not official:
+        return ["the official copy has no data/test_prompts_*.csv to compare the prompt CSV with"]
+    sets = ", ".join(f"{name} ({rows} rows)" for name, rows in official.items())
+    return [
+        f"the prompt CSV ({check.get('rows')} rows, sha256 {str(prompts.get('sha256'))[:12]}) is not one of the "
+        f"official CSVs ({sets})"
+    ]
 
 
 # ------------------------------------------------------------------------------------------- markdown
