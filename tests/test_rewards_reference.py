@@ -626,3 +626,16 @@ def test_unifiedreward_judge_image_is_resized_as_flow_grpo_does():
     seen.clear()
     build_reward("unifiedreward", image_size=16, resize_with="torch", backend=Judge())(images, ["a", "b"], [{}] * 2)
     assert not all(np.array_equal(r.images[0], np.asarray(p.resize((16, 16)))) for r, p in zip(seen, _pil(images)))
+
+
+def test_pillow_range_is_the_one_that_resizes_as_flow_grpo():
+    """Flow-GRPO pins pillow==10.4.0 (yifan123/flow_grpo setup.py); 10.4-12.3 resize alike, 13.0 resizes tall
+    images differently (docs/rewards.md), so the requirement admits 10.4 and 12.3 and refuses 13."""
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
+    pillow = next(Requirement(r) for r in project["dependencies"] if Requirement(r).name.lower() == "pillow")
+    assert pillow.specifier.contains("10.4.0") and pillow.specifier.contains("12.3.0")
+    assert not pillow.specifier.contains("13.0.0") and not pillow.specifier.contains("10.3.0")
