@@ -12,7 +12,10 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from flowrl.sde import STEP_KINDS
+from flowrl.sde import DETERMINISTIC_KINDS, STEP_KINDS
+
+# the deterministic solvers of an ODE plan, by name -> their step kind
+ODE_SOLVERS = {"euler": "ode", "dpm2": "dpm2"}
 
 
 @dataclass(frozen=True)
@@ -52,12 +55,16 @@ class StepPlan:
         bad = [k for kinds in every for k in kinds if k not in STEP_KINDS]
         if bad:
             raise ValueError(f"unknown step kind {bad[0]!r}; choose one of {', '.join(STEP_KINDS)}")
-        if bool((self.train & torch.tensor([k == "ode" for k in self.kinds], dtype=torch.bool)).any()):
-            raise ValueError("an 'ode' transition cannot be trained: it has no log-prob")
+        deterministic = [k in DETERMINISTIC_KINDS for k in self.kinds]
+        if bool((self.train & torch.tensor(deterministic, dtype=torch.bool)).any()):
+            kind = next(k for k, d, t in zip(self.kinds, deterministic, self.train.tolist()) if d and t)
+            article = "an" if kind == "ode" else "a"
+            raise ValueError(f"{article} {kind!r} transition cannot be trained: it has no log-prob")
         for m in self.trained_modalities or ():
             kinds = (self.modality_kinds or {}).get(m, self.kinds)
-            if any(kinds[i] == "ode" for i in self.trained_indices):
-                raise ValueError(f"modality {m!r} trains, but some of its trained transitions are 'ode' steps")
+            fixed = [kinds[i] for i in self.trained_indices if kinds[i] in DETERMINISTIC_KINDS]
+            if fixed:
+                raise ValueError(f"modality {m!r} trains, but some of its trained transitions are {fixed[0]!r} steps")
 
     # ------------------------------------------------------------------ joint latents
     def kinds_at(self, i: int, modalities) -> dict[str, str]:
@@ -84,14 +91,18 @@ class StepPlan:
         return replace(self, noise_levels=torch.as_tensor(noise_levels, dtype=torch.float32))
 
 
-def ode_plan(sigmas: torch.Tensor) -> StepPlan:
-    """Deterministic Euler over the whole schedule (evaluation, ODE completions)."""
+def ode_plan(sigmas: torch.Tensor, solver: str = "euler") -> StepPlan:
+    """A deterministic plan over the whole schedule (evaluation, ODE completions, endpoints): ``solver``
+    "euler" (step kind ``ode``) or "dpm2" (the multistep second-order DPM-Solver++, step kind ``dpm2``: each
+    step reads the previous one's data prediction, which ``flowrl.rollout.rollout`` hands on)."""
+    if solver not in ODE_SOLVERS:
+        raise ValueError(f"unknown ODE solver {solver!r}; choose one of {', '.join(ODE_SOLVERS)}")
     sigmas = sigmas.float().cpu()
     n = len(sigmas) - 1
     return StepPlan(
         sigma=sigmas[:-1].clone(),
         sigma_next=sigmas[1:].clone(),
-        kinds=("ode",) * n,
+        kinds=(ODE_SOLVERS[solver],) * n,
         noise_levels=torch.zeros(n),
         train=torch.zeros(n, dtype=torch.bool),
         sigma_at_one=float(sigmas[1]) if n > 0 else 0.0,

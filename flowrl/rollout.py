@@ -12,7 +12,7 @@ from flowrl.latents import is_joint
 from flowrl.media import cat_media, to_cpu
 from flowrl.pipelines.base import Conditioning, PipelineAdapter
 from flowrl.plan import StepPlan, ode_plan
-from flowrl.sde import StepOutput, joint_step, step
+from flowrl.sde import DETERMINISTIC_KINDS, MULTISTEP_KINDS, StepOutput, joint_step, step
 
 
 def states_moved(unit, names: tuple[str, ...], device: torch.device):
@@ -136,6 +136,7 @@ def transition(
     generator: torch.Generator | None = None,
     model: torch.nn.Module | None = None,
     velocity_options: dict | None = None,
+    previous: tuple[float, Any] | None = None,
 ) -> StepOutput:
     """Transition ``i`` of ``plan`` from ``x``: sample it, or score ``x_next`` when given.
 
@@ -144,14 +145,17 @@ def transition(
     exactly the same forward and step math as the one recorded. ``model`` replaces the adapter's
     transformer for this forward (the trainer passes its distributed wrapper or the KL reference).
     ``velocity_options``: keyword arguments of the adapter's own ``velocity`` (LTX-2: ``isolate_modalities``).
+    ``previous``: (sigma, data prediction) of the transition before, which a multistep step kind (``dpm2``)
+    reads (``StepOutput.x0``); None: it takes a first-order step.
     """
     sigma = float(plan.sigma[i])
     v = adapter.velocity(x, sigma, inputs, guidance_scale, model=model, **(velocity_options or {}))
     if is_joint(x):  # each modality its own kind and noise level; the log-prob over the trained stochastic ones
         kinds = plan.kinds_at(i, x)
-        trained = tuple(m for m in plan.trained_of(x) if kinds[m] != "ode")
+        trained = tuple(m for m in plan.trained_of(x) if kinds[m] not in DETERMINISTIC_KINDS)
         return joint_step(kinds, v, x, sigma, float(plan.sigma_next[i]), plan.noise_levels_at(i, x), trained,
-                          sigma_at_one=plan.sigma_at_one, x_next=x_next, generator=generator)
+                          sigma_at_one=plan.sigma_at_one, x_next=x_next, generator=generator, previous=previous)
+    history = {"previous": previous} if previous is not None and plan.kinds[i] in MULTISTEP_KINDS else {}
     return step(
         plan.kinds[i],
         v,
@@ -162,6 +166,7 @@ def transition(
         sigma_at_one=plan.sigma_at_one,
         x_next=x_next,
         generator=generator,
+        **history,
     )
 
 
@@ -188,7 +193,8 @@ def rollout(
     together on the device, which matters for video latents. ``pinned`` (joint latents): modality -> states
     (B, T+1, ...) it follows: the modality starts at its state 0 and is overwritten by state i + 1 after
     transition i, so it is the same in every row that shares them (AV-GRPO's anchored partner); its step
-    kind should be ``"ode"`` and it should not train (its log-prob would score the overwritten state)."""
+    kind should be ``"ode"`` and it should not train (its log-prob would score the overwritten state).
+    A multistep step kind (``dpm2``) gets the previous transition's data prediction."""
     x = latents.tree_map(lambda t: t.float(), noise)
     if pinned:
         x = {**x, **{m: states[:, 0].float() for m, states in pinned.items()}}
@@ -202,8 +208,11 @@ def rollout(
             index.append(i)
 
     hold(0, x)
+    previous = None  # (sigma, x0) of the transition before, for a multistep step kind
     for i in range(len(plan)):
-        out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model)
+        out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model,
+                         previous=previous)
+        previous = None if out.x0 is None else (float(plan.sigma[i]), out.x0)
         x = out.x_next
         if pinned:
             x = {**x, **{m: states[:, i + 1].float() for m, states in pinned.items()}}

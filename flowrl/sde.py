@@ -23,18 +23,24 @@ from typing import Callable, Literal
 import torch
 
 Reduction = Literal["mean", "sum"]
-STEP_KINDS = ("ode", "flow_sde", "cps", "dance_sde")
+STEP_KINDS = ("ode", "flow_sde", "cps", "dance_sde", "dpm2")
+# steps without noise (no density, never trained)
+DETERMINISTIC_KINDS = ("ode", "dpm2")
+# steps that read the previous transition's data prediction (``previous``): a rollout hands it on
+MULTISTEP_KINDS = ("dpm2",)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
 
 @dataclass
 class StepOutput:
-    """Result of one transition. ``log_prob`` is (B,); ``std`` is the per-element std (B,)."""
+    """Result of one transition. ``log_prob`` is (B,); ``std`` is the per-element std (B,). ``x0``: the data
+    prediction x - sigma v that a multistep solver's next step reads (``MULTISTEP_KINDS``; None for the others)."""
 
     x_next: torch.Tensor
     log_prob: torch.Tensor
     mean: torch.Tensor
     std: torch.Tensor
+    x0: torch.Tensor | None = None
 
 
 Scalar = float  # a transition's sigma or noise level shared by the whole batch
@@ -240,7 +246,51 @@ def ode(
     return StepOutput(x_next, zeros, x_next, zeros)
 
 
-STEPS: dict[str, Callable[..., StepOutput]] = {"ode": ode, "flow_sde": flow_sde, "cps": cps, "dance_sde": dance_sde}
+def _log_snr(sigma: float) -> float:
+    """lambda = log(alpha / sigma) with alpha = 1 - sigma (the flow-matching parameterisation)."""
+    return math.log((1.0 - sigma) / sigma)
+
+
+def dpm2(
+    v: torch.Tensor,
+    x: torch.Tensor,
+    sigma: torch.Tensor | float,
+    sigma_next: torch.Tensor | float,
+    noise_level: torch.Tensor | float = 0.0,
+    *,
+    previous: tuple[float, torch.Tensor] | None = None,
+    **_: object,
+) -> StepOutput:
+    """Multistep second-order DPM-Solver++ on the data prediction x0 = x - s v (Lu et al. 2022, arXiv
+    2211.01095, Eq. 15 / Algorithm 2; diffusers ``DPMSolverMultistepScheduler``, ``algorithm_type="dpmsolver++"``,
+    ``solver_order=2``, midpoint; the "dpm2" solver of NVlabs/DiffusionNFT ``flow_grpo/diffusers_patch/solver.py``).
+
+    With alpha = 1 - s and lambda = log(alpha / s), h = lambda' - lambda, h0 = lambda - lambda_prev, D1 = (h / h0)
+    (x0 - x0_prev):  x' = (s' / s) x + alpha' (1 - e^-h) (x0 + D1 / 2).
+
+    ``previous`` = (s_prev, x0_prev), the step before's sigma and data prediction (a rollout hands it on). The
+    step is first order, x' = x + (s' - s) v (DDIM, which is Euler in this parameterisation), without one, and
+    where s' = 0 (lambda' is infinite: the authors' and diffusers' lower-order final step, which returns x0).
+    At s_prev = 1, lambda_prev = -inf makes D1 = 0, as the authors' float64 arithmetic does. Deterministic: no
+    density, never trained. One sigma for the whole batch.
+    """
+    v, x = v.float(), x.float()
+    s, s_next = float(sigma), float(sigma_next)
+    x0 = x - s * v
+    zeros = torch.zeros(x.shape[0], device=x.device)
+    if previous is None or s_next <= 0.0:
+        x_next = x + (s_next - s) * v
+        return StepOutput(x_next, zeros, x_next, zeros, x0)
+    s_prev, x0_prev = float(previous[0]), previous[1].float()
+    h = _log_snr(s_next) - _log_snr(s)
+    d1 = 0.0 if s_prev >= 1.0 else h / (_log_snr(s) - _log_snr(s_prev))  # D1 = d1 (x0 - x0_prev)
+    c = (1.0 - s_next) * -math.expm1(-h)  # -alpha' (e^-h - 1)
+    x_next = (s_next / s) * x + c * (x0 + (0.5 * d1) * (x0 - x0_prev))
+    return StepOutput(x_next, zeros, x_next, zeros, x0)
+
+
+STEPS: dict[str, Callable[..., StepOutput]] = {"ode": ode, "flow_sde": flow_sde, "cps": cps, "dance_sde": dance_sde,
+                                               "dpm2": dpm2}
 
 
 def joint_step(
@@ -257,6 +307,7 @@ def joint_step(
     noise: dict[str, torch.Tensor] | None = None,
     generator: torch.Generator | None = None,
     reduction: Reduction = "mean",
+    previous: tuple[float, dict[str, torch.Tensor]] | None = None,
 ) -> StepOutput:
     """One transition of joint latents (``flowrl.latents``): each modality ``m`` takes its own step kind
     ``kinds[m]`` and noise level, drawing in the order of ``x``'s keys; given ``x_next``, each is scored.
@@ -264,14 +315,23 @@ def joint_step(
     The log-prob is over the ``trained`` modalities' elements together: with ``reduction="mean"`` the
     per-modality dimension means weighted by their element counts, which is the dimension mean of the
     modalities flattened into one tensor (exactly so when they share one std); with ``"sum"`` their sum.
-    ``mean`` and ``std`` hold the trained modalities only (what a KL to a reference compares)."""
+    ``mean`` and ``std`` hold the trained modalities only (what a KL to a reference compares). ``previous``
+    = (sigma_prev, {modality: x0_prev}) for the modalities with a multistep kind (``MULTISTEP_KINDS``); ``x0`` of
+    the result holds those modalities' data predictions (None when there are none)."""
+
+    def history(m: str) -> dict:
+        if kinds[m] in MULTISTEP_KINDS and previous is not None and m in previous[1]:
+            return {"previous": (previous[0], previous[1][m])}
+        return {}
+
     outs = {m: step(kinds[m], v[m], x[m], sigma, sigma_next, noise_levels[m], sigma_at_one=sigma_at_one,
                     x_next=None if x_next is None else x_next[m], noise=None if noise is None else noise[m],
-                    generator=generator, reduction=reduction) for m in x}
+                    generator=generator, reduction=reduction, **history(m)) for m in x}
+    x0 = {m: o.x0 for m, o in outs.items() if o.x0 is not None} or None
     if not trained:  # every modality deterministic here: no density, as an 'ode' step of one tensor
         batch = next(iter(x.values())).shape[0]
         return StepOutput({m: o.x_next for m, o in outs.items()}, torch.zeros(batch, device=next(iter(x.values())).device),
-                          {}, {})
+                          {}, {}, x0)
     if reduction == "mean":
         counts = {m: x[m][0].numel() for m in trained}
         total = sum(counts.values())
@@ -279,7 +339,7 @@ def joint_step(
     else:
         log_prob = sum(outs[m].log_prob for m in trained)
     return StepOutput({m: o.x_next for m, o in outs.items()}, log_prob, {m: outs[m].mean for m in trained},
-                      {m: outs[m].std for m in trained})
+                      {m: outs[m].std for m in trained}, x0)
 
 
 def step(kind: str, *args, **kwargs) -> StepOutput:

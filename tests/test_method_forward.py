@@ -202,3 +202,151 @@ def test_bad_nft_options_are_one_line_errors(tmp_path):
         with pytest.raises(ConfigError) as err:
             _trainer(tmp_path, "method.name=diffusion_nft", override)
         assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- DiffusionNFT as its authors' code runs it
+# NVlabs/DiffusionNFT @ 24af555: scripts/train_nft_sd3.py (loss, training times, θ_old decay) and config/nft.py
+# (the released configs); flow_grpo/diffusers_patch/solver.py (the dpm2 sampler, tests/test_solver_dpm2.py).
+
+
+class _FixedVelocity:
+    """A stand-in context whose policy velocity is a given tensor (the loss's only forward)."""
+
+    conditional_scale = 1.0
+
+    def __init__(self, v):
+        self.v = v
+
+    def velocity(self, x, sigma, cond, *, guidance_scale=None, model=None):
+        return self.v
+
+
+def test_nft_policy_term_is_scaled_by_adv_clip_max():
+    """train_nft_sd3.py: policy_loss = (ori_policy_loss * adv_clip_max).mean(), loss = policy_loss + beta_KL
+    mean ||v - v_ref||^2. By hand, one row of two elements: x0 = 0, eps = (1, -1), t = 1/2, so x_t = (0.5, -0.5);
+    v = (0.2, 0.2), v_old = v_ref = 0; A = 2.5 with A_max = 5 gives r = 0.75; beta = 1, so v+ = v and
+    v- = 2 v_old - v = -v. x0(v+) - x0 = (0.4, -0.6) and x0(v-) - x0 = (0.6, -0.4): both have w = 0.5 and mean
+    square 0.26, so the bracket is 0.52, the policy term 5 x 0.52 = 2.6, and the KL 1e-4 x 0.04."""
+    from flowrl.methods.diffusion_nft import DiffusionNFT
+    from flowrl.methods.forward_process import Endpoints
+
+    method = DiffusionNFT(resolve_config("tiny-cpu", ["method.name=diffusion_nft"]))
+    assert method.cfg.train.adv_clip_max == 5.0
+    zero = torch.zeros(1, 1, 2)
+    unit = Endpoints(torch.zeros(1, 2), torch.tensor([[0.5]]), torch.tensor([[[1.0, -1.0]]]), torch.zeros(1),
+                     velocities={"old": zero, "ref": zero})
+    tl = method.transition_loss(_FixedVelocity(torch.tensor([[0.2, 0.2]])), unit, 0, {}, torch.tensor([2.5]))
+    assert float(tl.policy_loss) == pytest.approx(2.6, rel=1e-6)
+    assert float(tl.kl) == pytest.approx(0.04, rel=1e-6)
+    assert float(tl.loss) == pytest.approx(2.6 + 1e-4 * 0.04, rel=1e-6)
+
+
+def test_grid_times_are_distinct_points_of_the_sampling_grid():
+    """train_nft_sd3.py: each sample's 10 scheduler timesteps are permuted (perms_time) and the first
+    int(10 x 0.99) = 9 train, each with its own noise: 9 distinct sigmas of SD3.5-M's shift-3 grid (1.0, 0.960,
+    0.913, 0.858, 0.790, 0.707, 0.602, 0.465, 0.278, 0.0089), in a random order, the one left out uniform."""
+    from flowrl.methods.forward_process import grid_times
+
+    grid = torch.tensor([1.0, 0.9601, 0.9133, 0.8577, 0.7904, 0.7073, 0.6022, 0.4649, 0.2780, 0.0089])
+    t = grid_times(grid, (20000, 9), torch.Generator().manual_seed(0))
+    assert t.shape == (20000, 9)
+    assert bool(torch.isin(t, grid).all())
+    assert all(len(set(row)) == 9 for row in t[:500].tolist())
+    left_out = torch.stack([(t != g).all(dim=1) for g in grid], dim=1).float().mean(dim=0)  # (10,)
+    torch.testing.assert_close(left_out, torch.full((10,), 0.1), atol=0.01, rtol=0)
+    first = torch.stack([t[:, 0] == g for g in grid], dim=1).float().mean(dim=0)  # any point may come first
+    torch.testing.assert_close(first, torch.full((10,), 0.1), atol=0.01, rtol=0)
+    with pytest.raises(ValueError, match="11 distinct times asked of a grid of 10"):
+        grid_times(grid, (1, 11))
+
+
+def test_nft_trains_on_the_sampling_grid_with_dpm2_endpoints(tmp_path, one_thread):
+    """The defaults: endpoints by a dpm2 plan over sample.num_steps (RAM keeps Euler); each row trains at
+    K = int(0.99 N) = 3 of the N = 4 sigmas of its schedule, distinct, with its own noise each."""
+    tr = _trainer(tmp_path, "method.name=diffusion_nft", "method.options.num_noisings=null")
+    ctx = tr.context(0)
+    plans = []
+    rollout = ctx.rollout
+    ctx.rollout = lambda plan, *a, **k: (plans.append(plan), rollout(plan, *a, **k))[1]
+    batches, _ = tr.collect(0, ctx)
+    assert plans and all(p.kinds == ("dpm2",) * 4 for p in plans)
+    grid = ctx.sigmas()[:-1]
+    unit = batches[0].traj
+    assert unit.t.shape == (len(unit), 3)
+    for row in unit.t.tolist():
+        assert len(set(row)) == 3 and all(any(abs(v - g) < 1e-7 for g in grid.tolist()) for v in row)
+    assert not torch.equal(unit.noise[:, 0], unit.noise[:, 1])
+    ram = _trainer(tmp_path / "ram", "method.name=ram")
+    ctx = ram.context(0)
+    plans.clear()
+    rollout = ctx.rollout
+    ctx.rollout = lambda plan, *a, **k: (plans.append(plan), rollout(plan, *a, **k))[1]
+    ram.collect(0, ctx)
+    assert plans and all(p.kinds == ("ode",) * 4 for p in plans)
+
+
+def test_the_old_policy_decay_of_the_authors_configs():
+    """train_nft_sd3.py return_decay(global_step, decay_type), called after each epoch with the optimizer steps so
+    far: type 1 (GenEval, PickScore, HPS) min(0.001 s, 0.5); type 2 (OCR) 0 while s < 75, then
+    min(0.0075 (s - 75), 0.999). The OCR config takes 2 optimizer steps an epoch, so after update k, s = 2k."""
+    from flowrl.methods.diffusion_nft import DiffusionNFT
+
+    ocr = ramp_decay(0.0075, 0.999, 75)
+    assert [ocr(0), ocr(74), ocr(75), ocr(76), ocr(100), ocr(208), ocr(209), ocr(10**4)] == pytest.approx(
+        [0.0, 0.0, 0.0, 0.0075, 0.1875, 0.9975, 0.999, 0.999])
+    cfg = resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=2",
+                                      "method.options.old_decay_rate=0.0075", "method.options.old_decay_max=0.999",
+                                      "method.options.old_decay_flat=75"])
+    d = DiffusionNFT(cfg).averages()["old"]
+    assert [d(37), d(38), d(50), d(105)] == pytest.approx([0.0, 0.0075, 0.1875, 0.999])
+    d = DiffusionNFT(resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=1"]))
+    assert [d.averages()["old"](k) for k in (1, 250, 500, 501)] == pytest.approx([0.001, 0.25, 0.5, 0.5])
+    per_update = resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=2",
+                                             "method.options.old_decay_unit=update"])
+    assert DiffusionNFT(per_update).averages()["old"](10) == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("method.options.time_law=uniform", "method.options.time_law: 'uniform'; allowed: power, grid"),
+    ("method.options.endpoint_solver=rk4", "method.options.endpoint_solver: 'rk4'; allowed: euler, dpm2"),
+    ("method.options.num_noisings=5", "method.options.num_noisings: 5 distinct grid times, but the sampling grid "
+                                      "has sample.num_steps=4"),
+    ("method.options.old_decay_flat=-1", "method.options.old_decay_flat: must be >= 0"),
+    ("method.options.old_decay_unit=epoch", "method.options.old_decay_unit: 'epoch'; allowed: update, optimizer_step"),
+])
+def test_bad_nft_schedule_options_are_one_line_errors(tmp_path, override, message):
+    with pytest.raises(ConfigError) as err:
+        _trainer(tmp_path, "method.name=diffusion_nft", override)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_null_noisings_need_the_grid(tmp_path):
+    with pytest.raises(ConfigError, match="num_noisings: null .* needs time_law=grid"):
+        _trainer(tmp_path, "method.name=ram", "method.options.num_noisings=null")
+
+
+@pytest.mark.parametrize("task, reward, beta, flat, rate, cap, steps", [
+    ("geneval", "geneval", 1.0, 0, 0.001, 0.5, 1),
+    ("ocr", "ocr", 0.1, 75, 0.0075, 0.999, 2),
+    ("pickscore", "pickscore", 1.0, 0, 0.001, 0.5, 1),
+])
+def test_the_sd35m_recipes_carry_the_released_configs(task, reward, beta, flat, rate, cap, steps):
+    """config/nft.py sd3_<task> over config/base.py: SD3.5-M at 512 px, 10 dpm2 steps CFG-free (guidance 1),
+    48 groups of 24, 9 per GPU, beta (0.1 for OCR), kl 1e-4, lr 3e-4, LoRA 32 / 64, decay type 1 (2 for OCR),
+    1 optimizer step an epoch (2 for OCR), EMA 0.9, evaluation at 40 Euler steps with guidance 1."""
+    from flowrl.methods.diffusion_nft import DiffusionNFT
+
+    cfg = resolve_config(f"sd35m-diffusion-nft-{task}", [])
+    o = DiffusionNFT(cfg).options
+    s, t = cfg.sample, cfg.train
+    assert (cfg.model.resolution, s.num_steps, s.eval_num_steps, s.guidance_scale, s.eval_guidance_scale) == (
+        512, 10, 40, 1.0, 1.0)
+    assert (s.group_size, s.prompts_per_iteration, s.batch_size, s.same_noise_in_group) == (24, 48, 9, False)
+    assert (o.beta, o.kl_beta, o.time_law, o.endpoint_solver, o.endpoint_policy) == (beta, 1e-4, "grid", "dpm2", "old")
+    assert o.num_noisings in (None, 9)
+    assert (o.old_decay_flat, o.old_decay_rate, o.old_decay_max, o.old_decay_unit) == (flat, rate, cap,
+                                                                                       "optimizer_step")
+    assert (t.learning_rate, t.weight_decay, t.max_grad_norm, t.adv_clip_max, t.optimizer_steps_per_iteration) == (
+        3e-4, 1e-4, 1.0, 5.0, steps)
+    assert (t.lora.rank, t.lora.alpha, t.ema, t.ema_decay, t.ema_every, t.global_std) == (32, 64, True, 0.9, 1, True)
+    assert dict(cfg.reward) == {reward: 1.0}

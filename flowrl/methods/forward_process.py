@@ -1,11 +1,12 @@
 """The pieces that forward-process methods share (RAM, DiffusionNFT): no SDE, no log-probs.
 
-Such a method samples clean endpoints x0 with a deterministic ODE solver, has them rewarded once, and
-trains on fresh noisings of them: x_t = (1 - t) x0 + t eps, t drawn from p(t) ∝ t^alpha, K draws per
-endpoint. Its loss needs v_theta(x_t) with grad and, without grad, the velocities of other weights at
-the same x_t (the reference, the lagged policy θ_old). Those weights do not change within an
-iteration, so they are evaluated once, at exploration, and kept with the endpoints: each training
-forward is then the policy's alone.
+Such a method samples clean endpoints x0 with a deterministic ODE solver (``endpoint_solver``: Euler, or the
+multistep second-order DPM-Solver++ "dpm2"), has them rewarded once, and trains on fresh noisings of them:
+x_t = (1 - t) x0 + t eps, K per endpoint, t drawn from p(t) ∝ t^alpha (``time_law=power``) or K distinct points
+of the sampling grid (``time_law=grid``, DiffusionNFT's). Its loss needs v_theta(x_t) with grad and, without
+grad, the velocities of other weights at the same x_t (the reference, the lagged policy θ_old). Those weights
+do not change within an iteration, so they are evaluated once, at exploration, and kept with the endpoints:
+each training forward is then the policy's alone.
 
 ``Endpoints`` is the training unit (the interface of ``flowrl.rollout.Trajectory`` the trainer uses):
 its "transitions" are the K noisings of each row.
@@ -20,7 +21,7 @@ import torch
 
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, Experience, Method, PromptBatch
-from flowrl.plan import ode_plan
+from flowrl.plan import ODE_SOLVERS, ode_plan
 from flowrl.rollout import states_moved
 
 
@@ -84,11 +85,27 @@ def sample_times(alpha: float, shape: tuple[int, ...], generator: torch.Generato
     return u.pow(1.0 / (alpha + 1.0)).float()
 
 
-def ramp_decay(rate: float, cap: float):
-    """The lagged policy's decay at its k-th update: d_k = min(rate k, cap) (RAM: 0.01 and 0.9, so
-    d_1 = 0.01, d_50 = 0.5, d_k = 0.9 from k = 90)."""
+def grid_times(grid: torch.Tensor, shape: tuple[int, int], generator: torch.Generator | None = None,
+               device: torch.device | str = "cpu") -> torch.Tensor:
+    """(B, K) times: for each of the B rows, K distinct points of ``grid`` (N,) drawn without replacement, in a
+    uniformly random order (a random permutation of the grid per row, its first K). DiffusionNFT
+    (NVlabs/DiffusionNFT scripts/train_nft_sd3.py @ 24af555: ``perms_time``, then ``range(num_train_timesteps)``)
+    trains every sample at 9 of the 10 sigmas of its sampling schedule this way."""
+    b, k = shape
+    if not 1 <= k <= len(grid):
+        raise ValueError(f"{k} distinct times asked of a grid of {len(grid)}")
+    order = torch.rand((b, len(grid)), generator=generator, device=device, dtype=torch.float64).argsort(dim=1)
+    return grid.float().to(device)[order[:, :k]]
+
+
+def ramp_decay(rate: float, cap: float, flat: int = 0):
+    """The lagged policy's decay at count s: d = 0 while s < flat, then min(rate (s - flat), cap) (RAM: 0.01 and
+    0.9, so d_1 = 0.01, d_50 = 0.5, d = 0.9 from 90; DiffusionNFT's OCR config: flat 75, 0.0075 and 0.999, so
+    d = 0 up to 75, d_76 = 0.0075, d_100 = 0.1875, 0.999 from 209)."""
     def decay_at(k: int) -> float:
-        return min(rate * k, cap)
+        if k < flat:
+            return 0.0
+        return min(rate * (k - flat), cap)
 
     return decay_at
 
@@ -97,23 +114,47 @@ def ramp_decay(rate: float, cap: float):
 class ForwardProcessOptions:
     """Options every forward-process method has (a method's own options extend these)."""
 
-    num_noisings: int = 8  # K: noisings of each endpoint, each a loss item
-    time_alpha: float = 1.0  # t ~ p(t) ∝ t^alpha (0: uniform)
+    # K: noisings of each endpoint, each a loss item; None (time_law=grid only): int(0.99 N) of the N grid
+    # points, DiffusionNFT's int(num_steps * timestep_fraction)
+    num_noisings: int | None = 8
+    # the noising times: power (t ~ p(t) ∝ t^alpha on [0, 1]) | grid (K distinct sigmas of the sampling schedule,
+    # sigma_0 .. sigma_{N-1}, drawn per endpoint without replacement)
+    time_law: str = "power"
+    time_alpha: float = 1.0  # time_law=power: t ~ p(t) ∝ t^alpha (0: uniform)
+    endpoint_solver: str = "euler"  # the endpoints' ODE solver over sample.num_steps: euler | dpm2
     endpoint_policy: str = "old"  # which weights sample the endpoints: old (the lagged θ_old) | current
-    old_decay_rate: float = 0.01  # θ_old <- d θ_old + (1 - d) θ after each iteration, d = min(rate k, max)
+    # θ_old <- d θ_old + (1 - d) θ after each iteration, d = 0 while s < flat, then min(rate (s - flat), max),
+    # s the count of old_decay_unit so far
+    old_decay_rate: float = 0.01
     old_decay_max: float = 0.9  # the largest decay of θ_old
+    old_decay_flat: int = 0  # d = 0 (θ_old = θ) while the count is below this
+    # what s counts: update (θ_old's updates, one an iteration) | optimizer_step (after update k:
+    # k x train.optimizer_steps_per_iteration)
+    old_decay_unit: str = "update"
 
     def __post_init__(self):
-        if self.num_noisings < 1:
+        if self.num_noisings is not None and self.num_noisings < 1:
             raise ConfigError(f"method.options.num_noisings: must be >= 1, got {self.num_noisings}")
+        if self.time_law not in ("power", "grid"):
+            raise ConfigError(f"method.options.time_law: {self.time_law!r}; allowed: power, grid")
+        if self.num_noisings is None and self.time_law != "grid":
+            raise ConfigError("method.options.num_noisings: null (int(0.99 N) grid points) needs time_law=grid")
         if self.time_alpha <= -1:
             raise ConfigError(f"method.options.time_alpha: must be > -1 (p(t) ∝ t^alpha), got {self.time_alpha}")
+        if self.endpoint_solver not in ODE_SOLVERS:
+            raise ConfigError(f"method.options.endpoint_solver: {self.endpoint_solver!r}; allowed: "
+                              f"{', '.join(ODE_SOLVERS)}")
         if self.endpoint_policy not in ("old", "current"):
             raise ConfigError(f"method.options.endpoint_policy: {self.endpoint_policy!r}; allowed: old, current")
         if self.old_decay_rate < 0:
             raise ConfigError(f"method.options.old_decay_rate: must be >= 0, got {self.old_decay_rate}")
         if not 0 <= self.old_decay_max < 1:
             raise ConfigError(f"method.options.old_decay_max: must be in [0, 1), got {self.old_decay_max}")
+        if self.old_decay_flat < 0:
+            raise ConfigError(f"method.options.old_decay_flat: must be >= 0, got {self.old_decay_flat}")
+        if self.old_decay_unit not in ("update", "optimizer_step"):
+            raise ConfigError(f"method.options.old_decay_unit: {self.old_decay_unit!r}; allowed: update, "
+                              f"optimizer_step")
 
 
 class ForwardProcess(Method):
@@ -131,10 +172,28 @@ class ForwardProcess(Method):
                 f"method {self.name} samples its endpoints with a deterministic ODE, so sample.same_noise_in_group="
                 f"true would make every member of a group the same image: set it to false"
             )
+        o, n = self.options, cfg.sample.num_steps
+        if o.time_law == "grid" and o.num_noisings is not None and o.num_noisings > n:
+            raise ConfigError(f"method.options.num_noisings: {o.num_noisings} distinct grid times, but the sampling "
+                              f"grid has sample.num_steps={n}")
+
+    @property
+    def num_noisings(self) -> int:
+        """K: ``num_noisings``, or int(0.99 N) of the N = ``sample.num_steps`` grid points (at least 1)."""
+        k = self.options.num_noisings
+        return k if k is not None else max(1, int(self.cfg.sample.num_steps * 0.99))
 
     def averages(self):
         o = self.options
-        return {"old": ramp_decay(o.old_decay_rate, o.old_decay_max)}
+        ramp = ramp_decay(o.old_decay_rate, o.old_decay_max, o.old_decay_flat)
+        if o.old_decay_unit == "update":
+            return {"old": ramp}
+        # the optimizer steps after update k: k times the steps of one iteration's schedule (the default's
+        # train.optimizer_steps_per_iteration, RAM's 1), as long as an iteration holds at least that many rollout
+        # batches (the released configs hold 16 or more per GPU); a forward-process method skips no step, every
+        # row trains
+        per_update = len(self.schedule(self.cfg.train.optimizer_steps_per_iteration))
+        return {"old": lambda k: ramp(k * per_update)}
 
     def target_weights(self) -> tuple[str, ...]:
         """The weights whose velocities at x_t the loss needs: "ref", "old", "current"."""
@@ -150,11 +209,15 @@ class ForwardProcess(Method):
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         o = self.options
         # the ODE sampler of sample.* (steps, guidance), under θ_old swapped in or the current weights
+        sigmas = ctx.sigmas()
         with self._weights(ctx, o.endpoint_policy):
-            x0 = ctx.rollout(ode_plan(ctx.sigmas()), batch.noise, batch.cond, batch.group_ids, None).final
-        b, k = len(x0), o.num_noisings
+            x0 = ctx.rollout(ode_plan(sigmas, o.endpoint_solver), batch.noise, batch.cond, batch.group_ids, None).final
+        b, k = len(x0), self.num_noisings
         gen = ctx.generator("noising", batch.position)
-        t = sample_times(o.time_alpha, (b, k), gen, ctx.device)
+        if o.time_law == "grid":
+            t = grid_times(sigmas[:-1], (b, k), gen, ctx.device)
+        else:
+            t = sample_times(o.time_alpha, (b, k), gen, ctx.device)
         noise = torch.randn((b, k, *x0.shape[1:]), generator=gen, device=ctx.device, dtype=torch.float32)
         unit = Endpoints(x0.float(), t, noise, batch.group_ids)
         scale = ctx.conditional_scale
