@@ -269,3 +269,20 @@ def test_resume_with_the_authors_switches_repeats_the_uninterrupted_run(tmp_path
     _run(tmp_path / "part", "method.name=pref_grpo", *switches, "train.iterations=1")
     resumed = _run(tmp_path / "part", "method.name=pref_grpo", *switches, "train.iterations=3", "resume=latest")
     _same(full[1:], resumed)
+
+
+def test_the_sd35m_recipe_carries_the_authors_released_settings():
+    """CodeGoat24/Pref-GRPO scripts/_common_finetune.sh + scripts/lora/lora_ur_think_prefgrpo_flux.sh (commit
+    3e787f6): UR-Think 0.4 + CLIP 0.6, --apply_gdpo, --rationorm, --init_same_noise, 25 steps at eta 0.7 with
+    the last one ignored and timestep_fraction 0.6, clip 1e-4, adv clip 5, no KL, lr 1e-5, wd 1e-4, LoRA 64/128."""
+    cfg = resolve_config("sd35m-pref-grpo")
+    s, t = cfg.sample, cfg.train
+    assert cfg.reward == {"unifiedreward": 0.4, "clipscore": 0.6}
+    ur = cfg.reward_args["unifiedreward"]
+    assert ur["mode"] == "pairwise" and "template_from" in ur and ur["max_new_tokens"] == 4096
+    assert cfg.reward_args["clipscore"]["formula"] == "cos"
+    assert t.batch_renorm and t.ratio_norm and s.same_noise_in_group
+    assert (s.num_steps, s.noise_level, s.group_size, int(s.num_steps * s.timestep_fraction)) == (25, 0.7, 8, 24)
+    assert cfg.method.options["subset_fraction"] == 0.6 and round(0.6 * 24) == 14  # the authors' int(24 x 0.6)
+    assert (t.clip_range, t.adv_clip_max, t.beta, t.learning_rate, t.weight_decay) == (1e-4, 5.0, 0.0, 1e-5, 1e-4)
+    assert (t.lora.rank, t.lora.alpha, t.ema) == (64, 128, False)
