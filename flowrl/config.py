@@ -370,9 +370,19 @@ class Config:
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
-        if self.train.ratio_norm and not hasattr(method_class(self.method.name), "policy_loss"):
-            raise ConfigError(f"train.ratio_norm: method {self.method.name} has no clipped PPO ratio to normalise "
-                              "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)")
+        if self.train.ratio_norm:
+            if not hasattr(method_class(self.method.name), "policy_loss"):
+                raise ConfigError(f"train.ratio_norm: method {self.method.name} has no clipped PPO ratio to normalise "
+                                  "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)")
+            from flowrl.pipelines.base import adapter_class
+
+            try:
+                kind = getattr(adapter_class(self.model.pipeline), "media_kind", "image")
+            except ValueError:
+                kind = None  # an unknown pipeline: its own error comes when the model is built
+            if kind == "audio_video":
+                raise ConfigError(f"train.ratio_norm: model.pipeline={self.model.pipeline} steps joint latents with "
+                                  "one std per modality, where RatioNorm's single step scale is not defined")
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 

@@ -214,6 +214,8 @@ def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
         with pytest.raises(ConfigError) as err:
             build_method(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "train.ratio_norm=true", *overrides]))
         assert message in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"^train.ratio_norm: model.pipeline=ltx2 steps joint latents [^\n]*$"):
+        resolve_config("tiny-ltx2", [f"output_dir={tmp_path}", "train.ratio_norm=true"])
 
 
 def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
