@@ -685,10 +685,12 @@ class Trainer:
 
         ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
         batch of the iteration (over all processes, in rank order) is one training unit; the method's
-        ``schedule`` says which (unit, transition) pairs each optimizer step trains (default: step s trains
-        the units q with q % S == s), so each step sees the same global samples whatever the number of
-        processes (given equal batch boundaries, which equal results need anyway). Rows whose advantage
-        is 0 at every transition a step trains carry no signal and are dropped; every kept sample weighs
+        ``schedule`` says which (unit, transition) pairs, or (unit, transition, row) triples, each optimizer
+        step trains (default: step s trains the units q with q % S == s; AV-GRPO: one step per sample and
+        transition), so each step sees the same global samples whatever the number of processes (given
+        equal batch boundaries, which equal results need anyway). Every step runs at the rate the method's
+        ``learning_rate`` gives (default: ``train.lr_schedule`` over the run's optimizer steps). Rows whose
+        advantage is 0 at every transition a step trains carry no signal and are dropped; every kept sample weighs
         the same in its step's gradient (1 / the step's kept samples), ragged batches included.
         Processes run the same number of forward/backward passes (zero-weight passes where one holds
         fewer units) so that DDP and FSDP collectives stay in step.
@@ -701,14 +703,24 @@ class Trainer:
         stats = UpdateStats()
         measured = False
         for entries in self.method.schedule(len(layout)):
+            named: dict[tuple[int, int | None], torch.Tensor | None] = {}  # (unit, k) -> its rows named, None: all
+            for q, k, *row in entries:
+                rows = layout[q][2]
+                if row and row[0] >= rows:
+                    continue  # a row past the end of a shorter (last) unit
+                mask = None if not row else torch.arange(rows) == row[0]
+                prev = named.get((q, k), mask)
+                named[(q, k)] = None if prev is None or mask is None else prev | mask
             work = []  # (unit, its transitions this step, which of its rows train)
-            for q, k in entries:
+            for (q, k), mask in named.items():
                 js = trained[q] if k is None else [trained[q][k]]
                 _, start, rows = layout[q]
                 adv = adv_all[start : start + rows]
                 keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)
                 if not self.method.drops_flat_rows:
                     keep = torch.ones_like(keep)
+                if mask is not None:
+                    keep = keep & mask.to(keep.device)
                 work.append((q, js, keep))
             step_kept = sum(int(keep.sum()) for _, _, keep in work)
             if step_kept == 0:
@@ -734,8 +746,9 @@ class Trainer:
                         p.grad = None
             grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
             grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
-            lr = t.learning_rate * lr_factor(self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule,
-                                             t.lr_warmup_steps, t.lr_min_ratio)
+            scheduled = t.learning_rate * lr_factor(self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule,
+                                                    t.lr_warmup_steps, t.lr_min_ratio)
+            lr = self.method.learning_rate(scheduled, self.optimizer_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
             self.optimizer.step()

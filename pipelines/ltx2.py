@@ -510,11 +510,14 @@ class LTX2Adapter:
         guidance_scale: float,
         model: torch.nn.Module | None = None,
         isolate_modalities: bool = False,
+        unguided: bool = False,
     ) -> dict[str, torch.Tensor]:
         """v(x, sigma | c) of both modalities (``isolate_modalities``: each tower without the other's
-        cross-modal attention, as if the other modality were left out of the forward): ``x`` ``{"video": (B, N_v, 128), "audio": (B, L, 128)}``; ``sigma`` a
-        float or (B,) (both modalities) or ``{"video": ..., "audio": ...}`` (each its own; the audio tower gets
-        ``audio_timestep = audio_sigma = 1000 s_a``); returns the same keys, fp32.
+        cross-modal attention, as if the other modality were left out of the forward; ``unguided``: the
+        conditional velocity alone, one pass, whatever ``guidance_scale`` says, with ``inputs`` from
+        ``model_inputs(cond, 1.0)``, as AV-GRPO's code trains): ``x`` ``{"video": (B, N_v, 128), "audio":
+        (B, L, 128)}``; ``sigma`` a float or (B,) (both modalities) or ``{"video": ..., "audio": ...}`` (each its
+        own; the audio tower gets ``audio_timestep = audio_sigma = 1000 s_a``); returns the same keys, fp32.
 
         CFG branches (and STG's perturbed rows) in one call of ``model`` (default ``adapter.transformer``; pass its
         DDP/FSDP wrapper or a frozen reference copy); modality guidance adds a second call
@@ -523,7 +526,7 @@ class LTX2Adapter:
         model = model or self.transformer
         xv, xa = x["video"], x["audio"]
         n = xv.shape[0]
-        plan = _plan_of(self, guidance_scale)
+        plan = _plan_of(self, 1.0 if unguided else guidance_scale)
         rows = plan.main_rows * n
         if inputs["prompt_embeds"].shape[0] != rows:
             raise ValueError(f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {n} latents; "

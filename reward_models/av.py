@@ -89,6 +89,7 @@ class AvSyncReward:
 
     name = "av_sync"
     modality = "audio_video"
+    reads_prompt = False  # pure audio-visual sync: AV-GRPO refuses it as a phase's only reward
 
     def __init__(
         self,

@@ -15,7 +15,8 @@ Optional attributes a reward may declare (read by ``flowrl rewards test`` and th
 of media it scores, where more than one: the VLM judges take images and videos; the trainer refuses a reward
 whose kinds do not include its pipeline's), ``score_range`` (``(low, high)``, either may be ``None``) and
 ``pairwise`` (True for rewards built on ``compare``; see ``PairwiseReward``: they score whole prompt groups
-at once).
+at once) and ``reads_prompt`` (False for a score that never looks at the prompt, e.g. pure audio-video sync;
+AV-GRPO refuses such audio-video rewards as a phase's only ones).
 """
 
 from __future__ import annotations

@@ -572,6 +572,7 @@ class DeSyncReward:
 
     name = "desync"
     modality = "audio_video"
+    reads_prompt = False  # pure audio-visual sync: AV-GRPO refuses it as a phase's only reward
 
     def __init__(
         self,

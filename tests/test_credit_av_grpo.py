@@ -12,6 +12,7 @@ from flowrl.credit.av_grpo import (
     MAX_STD,
     PhaseSchedule,
     av_grpo_loss,
+    av_grpo_learning_rate,
     av_grpo_lr_factor,
     capped_noise,
     desync_reward,
@@ -38,36 +39,48 @@ def _latents(seed=0, shape=(2, 3, 4, 4)):
 # ---------------------------------------------------------------------------------------- capped noise
 
 
+def test_the_noise_levels_are_the_codes_video_002_audio_08():
+    # zhiyuxu03/AV-GRPO ltx-trainer (spec "Corrections"): the sampler uses a = 0.8 when the video is frozen
+    # (audio phase) and 0.02 otherwise (video phase); flowrl had them the other way round.
+    assert (A_VIDEO, A_AUDIO) == (0.02, 0.8)
+
+
 def test_capped_noise_by_hand():
-    # t = 0.5, a = 0.8: g = 0.8 sqrt(0.5/0.5) = 0.8; |Δ| = 0.04, std = 0.8 * 0.2 = 0.16 < 0.5: not capped,
-    # and g is flowrl's own flow_sde_g to the bit.
-    g, std, capped = capped_noise(0.5, 0.46, A_VIDEO)
+    # t = 0.5, a = 0.8 (the audio's): g = 0.8 sqrt(0.5/0.5) = 0.8; |Δ| = 0.04, std = 0.8 * 0.2 = 0.16 < 0.5: not
+    # capped, and g is flowrl's own flow_sde_g to the bit.
+    g, std, capped = capped_noise(0.5, 0.46, A_AUDIO)
     assert (capped, g) == (False, flow_sde_g(0.5, 0.8)) and std == pytest.approx(0.16)
     # t = 0.75 -> 0.5, a = 0.8: g = 0.8 sqrt(3) = 1.386, std = 1.386 * 0.5 = 0.693 > 0.5: capped to
     # g = 0.5 / sqrt(0.25) = 1.0 and std = 0.5, both exactly.
-    assert capped_noise(0.75, 0.5, A_VIDEO) == (1.0, 0.5, True)
+    assert capped_noise(0.75, 0.5, A_AUDIO) == (1.0, 0.5, True)
     # The cap is strict: t = 0.5 -> 0.25, a = 1: g = 1, std = 0.5 exactly -> not capped.
     assert capped_noise(0.5, 0.25, 1.0) == (1.0, 0.5, False)
 
 
-def test_first_step_with_and_without_the_sigma_at_one_substitute():
-    # Audio (a = 0.02), σ 1 -> 0.9. Flow-GRPO's substitute (sigma_at_one = 0.9): g = 0.02 sqrt(1/0.1) = 0.0632,
-    # std = 0.0632 * sqrt(0.1) = 0.02: not capped. Without it g is infinite and capped: std = 0.5. The code
-    # (1 - t clamped at 1e-5): g = 0.02 sqrt(1e5) = 6.32, std = 2.0 > 0.5 -> also capped to 0.5.
-    g, std, capped = capped_noise(1.0, 0.9, A_AUDIO, sigma_at_one=0.9)
-    assert not capped and g == flow_sde_g(1.0, 0.02, 0.9) and std == pytest.approx(0.02)
-    g, std, capped = capped_noise(1.0, 0.9, A_AUDIO)
+def test_first_step_is_capped_by_the_codes_clamp_not_the_sigma_1_substitute():
+    # zhiyuxu03/AV-GRPO ltx-trainer (spec "Corrections"): 1 - t is clamped at 1e-5, so at t = 1 g = a sqrt(1e5).
+    # Video (a = 0.02), σ 1 -> 0.9: g = 0.02 sqrt(1e5) = 6.325, std = 6.325 sqrt(0.1) = 2.0 > 0.5 -> capped:
+    # g = 0.5 / sqrt(0.1) = 1.581, std 0.5. Flow-GRPO's substitute (sigma_at_one = 0.9) would give
+    # g = 0.02 sqrt(1/0.1) = 0.0632, std = 0.02: not capped (flowrl's old first step).
+    g, std, capped = capped_noise(1.0, 0.9, A_VIDEO)
     assert capped and g == pytest.approx(0.5 / math.sqrt(0.1)) and 0.5 - 1e-16 <= std <= 0.5
-    g, std, capped = capped_noise(torch.tensor([1.0, 0.5]), torch.tensor([0.9, 0.4]), A_AUDIO)
+    g, std, capped = capped_noise(1.0, 0.9, A_VIDEO, sigma_at_one=0.9)
+    assert not capped and g == flow_sde_g(1.0, 0.02, 0.9) and std == pytest.approx(0.02)
+    # a tiny first step is not capped: |Δ| = 1e-6, g = 6.325, std = 6.325e-3, the code's finite g itself
+    g, std, capped = capped_noise(1.0, 1.0 - 1e-6, A_VIDEO)
+    assert not capped and g == pytest.approx(0.02 * math.sqrt(1e5)) and std == pytest.approx(0.02 * math.sqrt(0.1))
+    g, std, capped = capped_noise(torch.tensor([1.0, 0.5]), torch.tensor([0.9, 0.4]), A_VIDEO)
     assert capped.tolist() == [True, False] and torch.isfinite(g).all()
+    assert g[0].item() == pytest.approx(0.5 / math.sqrt(0.1))
+    assert g[1].item() == flow_sde_g(torch.tensor(0.5), 0.02).item()
 
 
 def test_cap_on_a_15_step_schedule():
-    # Uniform σ_k = 1 - k/15, |Δ| = 1/15. Video (a = 0.8): capped iff 0.8 sqrt(t/(1-t)) sqrt(1/15) > 0.5, i.e.
+    # Uniform σ_k = 1 - k/15, |Δ| = 1/15. Audio (a = 0.8): capped iff 0.8 sqrt(t/(1-t)) sqrt(1/15) > 0.5, i.e.
     # t/(1-t) > 5.86, t > 0.854: t = 1, 14/15, 13/15 (13/2 = 6.5 > 5.86) are, 12/15 (4) is not.
-    # Audio (a = 0.02): only t = 1 (g infinite); at t = 14/15, std = 0.02 sqrt(14) sqrt(1/15) = 0.019.
+    # Video (a = 0.02): only t = 1 (g = 0.02 sqrt(1e5), std 1.63); at t = 14/15, std = 0.02 sqrt(14/15) = 0.019.
     sigmas = torch.linspace(1, 0, 16)
-    for a, n_capped in ((A_VIDEO, 3), (A_AUDIO, 1)):
+    for a, n_capped in ((A_AUDIO, 3), (A_VIDEO, 1)):
         g, std, capped = capped_noise(sigmas[:-1], sigmas[1:], a)
         assert capped.tolist() == [True] * n_capped + [False] * (15 - n_capped)
         assert (std <= MAX_STD).all()  # the oracle: the step std never exceeds 0.5, not even by an ulp
@@ -95,9 +108,9 @@ def test_the_step_computes_the_same_capped_std():
 @pytest.mark.parametrize(
     "sigma, sigma_next, a, at_one",
     [
-        (0.7, 0.6, A_VIDEO, None),  # float path
-        (1.0, 0.9, A_AUDIO, 0.9),  # first step, Flow-GRPO's substitute
-        (torch.tensor([0.7, 0.4]), torch.tensor([0.6, 0.3]), A_VIDEO, None),  # per-sample sigmas
+        (0.7, 0.6, A_AUDIO, None),  # float path
+        (1.0, 0.9, A_VIDEO, 0.9),  # first step, Flow-GRPO's substitute
+        (torch.tensor([0.7, 0.4]), torch.tensor([0.6, 0.3]), A_AUDIO, None),  # per-sample sigmas
     ],
 )
 def test_step_with_the_uncapped_g_is_flow_sde_bitwise(sigma, sigma_next, a, at_one):
@@ -116,14 +129,14 @@ def test_capped_step_recomputes_the_drift_and_log_prob_by_hand():
     # t = 0.75 -> 0.5 with a = 0.8 is capped to g = 1: μ = x - 0.25 [v + 1/(2*0.75) (x + 0.25 v)], std = 0.5,
     # log-prob = mean_d [-(x' - μ)^2 / (2 * 0.25) - log(2π * 0.25) / 2], the code's own expression.
     v, _, x, noise = _latents()
-    g, _, _ = capped_noise(0.75, 0.5, A_VIDEO)
+    g, _, _ = capped_noise(0.75, 0.5, A_AUDIO)
     out = sde_step_with_g(v, x, 0.75, 0.5, g, noise=noise)
     mean = x - 0.25 * (v + (x + 0.25 * v) / 1.5)
     assert torch.allclose(out.mean, mean, atol=1e-6) and out.std.tolist() == [0.5, 0.5]
     assert torch.allclose(out.x_next, mean + 0.5 * noise, atol=1e-6)
     per_element = -((out.x_next - out.mean) ** 2) / (2 * 0.25) - 0.5 * math.log(2 * math.pi * 0.25)
     assert torch.allclose(out.log_prob, per_element.mean(dim=(1, 2, 3)), atol=1e-6)
-    uncapped = flow_sde(v, x, 0.75, 0.5, A_VIDEO, noise=noise)  # differs: the cap changes drift and noise
+    uncapped = flow_sde(v, x, 0.75, 0.5, A_AUDIO, noise=noise)  # differs: the cap changes drift and noise
     assert not torch.allclose(uncapped.mean, out.mean, atol=1e-3)
 
 
@@ -142,7 +155,7 @@ def test_kl_factor_is_the_exact_same_variance_gaussian_kl(t, t_next):
     """The spec's oracle with the SDE means of the step itself: two velocities at the same (x, t, g) give
     means that differ by |Δ|(1 + g²(1−t)/(2t))Δv, variance s² = g²|Δ|, and λ_KL·MSE(Δv) = KL/n."""
     v1, v2, x, noise = _latents(seed=3)
-    g, std, _ = capped_noise(t, t_next, A_VIDEO)
+    g, std, _ = capped_noise(t, t_next, A_AUDIO)
     dt_abs = t - t_next
     m1 = sde_step_with_g(v1, x, t, t_next, g, noise=noise).mean
     m2 = sde_step_with_g(v2, x, t, t_next, g, noise=noise).mean
@@ -156,7 +169,7 @@ def test_kl_factor_is_the_exact_same_variance_gaussian_kl(t, t_next):
 def test_kl_factor_with_the_codes_uncapped_g_is_not_the_kl_at_a_capped_step():
     # At t = 0.75 -> 0.5 the step used g = 1 (capped); the code's λ_KL takes g = 0.8 sqrt(3) = 1.386:
     # 0.125 (1.386 * 0.25/1.5 + 1/1.386)^2 = 0.1134, not the exact 0.1701.
-    uncapped = A_VIDEO * math.sqrt(3)
+    uncapped = A_AUDIO * math.sqrt(3)
     assert kl_factor(0.75, 0.25, uncapped).item() == pytest.approx(0.125 * (uncapped / 6 + 1 / uncapped) ** 2)
     assert kl_factor(0.75, 0.25, uncapped).item() < 0.7 * kl_factor(0.75, 0.25, 1.0).item()
 
@@ -285,14 +298,16 @@ def test_advantages_are_zero_mean_unit_std_per_group_and_batched_groups_are_inde
 def test_constant_metrics_and_nan_values():
     flat = {"vq": torch.full((4,), 2.0), "clip": torch.full((4,), 0.3), "desync": torch.zeros(4)}
     assert modality_advantages(flat, "video").advantages.tolist() == [0.0] * 4  # no NaN, no round-off
-    # NaN counts as 0 (the code's nan_to_num) ...
+    # A NaN metric value makes its group's advantages NaN, as the code's numpy statistics do (zhiyuxu03/AV-GRPO
+    # ltx-trainer, spec "Corrections"; it is not counted as 0): the method's NaN guard then drops the step. The
+    # other group is untouched: vq [1, 2, 3, 4] and clip [0.1, 0.2, 0.3, 0.2] give the same as alone.
     vq = torch.tensor([[1.0, float("nan"), 3.0, 4.0], [1.0, 2.0, 3.0, 4.0]])
     clip = torch.tensor([[0.1, 0.2, 0.3, 0.2]] * 2)
+    out = modality_advantages({"vq": vq, "clip": clip}, "video").advantages
+    alone = modality_advantages({"vq": vq[1], "clip": clip[1]}, "video").advantages
+    assert torch.isnan(out[0]).all() and torch.equal(out[1], alone)
     zeroed = modality_advantages({"vq": vq.nan_to_num(0.0), "clip": clip}, "video").advantages
-    assert torch.equal(modality_advantages({"vq": vq, "clip": clip}, "video").advantages, zeroed)
-    # ... or reaches that group's advantages, for the trainer's NaN guard; the other group is untouched.
-    kept = modality_advantages({"vq": vq, "clip": clip}, "video", nan_to_zero=False).advantages
-    assert torch.isnan(kept[0]).all() and torch.equal(kept[1], zeroed[1])
+    assert torch.isfinite(zeroed).all()  # what counting NaN as 0 would have given instead
 
 
 def test_desync_reward():
@@ -369,15 +384,29 @@ def test_schedule_state_round_trips_through_json():
 
 def test_the_lr_schedule_per_step():
     # N = 5 steps: the code sets the rate after each step from the count n done: n = 1 -> 1 (warm-up 1e-6 ->
-    # 1e-6), n >= 2 -> 0.5 (1 + cos(π (n-1)/4)). Step k runs at the rate set after step k-1 (n = k).
-    expected = [1.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4))]
+    # 1e-6), n >= 2 -> 0.5 (1 + cos(π (n-1)/4)). Step k runs at the rate set after step k-1 (n = k); step 0
+    # at the optimizer's initial rate, the yaml's 1e-5 = 10 x 1e-6 (zhiyuxu03/AV-GRPO ltx-trainer, spec
+    # "Corrections": never 0).
+    expected = [10.0, 1.0, 0.5 * (1 + math.cos(math.pi / 4)), 0.5, 0.5 * (1 + math.cos(3 * math.pi / 4))]
     assert [av_grpo_lr_factor(k, 5) for k in range(5)] == pytest.approx(expected)
     assert av_grpo_lr_factor(5, 5) == pytest.approx(0.0, abs=1e-12)  # "to 0", after the last step
     # flowrl's lr_factor (diffusers: warm-up from 0) agrees from step 1 on; its step 0 is 0, the code's is not
     assert [lr_factor(k, 5, "cosine", warmup=1) for k in range(1, 5)] == [av_grpo_lr_factor(k, 5) for k in range(1, 5)]
     assert lr_factor(0, 5, "cosine", warmup=1) == 0.0
-    assert av_grpo_lr_factor(0, 1440, first=10.0) == 10.0  # the shipped yaml's 1e-5 initial rate, 10x the peak
+    assert av_grpo_lr_factor(0, 1440) == 10.0 and av_grpo_lr_factor(0, 1440, first=1.0) == 1.0
     assert av_grpo_lr_factor(1440 - 1, 1440) == pytest.approx(0.5 * (1 + math.cos(math.pi * 1438 / 1439)))
+
+
+def test_the_learning_rate_of_each_av_grpo_step():
+    # The code's numbers: 1e-5 at AV-GRPO step 0, then 1e-6 x 0.5 (1 + cos(π (n-1)/1439)) at step n (cosine over
+    # 1440 steps, one warm-up step); flowrl's plain cosine with one warm-up step would run step 0 at 0.
+    rates = [av_grpo_learning_rate(n, 1440, 1e-6, 1e-5, "cosine", 1) for n in (0, 1, 2, 720, 1439)]
+    assert rates[0] == 1e-5 and rates[1] == 1e-6
+    assert rates == pytest.approx([1e-6 * av_grpo_lr_factor(n, 1440) for n in (0, 1, 2, 720, 1439)], rel=1e-12)
+    assert rates[3] == pytest.approx(1e-6 * 0.5 * (1 + math.cos(math.pi * 719 / 1439)))
+    assert lr_factor(0, 1440, "cosine", warmup=1) == 0.0
+    # a constant schedule: the first step at first_lr, every later one at the base rate
+    assert [av_grpo_learning_rate(n, 10, 1e-3, 2e-3, "constant", 0) for n in range(3)] == [2e-3, 1e-3, 1e-3]
 
 
 # ---------------------------------------------------------------------------------------- bad arguments

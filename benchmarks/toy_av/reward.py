@@ -82,6 +82,7 @@ class ToyAVAudio(ToyAVReward):
 
 class ToyAVSync(ToyAVReward):
     name, part = "toy_av_sync", "sync"
+    reads_prompt = False  # the flash-beep gap only: AV-GRPO refuses it as a phase's only reward
 
 
 class ToyAVAccuracy(ToyAVReward):

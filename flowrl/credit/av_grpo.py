@@ -2,8 +2,9 @@
 
 The method plug-in and the LTX-2 adapter call these; nothing here touches a model, a trainer or a file.
 Provenance: **[code]** is the spec's reading of the authors' ltx-trainer (``trainer.py``,
-``validation_sampler.py``), re-checked there for the details noted below; **[inferred]** is our choice
-where the sources are silent. Formulas are restated, no code was copied.
+``validation_sampler.py``), re-checked there for the details noted below and corrected by the spec's section
+"Corrections, measured against the authors' own code" (2026-12-02); **[inferred]** is our choice where the
+sources are silent. Formulas are restated, no code was copied.
 
 Conventions
 -----------
@@ -17,12 +18,13 @@ Conventions
 
 Formulas
 --------
-1. Noise cap (§7 step 3) [code]: g = a·sqrt(t/(1−t)) (``flowrl.sde.flow_sde_g``, the same first-step
-   substitute when ``sigma_at_one`` is given), step std s = g·sqrt(|Δ|); if s > max_std, g is scaled down
-   so s = max_std, and the drift is recomputed with that g. a_video = 0.8, a_audio = 0.02, max_std = 0.5.
-   At σ = 1 without ``sigma_at_one`` g is infinite and the cap sets s = max_std; the code clamps 1 − t at
-   1e-5 instead (g = a·sqrt(1e5)), which the cap turns into the same value whenever that g is capped too,
-   i.e. whenever |Δ_0| > (max_std / (a·sqrt(1e5)))² (0.0063 for audio, 4e-6 for video).
+1. Noise cap (§7 step 3) [code]: g = a·sqrt(t/(1−t)) (``flowrl.sde.flow_sde_g``), step std
+   s = g·sqrt(|Δ|); if s > max_std, g is scaled down so s = max_std, and the drift is recomputed with that g.
+   **a_video = 0.02, a_audio = 0.8** (the sampler uses 0.8 when the video is frozen, 0.02 otherwise),
+   max_std = 0.5. At σ = 1 the code clamps 1 − t at 1e-5 (``ONE_MINUS_T_MIN``): g = a·sqrt(1e5), so the first
+   step is capped to std 0.5 whenever |Δ_0| > (max_std / (a·sqrt(1e5)))² (6.3e-3 for the video, 3.9e-6 for
+   the audio), in both phases; it does not substitute σ_1 as Flow-GRPO does (``sigma_at_one``, kept as an
+   argument for comparison).
 2. SDE step with a given g (§0, §7 step 3): μ = x + Δ·[v + g²/(2t)·(x + (1−t)v)], s = g·sqrt(|Δ|),
    Gaussian log-prob averaged over dimensions. ``flowrl.sde.dance_sde`` is exactly this step with
    g = its noise level (``flow_sde`` computes g itself), so ``sde_step_with_g`` is that step, checked.
@@ -41,8 +43,9 @@ Formulas
 5. Advantages (§7 step 4) [code]: every metric is z-scored over the group (population std + 1e-8), the
    z-scores are averaged with equal weights; fallbacks: video phase with group-mean VQ ≤ 0 → VQ's z-score
    only; audio phase with group-mean CLAP < 0.4 → CLAP's only; then the score is z-scored again (unbiased
-   std + 1e-8). The code replaces NaN metric values by 0 first (``nan_to_zero``). Overexposure is computed
-   but skipped by the code: do not pass it. Statistics are taken in fp64 (the code's numpy stage); a row
+   std + 1e-8). A NaN metric value makes its group's advantages NaN, as in the code (the trainer's NaN guard
+   then drops the step and switches the phase). Overexposure is computed but skipped by the code: do not
+   pass it. Statistics are taken in fp64 (the code's numpy stage); a row
    whose values are all equal gets exactly 0 [inferred: the code would return round-off / 1e-8].
 6. Phase schedule (§7 step 1) [code]: video for ``steps_per_phase`` optimizer steps, then audio for as many
    on the SAME prompts, then the next cycle; step k of a phase uses prompts
@@ -50,7 +53,9 @@ Formulas
    Every switch clears the optimizer state. NaN guard: switch at once, in-phase counter to 0, cycle unchanged,
    the step is not counted.
 7. DeSync reward (§7 step 4) [code]: −mean over windows of |predicted audio-video offset|; 0 is the best.
-8. Learning rate [code]: 1e-6, one "warm-up" step from 1e-6 to 1e-6, cosine to 0 (``av_grpo_lr_factor``).
+8. Learning rate [code]: the first AV-GRPO step at the optimizer's initial rate (the yaml's 1e-5), then 1e-6
+   with one "warm-up" step from 1e-6 to 1e-6 and a cosine to 0 over the run (``av_grpo_lr_factor``); every
+   optimizer step of one AV-GRPO step (one per sample and transition) runs at that step's rate.
 """
 
 from __future__ import annotations
@@ -66,9 +71,10 @@ from flowrl.lr import lr_factor
 from flowrl.sde import StepOutput, dance_sde, flow_sde_g
 
 PHASES = ("video", "audio")
-NOISE_LEVEL = {"video": 0.8, "audio": 0.02}  # a per trained modality [code]
+NOISE_LEVEL = {"video": 0.02, "audio": 0.8}  # a per trained modality [code: Corrections]
 A_VIDEO, A_AUDIO = NOISE_LEVEL["video"], NOISE_LEVEL["audio"]
 MAX_STD = 0.5  # cap on the per-step std g·sqrt(|Δ|) [code]
+ONE_MINUS_T_MIN = 1e-5  # the code's clamp of 1 − t in g = a·sqrt(t/(1−t)): g = a·sqrt(1e5) at t = 1
 CLIP_RANGE = 0.2  # PPO clip ε [code]
 BETA = {"video": 0.01, "audio": 0.002}  # KL weight per trained modality [code]
 BETA_VIDEO, BETA_AUDIO = BETA["video"], BETA["audio"]
@@ -77,6 +83,8 @@ Z_EPS = 1e-8  # added to both z-scores' std [code]
 VQ_FLOOR, CLAP_FLOOR = 0.0, 0.4  # fallback thresholds: VQ mean <= 0, CLAP mean < 0.4 [code]
 STEPS_PER_PHASE, PROMPTS_PER_CYCLE = 4, 32  # on 8 GPUs: 8 prompts a step, one per GPU [code]
 LR, LR_WARMUP_STEPS, TOTAL_STEPS = 1e-6, 1, 1440  # [code]
+FIRST_LR = 1e-5  # the first AV-GRPO step's rate: the yaml's, before the loop sets 1e-6 [code: Corrections]
+NEGATIVE_PROMPT = "worst quality, inconsistent motion, blurry, jittery, distorted"  # the CFG negative [code]
 
 Number = float | int
 ScalarOrTensor = float | torch.Tensor
@@ -150,23 +158,29 @@ def capped_noise(
 ) -> CappedNoise:
     """§7 step 3: g = a·sqrt(t/(1−t)) (``flow_sde_g``), scaled down so that g·sqrt(|Δ|) <= max_std.
 
-    Uncapped, g is bitwise ``flow_sde_g(sigma, a, sigma_at_one)`` (float path for floats, fp32 for tensors,
-    as ``flow_sde`` computes it). Capped, g = max_std/sqrt(|Δ|) (one ulp lower if the product would round
-    above max_std), so the std the step computes is max_std to the last bit or one ulp below. The cap is
-    strict: s == max_std is not capped. sigma, sigma_next: floats or (B,) tensors; a: the trained
-    modality's noise level (``NOISE_LEVEL``).
+    ``sigma_at_one=None`` (the authors' code): 1 − t is clamped at ``ONE_MINUS_T_MIN`` (1e-5), so at t = 1
+    g = a·sqrt(1e5) and the cap decides the first step's std (0.5 unless |Δ_0| is tiny). Given, Flow-GRPO's
+    first-step substitute 1 − σ_1 (``flow_sde_g``). Uncapped and below t = 1, g is bitwise
+    ``flow_sde_g(sigma, a)`` (float path for floats, fp32 for tensors, as ``flow_sde`` computes it). Capped,
+    g = max_std/sqrt(|Δ|) (one ulp lower if the product would round above max_std), so the std the step
+    computes is max_std to the last bit or one ulp below. The cap is strict: s == max_std is not capped.
+    sigma, sigma_next: floats or (B,) tensors; a: the trained modality's noise level (``NOISE_LEVEL``).
     """
     sigma, sigma_next, a = _scalar(sigma), _scalar(sigma_next), _scalar(a)
     _check_step(sigma, sigma_next, a, max_std, sigma_at_one)
     if all(isinstance(v, (int, float)) for v in (sigma, sigma_next, a)):
         sigma, sigma_next, a = float(sigma), float(sigma_next), float(a)
         dt_abs = -(sigma_next - sigma)  # bitwise the |dt| flowrl.sde uses
-        g = math.inf if sigma == 1.0 and sigma_at_one is None else flow_sde_g(sigma, a, sigma_at_one)
+        g = a * math.sqrt(sigma / max(1 - sigma, ONE_MINUS_T_MIN)) if sigma_at_one is None else flow_sde_g(
+            sigma, a, sigma_at_one)
         g, capped = _cap_float(g, dt_abs, float(max_std))
         return CappedNoise(g, g * math.sqrt(dt_abs), capped)
     s = torch.as_tensor(sigma, dtype=torch.float32)
     root = torch.sqrt(-(torch.as_tensor(sigma_next, dtype=torch.float32) - s))
-    g = flow_sde_g(s, a, sigma_at_one)  # inf at sigma == 1 without sigma_at_one: capped below
+    if sigma_at_one is None:  # the code's clamp of 1 - t; bitwise flow_sde_g wherever 1 - t >= 1e-5
+        g = torch.as_tensor(a, dtype=torch.float32) * torch.sqrt(s / (1 - s).clamp_min(ONE_MINUS_T_MIN))
+    else:
+        g = flow_sde_g(s, a, sigma_at_one)
     capped = g * root > max_std
     g_cap = max_std / root
     g_cap = torch.where(g_cap * root > max_std, torch.nextafter(g_cap, torch.zeros_like(g_cap)), g_cap)
@@ -352,7 +366,7 @@ class ModalityAdvantages:
     rule: str | None  # "vq_only" (video phase), "clap_only" (audio phase), None if the phase has no fallback key
 
 
-def _stack_metrics(metrics: Mapping[str, torch.Tensor], nan_to_zero: bool) -> tuple[list[str], torch.Tensor]:
+def _stack_metrics(metrics: Mapping[str, torch.Tensor]) -> tuple[list[str], torch.Tensor]:
     if not metrics:
         _fail("metrics is empty: pass the phase's reward metrics, e.g. {'vq': ..., 'clip': ..., 'desync': ...}")
     names = list(metrics)
@@ -366,7 +380,7 @@ def _stack_metrics(metrics: Mapping[str, torch.Tensor], nan_to_zero: bool) -> tu
     stack = torch.stack(values)  # (K, [M,] G)
     if torch.isinf(stack).any():
         _fail(f"metrics hold inf: {[k for k, m in zip(names, values) if torch.isinf(m).any()]}")
-    return names, torch.nan_to_num(stack, nan=0.0) if nan_to_zero else stack
+    return names, stack
 
 
 def modality_advantages(
@@ -378,7 +392,6 @@ def modality_advantages(
     clap_floor: float = CLAP_FLOOR,
     *,
     eps: float = Z_EPS,
-    nan_to_zero: bool = True,
 ) -> ModalityAdvantages:
     """§7 step 4: metrics {name: (G,) or (M, G)} of ONE phase (rewards, higher is better: pass −DeSync,
     see ``desync_reward``) -> advantages per group.
@@ -387,14 +400,15 @@ def modality_advantages(
     video phase a group whose mean ``vq_key`` <= ``vq_floor`` uses that metric's z-score alone; in the audio
     phase a group whose mean ``clap_key`` < ``clap_floor`` uses CLAP's alone (the fallback key of the other
     phase is ignored; None disables the phase's fallback). The score is z-scored again (sample std + eps).
-    ``nan_to_zero``: NaN metric values count as 0 [code]; False lets NaN reach the advantages (for the
-    trainer's NaN guard). Group means for the thresholds are fp64 (the code's numpy): pass fp64 tensors or
+    A NaN metric value (a scorer that failed on a sample) makes that group's advantages NaN, as the code's
+    numpy statistics do [code]; other groups are untouched. The caller's NaN guard drops the step (the
+    method switches the phase). Group means for the thresholds are fp64 (the code's numpy): pass fp64 tensors or
     python lists where the last bit matters: fp32 rounding moves a mean across the threshold (fp32 0.15 and
     0.65 average to 0.39999999 < 0.4, fp64 to 0.4; a constant fp32 0.4 is 0.4000000060 and passes). Even
     fp64 decimals can land below (0.35 and 0.45 -> 0.39999999999999997), exactly as in the code.
     """
     _check_phase(phase)
-    names, stack = _stack_metrics(metrics, nan_to_zero)
+    names, stack = _stack_metrics(metrics)
     z = zscore(stack.flatten(0, -2), unbiased=False, eps=eps).reshape(stack.shape)  # (K, [M,] G)
     score = z.mean(dim=0)
     key, floor, rule = (vq_key, vq_floor, "vq_only") if phase == "video" else (clap_key, clap_floor, "clap_only")
@@ -530,14 +544,15 @@ class PhaseSchedule:
         self.state = PhaseState(**fields)
 
 
-def av_grpo_lr_factor(step: int, total: int = TOTAL_STEPS, first: float = 1.0) -> float:
-    """Multiplier of ``LR`` (1e-6) for optimizer step ``step`` (0-based, dropped NaN steps not counted).
+def av_grpo_lr_factor(step: int, total: int = TOTAL_STEPS, first: float = 10.0) -> float:  # 1e-5 / 1e-6
+    """Multiplier of ``LR`` (1e-6) for AV-GRPO step ``step`` (0-based, dropped NaN steps not counted).
 
     [code] sets the rate AFTER each step, from the count n of steps done: n <= 1 ("warm-up" from 1e-6 to
     1e-6) -> 1, else 0.5·(1 + cos(π(n−1)/(total−1))), reaching 0 at n = total (never used). So step k >= 1
     runs at 0.5·(1 + cos(π(k−1)/(total−1))) = ``flowrl.lr.lr_factor(k, total, "cosine", warmup=1)``, and
-    step 0 at the optimizer's initial rate: ``first`` = that rate / 1e-6 (the shipped yaml's 1e-5 gives 10;
-    the intent is 1, the default [inferred]). flowrl's lr_factor warms up from 0: its step 0 is 0.
+    step 0 at the optimizer's initial rate: ``first`` = that rate / 1e-6 (the shipped yaml's 1e-5: 10, the
+    default). flowrl's lr_factor warms up from 0: its step 0 would be 0. Every optimizer step of one AV-GRPO
+    step (one per sample and transition) runs at the same rate.
     """
     if not (isinstance(total, int) and total >= 2):
         _fail(f"total must be an int >= 2, got {total!r}")
@@ -546,3 +561,26 @@ def av_grpo_lr_factor(step: int, total: int = TOTAL_STEPS, first: float = 1.0) -
     if not (isinstance(first, (int, float)) and first >= 0):
         _fail(f"first must be a number >= 0, got {first!r}")
     return float(first) if step == 0 else lr_factor(step, total, "cosine", warmup=LR_WARMUP_STEPS)
+
+
+def av_grpo_learning_rate(
+    step: int,
+    total: int,
+    base_lr: float,
+    first_lr: float,
+    schedule: str = "cosine",
+    warmup: int = LR_WARMUP_STEPS,
+    min_ratio: float = 0.0,
+) -> float:
+    """The learning rate of AV-GRPO step ``step`` (0-based; dropped NaN steps not counted) of ``total``:
+    ``first_lr`` at step 0 (the optimizer's initial rate [code]), then ``base_lr · lr_factor(step, total,
+    schedule, warmup, min_ratio)`` (``flowrl.lr``). With the code's 1e-6, 1e-5, cosine and one warm-up step
+    this is ``LR · av_grpo_lr_factor(step, total)``; it is never 0 at step 0."""
+    if not (isinstance(step, int) and step >= 0):
+        _fail(f"step must be an int >= 0, got {step!r}")
+    if not (isinstance(total, int) and total >= 1):
+        _fail(f"total must be an int >= 1, got {total!r}")
+    for name, rate in (("base_lr", base_lr), ("first_lr", first_lr)):
+        if not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
+            _fail(f"{name} must be a finite number > 0, got {rate!r}")
+    return float(first_lr) if step == 0 else base_lr * lr_factor(step, total, schedule, warmup, min_ratio)

@@ -1,8 +1,9 @@
 """AV-GRPO (arXiv 2609.29816): modality-anchored, decoupled GRPO for joint audio-video generators (LTX-2).
 
 On the method seam, for joint latents ``{"video", "audio"}`` (``flowrl.latents``); the math is in
-``flowrl.credit.av_grpo`` (pure functions with their oracles). One flowrl iteration is one AV-GRPO step (its
-recipes set ``train.optimizer_steps_per_iteration: 1``); ``../shared/specs/addon_methods.md`` section 7.
+``flowrl.credit.av_grpo`` (pure functions with their oracles). One flowrl iteration is one AV-GRPO step;
+``../shared/specs/addon_methods.md`` section 7 and its "Corrections" section (the authors' code,
+zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
 
 * **Phases** (``PhaseSchedule``): the trained modality alternates, ``steps_per_phase`` iterations of video then
   as many of audio on the same prompts (``prompt_iteration`` points the audio phase at the video phase's prompt
@@ -12,9 +13,10 @@ recipes set ``train.optimizer_steps_per_iteration: 1``); ``../shared/specs/addon
   member's noise, ``sample.guidance_scale``), every step's states cached.
 * **Anchored rollouts**: every member has its own noise; the frozen modality is pinned to the anchor's state at
   every step (``rollout(pinned=...)``), so it is bitwise the same across the group; the trained one takes
-  Flow-GRPO SDE steps at its own noise level (``noise_video`` 0.8, ``noise_audio`` 0.02) with the per-step std
-  capped at ``max_std`` (0.5) by lowering that step's noise level, so the drift uses the capped g too. Every
-  transition trains (the code's SDE at all steps).
+  Flow-GRPO SDE steps at its own noise level (``noise_video`` 0.02, ``noise_audio`` 0.8, as the code) with the
+  per-step std capped at ``max_std`` (0.5) by lowering that step's noise level, so the drift uses the capped g
+  too. At sigma = 1 the code clamps 1 - t at 1e-5 (g = a sqrt(1e5)), so the first step is capped to std 0.5 in
+  both phases (no sigma_1 substitute). Every transition trains (the code's SDE at all steps).
 * **Trainable sets**: the video phase trains the video tower and the audio-to-video cross-attention, the audio
   phase the audio tower and the video-to-audio one (``adapter.tower_of``); the others get no gradient at the
   optimizer step. The a2v / v2a scale-shift tables of LTX-2 are shared by both directions (one parameter), so
@@ -22,18 +24,33 @@ recipes set ``train.optimizer_steps_per_iteration: 1``); ``../shared/specs/addon
 * **Credit** (``modality_advantages``): the phase's rewards (``video_rewards`` / ``audio_rewards``, each a
   reward's own column) z-scored per group (population std + 1e-8) and averaged, with the fallbacks (video: the
   ``vq_reward`` alone where its group mean <= 0; audio: the ``clap_reward`` alone where its mean < 0.4), then
-  z-scored again (sample std + 1e-8). A NaN in them drops the step (zero advantages, no update) and switches
-  the phase at once (``PhaseSchedule.on_nan``).
+  z-scored again (sample std + 1e-8). A NaN metric makes its group's advantages NaN (as the code); a NaN drops
+  the step (zero advantages, no update) and switches the phase at once (``PhaseSchedule.on_nan``). A phase
+  whose every reward is an audio-video score that never reads the prompt (``reads_prompt = False``: pure sync
+  such as ``av_sync`` or ``desync``) is refused unless ``allow_promptless_phase_reward``: sync alone is met
+  by a collapsed video as well as by a good one.
+* **Optimizer steps** (``schedule``): the code steps AdamW (clipped) after every (sample, transition) backward,
+  sample order then transition order: one per group member i and transition k, training member i of every
+  prompt group at k (the code's processes, one prompt each, averaged by DDP). ``optimizer_steps=train`` uses
+  ``train.optimizer_steps_per_iteration`` instead. Every step of one AV-GRPO step runs at that step's rate
+  (``learning_rate``): the first at ``first_learning_rate`` (the code's yaml: 1e-5; default the base rate),
+  then ``train.learning_rate`` under ``train.lr_schedule`` counted in AV-GRPO steps (the code: 1e-6, one
+  warm-up step, cosine to 0 over the run).
 * **Loss**: lambda_pol PPO-clip (clip 0.2) with lambda_pol = sqrt(t / (|dt| (1 - t))), plus beta lambda_rw KL,
   beta 0.01 (video) / 0.002 (audio), lambda_rw = t / (|dt| (1 - t)) in the video phase and 1 in the audio one.
   The KL is the exact Gaussian KL of the two step means under the step's own (capped) g, which equals
   lambda_KL MSE(v, v_ref) (the oracle in ``tests/test_credit_av_grpo.py``); the authors' code uses the
   uncapped g in lambda_KL.
 * **The training forward** gets the stored joint state, the frozen modality's part being the anchor's state
-  that the rollout saw, so the first ratio is 1 (flowrl's default). ``frozen_input=dropped`` is the authors'
-  code: the frozen modality left out of that forward (the adapter's ``isolate_modalities``), so the ratio is
-  not 1 at the first update and the cross-modal attention that trains gets no gradient from it; the gap is
-  logged (``policy/onpolicy_logp_diff``) and the on-policy check does not stop the run.
+  that the rollout saw, at the rollout's guidance, so the first ratio is 1 (flowrl's default: the
+  recomputed policy is the one that sampled). ``frozen_input=dropped`` is the authors' code: one conditional
+  pass (no CFG, no STG, whatever ``sample.guidance_scale``) with the frozen modality left out (the adapter's
+  ``isolate_modalities``), so the ratio is not 1 at the first update and the cross-modal attention that trains
+  gets no gradient from it; the gap is logged (``policy/onpolicy_logp_diff``) and the on-policy check does
+  not stop the run.
+* **Not as the code** (``docs/methods.md``): the frozen partner at the end of a rollout is the anchor's final
+  state (the code decodes the anchor's last cached input, at sigma_{T-1}); the initial noises come from
+  flowrl's seeded streams (the code: 42 + rank for the anchor, 42 + 8 rank + i for member i).
 """
 
 from __future__ import annotations
@@ -51,6 +68,7 @@ from flowrl.credit.av_grpo import (
     NOISE_LEVEL,
     VQ_FLOOR,
     PhaseSchedule,
+    av_grpo_learning_rate,
     capped_noise,
     modality_advantages,
     policy_weight,
@@ -84,10 +102,19 @@ class AVGRPOOptions:
     clap_reward: str | None = None  # audio-phase fallback: this reward alone where its group mean < clap_floor
     vq_floor: float = VQ_FLOOR  # the video fallback's threshold on the vq_reward's group mean
     clap_floor: float = CLAP_FLOOR  # the audio fallback's threshold on the clap_reward's group mean
-    # the training forward's frozen modality: "anchor" feeds the anchored state the rollout saw (the first ratio
-    # is 1); "dropped" leaves it out, as the authors' code does (the adapter's isolate_modalities: no cross-modal
-    # attention), which is not the rollout's policy: the gap is logged as policy/onpolicy_logp_diff, not checked
+    # the training forward's frozen modality: "anchor" feeds the anchored state the rollout saw, at the rollout's
+    # guidance (the first ratio is 1); "dropped" is the authors' code: one conditional pass (no CFG, no STG) with
+    # the frozen modality left out (the adapter's isolate_modalities: no cross-modal attention), which is not the
+    # rollout's policy: the gap is logged as policy/onpolicy_logp_diff, not checked
     frozen_input: str = "anchor"
+    # "per_sample_transition": one clipped AdamW step after each (sample, transition), sample order then
+    # transition order (the code); "train": train.optimizer_steps_per_iteration steps over the rollout batches
+    optimizer_steps: str = "per_sample_transition"
+    # the first AV-GRPO step's learning rate (the code's yaml: 1e-5, before its loop sets 1e-6); null: the
+    # base rate train.learning_rate
+    first_learning_rate: float | None = None
+    # accept a phase whose every reward is an audio-video score that never reads the prompt (pure sync)
+    allow_promptless_phase_reward: bool = False
 
 
 class AVGRPO(Method):
@@ -106,6 +133,11 @@ class AVGRPO(Method):
             raise ConfigError(f"method.options.start: {o.start!r} is not one of video, audio")
         if o.frozen_input not in ("anchor", "dropped"):
             raise ConfigError(f"method.options.frozen_input: {o.frozen_input!r} is not one of anchor, dropped")
+        if o.optimizer_steps not in ("per_sample_transition", "train"):
+            raise ConfigError(f"method.options.optimizer_steps: {o.optimizer_steps!r} is not one of "
+                              "per_sample_transition, train")
+        if o.first_learning_rate is not None and not 0 < o.first_learning_rate < float("inf"):
+            raise ConfigError(f"method.options.first_learning_rate: must be > 0 (or null), got {o.first_learning_rate}")
         if o.frozen_input == "dropped":  # by design not the rollout's forward: log the gap, do not stop on it
             self.checks_onpolicy = False
             self.no_onpolicy_reason = ("method.options.frozen_input=dropped leaves the frozen modality out of the "
@@ -128,6 +160,9 @@ class AVGRPO(Method):
             name = getattr(o, key)
             if name is not None and name not in self._phase_rewards(phase):
                 raise ConfigError(f"method.options.{key}: {name!r} is not one of the {phase} phase's rewards")
+        if not o.allow_promptless_phase_reward:
+            for phase in MODALITIES:
+                self._refuse_promptless(phase)
         self.schedule_state = PhaseSchedule(o.steps_per_phase, o.steps_per_phase, o.start)
         self._tower_of = None
         self._dropped = False
@@ -147,6 +182,36 @@ class AVGRPO(Method):
     def _phase_rewards(self, phase: str) -> list[str]:
         own = self.options.video_rewards if phase == "video" else self.options.audio_rewards
         return list(own) or list(self.cfg.reward)
+
+    def _refuse_promptless(self, phase: str) -> None:
+        """The reward guard: a phase trained only on audio-video scores that never read the prompt (pure sync:
+        ``av_sync``, ``desync``) is refused; a collapsed video can be perfectly in sync with its sound."""
+        names = self._phase_rewards(phase)
+        if not names or not all(_promptless(name) for name in names):
+            return
+        key = f"method.options.{phase}_rewards" if getattr(self.options, f"{phase}_rewards") else "reward"
+        raise ConfigError(f"{key}: the {phase} phase's only rewards {names} are audio-video scores that never read "
+                          "the prompt (pure sync), which a collapsed video satisfies too: add a reward that reads "
+                          "the prompt, or set method.options.allow_promptless_phase_reward=true")
+
+    def schedule(self, num_units: int) -> list[list[tuple[int, int | None] | tuple[int, int | None, int]]]:
+        """One optimizer step per (group member i, transition k), i then k, each training member i of every
+        prompt group at transition k (the code: each process's sample i, averaged over processes); or the
+        default with ``optimizer_steps=train``."""
+        if self.options.optimizer_steps == "train":
+            return super().schedule(num_units)
+        s = self.cfg.sample
+        return [[(q, k, r) for q in range(num_units) for r in range(i, s.batch_size, s.group_size)]
+                for i in range(s.group_size) for k in range(s.num_steps)]
+
+    def learning_rate(self, scheduled: float, optimizer_step: int) -> float:
+        """The rate of every optimizer step of this AV-GRPO step (``credit.av_grpo.av_grpo_learning_rate``):
+        ``first_learning_rate`` at the first, then ``train.learning_rate`` under ``train.lr_schedule`` counted in
+        AV-GRPO steps (iterations that updated; a NaN-dropped one is not counted) over ``train.iterations``."""
+        t, o = self.cfg.train, self.options
+        first = t.learning_rate if o.first_learning_rate is None else o.first_learning_rate
+        return av_grpo_learning_rate(self.schedule_state.state.optimizer_steps, max(t.iterations, 1), t.learning_rate,
+                                     first, t.lr_schedule, t.lr_warmup_steps, t.lr_min_ratio)
 
     def prompt_iteration(self, iteration: int) -> int:
         """The prompt draw of this step: both phases of a cycle use the cycle's ``steps_per_phase`` draws."""
@@ -177,10 +242,11 @@ class AVGRPO(Method):
         a = o.noise_video if self.phase == "video" else o.noise_audio
         levels = []
         for s, s_next in zip(base.sigma.tolist(), base.sigma_next.tolist()):
-            g = flow_sde_g(s, a, base.sigma_at_one)
-            capped = capped_noise(s, s_next, a, o.max_std, base.sigma_at_one)
-            levels.append(a * capped.g / g if capped.capped else a)
-        self._capped = sum(lv != a for lv in levels) / len(levels)
+            g = flow_sde_g(s, a, base.sigma_at_one)  # what the step computes from a noise level a
+            capped = capped_noise(s, s_next, a, o.max_std)  # the code's g: 1 - t clamped at 1e-5, then capped
+            levels.append(a * capped.g / g if capped.g != g else a)
+        self._capped = sum(capped_noise(s, s_next, a, o.max_std).capped
+                           for s, s_next in zip(base.sigma.tolist(), base.sigma_next.tolist())) / len(levels)
         n = len(base)
         return replace(base, noise_levels=torch.tensor(levels, dtype=torch.float32),
                        train=torch.ones(n, dtype=torch.bool),
@@ -223,8 +289,7 @@ class AVGRPO(Method):
         for g in torch.unique(group_ids).tolist():
             idx = (group_ids == g).nonzero().flatten()
             metrics = {name: col[idx].double() for name, col in columns.items()}
-            out = modality_advantages(metrics, self.phase, o.vq_reward, o.clap_reward, o.vq_floor, o.clap_floor,
-                                      nan_to_zero=False)
+            out = modality_advantages(metrics, self.phase, o.vq_reward, o.clap_reward, o.vq_floor, o.clap_floor)
             adv[idx] = out.advantages.float()
             fallbacks.append(float(out.fallback))
         if not torch.isfinite(adv).all():  # the NaN guard: no update, switch the phase at once
@@ -246,8 +311,10 @@ class AVGRPO(Method):
         o = self.options
         phase = traj.plan.trained_modalities[0]
         x, x_next = traj.pair(j)
-        inputs = ctx.model_inputs(cond)
-        options = {"isolate_modalities": True} if o.frozen_input == "dropped" else None
+        if o.frozen_input == "dropped":  # the code's training forward: one conditional pass, the partner left out
+            inputs, options = ctx.model_inputs(cond, 1.0), {"isolate_modalities": True, "unguided": True}
+        else:
+            inputs, options = ctx.model_inputs(cond), None
         new = ctx.transition(traj.plan, j, x, inputs, x_next, velocity_options=options)
         t, t_next = float(traj.plan.sigma[j]), float(traj.plan.sigma_next[j])
         dt = t - t_next
@@ -269,3 +336,14 @@ class AVGRPO(Method):
     def load_state_dict(self, state: dict) -> None:
         if "phases" in state:
             self.schedule_state.load_state_dict(state["phases"])
+
+
+def _promptless(name: str) -> bool:
+    """Whether reward ``name`` declares itself an audio-video score that never reads the prompt."""
+    from flowrl.reward_models.base import reward_target
+
+    try:
+        target = reward_target(name)
+    except Exception:  # an unknown or unimportable reward: preflight names it
+        return False
+    return getattr(target, "reads_prompt", True) is False and getattr(target, "modality", None) == "audio_video"

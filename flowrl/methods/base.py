@@ -285,14 +285,23 @@ class Method:
         """The loss evaluates the reference weights (full fine-tuning then keeps a frozen copy)."""
         return self.cfg.train.beta > 0
 
-    def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
+    def schedule(self, num_units: int) -> list[list[tuple[int, int | None] | tuple[int, int | None, int]]]:
         """The iteration's optimizer steps over its ``num_units`` training units (the rollout batches of
         all processes, in rank order): each step lists (unit, k), k the position of the transition to
-        train among the unit's trained ones, or None for all of them. Default: ``train.
+        train among the unit's trained ones, or None for all of them; or (unit, k, row): that transition
+        of one row of the unit only (its position among the unit's rows; entries of one (unit, k) join
+        into one forward, and a row beyond a shorter last unit is skipped). Default: ``train.
         optimizer_steps_per_iteration`` steps S, step s training every transition of the units q with
         q % S == s. The same list on every process (it may depend only on ``num_units`` and config)."""
         steps = min(self.cfg.train.optimizer_steps_per_iteration, num_units)
         return [[(q, None) for q in range(s, num_units, steps)] for s in range(steps)]
+
+    def learning_rate(self, scheduled: float, optimizer_step: int) -> float:
+        """The rate of the next optimizer step: ``scheduled`` is what ``train.learning_rate`` and
+        ``train.lr_schedule`` give optimizer step ``optimizer_step`` (0-based, counted over the run); a
+        method with its own schedule returns another (AV-GRPO: one rate per AV-GRPO step, its first at
+        the authors' initial rate). The same on every process; it may use only config and method state."""
+        return scheduled
 
     # names of the figures ``metrics`` returns (``log.stop_if`` may name them before the run starts)
     metric_names: tuple[str, ...] = ()
