@@ -16,7 +16,7 @@ $(BIN)/python:
 
 $(VENV)/.installed: $(BIN)/python pyproject.toml
 	$(BIN)/pip install -q $(TORCH)
-	$(BIN)/pip install -q -e ".[test,tesseract,clip,audio,video]"
+	$(BIN)/pip install -q -e ".[test,tesseract,clip,audio]"
 	$(BIN)/pip install -q --no-deps nudenet==3.4.2
 	touch $@
 

@@ -1,25 +1,47 @@
-"""The run folder: where a run writes, and the rule that two runs never mix in one folder.
+"""The run folder: where a run writes, and the rules that keep it and its neighbours safe.
 
-A folder holds a run once it has a ``config.yaml``, a ``metrics.jsonl`` or checkpoints. Training into
-such a folder is refused unless the run continues it (``resume=``) or removes it first (``overwrite=true``);
-``run_name=auto`` picks a new timestamped folder under ``output_dir`` instead.
+* **The marker.** flowrl claims a folder by writing ``.flowrl-run`` into it before anything else. A folder
+  holds a run once it has a ``config.yaml``, a ``metrics.jsonl`` or checkpoints; training into such a folder
+  is refused unless the run continues it (``resume=``) or removes it first (``overwrite=true``);
+  ``run_name=auto`` picks a new timestamped folder under ``output_dir`` instead.
+* **overwrite=true removes only what flowrl wrote**: the names of ``FLOWRL_OUTPUTS`` in a folder carrying the
+  marker. A folder holding anything else (``samples/holiday.png``, ``checkpoints/my_model.ckpt``), or run-like
+  files without the marker (a user's own ``config.yaml``), is refused in one line naming a file; nothing is
+  deleted. Runs in subfolders (``run_name=auto``) carry their own marker and are left alone.
+* **The lock.** ``.flowrl.lock`` is held (``fcntl.flock``) by the main process of the run writing the folder, so
+  a second launch into it is refused at once, before anything is read or removed. The kernel drops the lock when
+  its process dies, so a lock left by a killed run is taken over, with a line naming the dead process.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import shutil
+import socket
 import time
+import weakref
 from pathlib import Path
 
 from flowrl.config import Config, ConfigError
 
 logger = logging.getLogger(__name__)
 
-# what a run writes into its folder; overwrite=true removes exactly these
-RUN_OUTPUTS = ("checkpoints", "metrics.jsonl", "config.yaml", "samples", "lora", "transformer", "reward_curve.png",
-               "method_state.json")
+MARKER = ".flowrl-run"  # written first into a folder flowrl trains into
+LOCK = ".flowrl.lock"  # held by the main process of the run that writes the folder
+
+# what a run (and the benchmarks that evaluate it in place) writes into its folder, by top-level name: a
+# pattern of the paths below it that are flowrl's (None: everything below it); overwrite=true removes these
+FLOWRL_OUTPUTS: dict[str, re.Pattern | None] = {
+    "config.yaml": None, "metrics.jsonl": None, "reward_curve.png": None, "method_state.json": None,
+    "report.html": None, "compare_result.json": None, "toy_eval": None, "toy_eval.json": None,
+    "lora": None, "transformer": None, "trackers": None,
+    "checkpoints": re.compile(r"^iter-\d+(\.tmp)?(/.*)?$"),
+    "samples": re.compile(r"^(iter|eval)-\d+(\.(png|gif|mp4|wav))?(/.*)?$"),
+}
+RUN_OUTPUTS = tuple(FLOWRL_OUTPUTS)
 
 
 def run_dir(cfg: Config, broadcast=None) -> Path:
@@ -46,8 +68,37 @@ def holds_run(path: Path) -> bool:
         checkpoints.is_dir() and any(checkpoints.iterdir()))
 
 
-def check_run_dir(path: Path, cfg: Config) -> None:
-    """Refuse a folder that cannot be written or that holds another run (one line naming the ways on)."""
+def is_flowrl_output(relative: str) -> bool:
+    """Whether the path ``relative`` (to the run folder, '/'-separated) is one flowrl writes."""
+    top, _, rest = relative.partition("/")
+    if top in (MARKER, LOCK):
+        return not rest
+    if top not in FLOWRL_OUTPUTS:
+        return False
+    pattern = FLOWRL_OUTPUTS[top]
+    return not rest or pattern is None or bool(pattern.match(rest))
+
+
+def foreign_file(path: Path) -> str | None:
+    """The first path (relative, in sorted walk order) in ``path`` that flowrl did not write, or None."""
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        base = Path(root).relative_to(path)
+        for name in sorted(files):
+            rel = (base / name).as_posix()
+            if not is_flowrl_output(rel):
+                return rel
+        for name in list(dirs):
+            rel = (base / name).as_posix()
+            if base == Path(".") and (Path(root) / name / MARKER).is_file():
+                dirs.remove(name)  # a run of its own (run_name=auto): kept, and not this run's to judge
+            elif not is_flowrl_output(rel) or (Path(root) / name).is_symlink():
+                return rel + "/"
+    return None
+
+
+def make_folder(path: Path) -> None:
+    """Create ``path`` or refuse, in one line, a path under a file or a folder that cannot be written."""
     for parent in (path, *path.parents):
         if parent.exists():
             if not parent.is_dir():
@@ -60,24 +111,137 @@ def check_run_dir(path: Path, cfg: Config) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"output_dir: cannot write to {str(path)!r} ({exc.strerror or exc})") from None
+
+
+def check_run_dir(path: Path, cfg: Config) -> None:
+    """Refuse a folder that cannot be written, that holds another run, or whose files flowrl would remove but
+    did not write (one line naming the ways on)."""
+    make_folder(path)
     if cfg.resume or not holds_run(path):
         return
+    marked = (path / MARKER).is_file()
+    if not marked:
+        found = next(n for n in ("config.yaml", "metrics.jsonl", "checkpoints") if (path / n).exists())
+        raise ConfigError(
+            f"output_dir {str(path)!r} holds {found!r}, which flowrl did not write there (no {MARKER} marker): "
+            f"train into another output_dir or run_name=auto, or move it away yourself"
+        )
     if not cfg.overwrite:
         raise ConfigError(
             f"output_dir {str(path)!r} already holds a run ({_describe(path)}): continue it with resume=latest, "
             f"train into a new folder with run_name=auto or another output_dir, or delete it with overwrite=true"
         )
+    foreign = foreign_file(path)
+    if foreign is not None:
+        raise ConfigError(
+            f"overwrite=true: output_dir {str(path)!r} holds {foreign!r}, which flowrl did not write; nothing was "
+            f"removed: move it away, or train into another output_dir"
+        )
+
+
+def claim(path: Path) -> None:
+    """Mark ``path`` as a flowrl run folder (first thing written; kept by overwrite=true)."""
+    marker = path / MARKER
+    if not marker.exists():
+        marker.write_text(json.dumps({"written_by": "flowrl", "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
 
 
 def clear_run(path: Path) -> None:
-    """``overwrite=true``: remove the old run's checkpoints and outputs (main process only)."""
+    """``overwrite=true``: remove the old run's checkpoints and outputs, only the paths flowrl writes (main
+    process only; ``check_run_dir`` has refused a folder holding anything else)."""
     logger.warning("overwrite=true: removing the run in %s (%s)", path, _describe(path))
-    for name in RUN_OUTPUTS:
+    for name, pattern in FLOWRL_OUTPUTS.items():
         target = path / name
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
+        if pattern is not None and target.is_dir() and not target.is_symlink():
+            for child in sorted(target.iterdir()):
+                if is_flowrl_output(f"{name}/{child.name}"):
+                    _remove(child)
+            if not any(target.iterdir()):
+                target.rmdir()
         elif target.exists() or target.is_symlink():
-            os.remove(target)
+            _remove(target)
+
+
+def _remove(target: Path) -> None:
+    if target.is_dir() and not target.is_symlink():
+        shutil.rmtree(target)
+    else:
+        os.remove(target)
+
+
+_HELD: "weakref.WeakValueDictionary[str, RunLock]" = weakref.WeakValueDictionary()  # folders whose lock this process holds (a second Trainer in it reuses it)
+
+
+class RunLock:
+    """The run folder's lock (``LOCK``), held by one process at a time: ``acquire`` refuses a folder whose lock
+    another live process holds, in one line naming it."""
+
+    def __init__(self, path: Path):
+        self.path = path / LOCK
+        self._file = None
+
+    @classmethod
+    def acquire(cls, folder: Path) -> "RunLock":
+        key = str(folder.resolve())
+        if key in _HELD and _HELD[key]._file is not None:
+            return _HELD[key]
+        lock = cls(folder)
+        lock._take()
+        _HELD[key] = lock
+        return lock
+
+    def _take(self) -> None:
+        import fcntl
+
+        f = open(self.path, "a+", encoding="utf-8")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = _describe_holder(f.read())
+            f.close()
+            raise ConfigError(
+                f"output_dir {str(self.path.parent)!r} is in use by another flowrl run ({holder}): wait for it to "
+                f"finish, or train into another output_dir or run_name=auto"
+            ) from None
+        except OSError as exc:  # a file system without flock: go on unguarded, and say so
+            logger.warning("output_dir %s: cannot lock %s (%s); a second launch into this folder is not refused",
+                           self.path.parent, LOCK, exc.strerror or exc)
+        f.seek(0)
+        previous = f.read().strip()
+        if previous:
+            logger.warning("output_dir %s: taking over the lock left by %s, which is no longer running",
+                           self.path.parent, _describe_holder(previous))
+        f.seek(0)
+        f.truncate()
+        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+        f.flush()
+        self._file = f
+
+    def __del__(self):
+        self.release()
+
+    def release(self) -> None:
+        """Clear and unlock (a clean exit leaves an empty lock file; the kernel unlocks a dead process's)."""
+        if self._file is None:
+            return
+        try:
+            self._file.seek(0)
+            self._file.truncate()
+            self._file.close()
+        finally:
+            self._file = None
+            if _HELD.get(str(self.path.parent.resolve())) is self:
+                del _HELD[str(self.path.parent.resolve())]
+
+
+def _describe_holder(text: str) -> str:
+    try:
+        info = json.loads(text)
+        return f"pid {info['pid']} on {info['host']} since {info['since']}"
+    except (ValueError, KeyError, TypeError):
+        return "a process that left no details"
 
 
 def _describe(path: Path) -> str:

@@ -369,11 +369,15 @@ class Trainer:
         out = runs.run_dir(cfg, broadcast=self._broadcast)
         # the main process decides (another process checking later could see the main one's new run)
         error = None
+        self._run_lock = None
         if self.acc.is_main_process:
-            try:
+            try:  # the lock first: a second launch into the folder is refused before anything is read or removed
+                runs.make_folder(out)
+                self._run_lock = runs.RunLock.acquire(out)
                 runs.check_run_dir(out, cfg)
                 if cfg.overwrite and runs.holds_run(out):
                     runs.clear_run(out)
+                runs.claim(out)
             except ConfigError as exc:
                 error = str(exc)
         error = self._broadcast(error)
@@ -1030,6 +1034,8 @@ class Trainer:
                 self._stop_after(exc, iteration)
         if main and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
+        if self._run_lock is not None:  # an interrupted run keeps it until the process (or this trainer) ends
+            self._run_lock.release()
         return history
 
     def _prepare_method(self) -> None:

@@ -26,6 +26,13 @@ def _files(tmp_path):
     (tmp_path / "oldrun").mkdir()  # a folder that holds an earlier run
     (tmp_path / "oldrun" / "config.yaml").write_text("seed: 1\n")
     (tmp_path / "oldrun" / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    (tmp_path / "oldrun" / ".flowrl-run").write_text("{}\n")  # flowrl's marker: flowrl wrote this run
+    (tmp_path / "userdir").mkdir()  # a folder of the user's own, holding a config.yaml flowrl did not write
+    (tmp_path / "userdir" / "config.yaml").write_text("mine: 1\n")
+    (tmp_path / "marked" / "samples").mkdir(parents=True)  # a flowrl run with a file of the user's beside it
+    (tmp_path / "marked" / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    (tmp_path / "marked" / ".flowrl-run").write_text("{}\n")
+    (tmp_path / "marked" / "samples" / "holiday.png").write_bytes(b"not flowrl's")
     (tmp_path / "floats.yaml").write_text("train:\n  learning_rate: 1e-3\n  iterations: 1e3\n")
 
 
@@ -130,6 +137,11 @@ CASES = [
     # the run folder: never mix two runs, never write where it cannot (all before a model is built)
     (["train", "output_dir={tmp}/oldrun"], "already holds a run (0 checkpoint(s), 1 metrics row(s)): continue it with "
                                            "resume=latest, train into a new folder with run_name=auto"),
+    (["train", "output_dir={tmp}/userdir", "overwrite=true"],
+     "output_dir '{tmp}/userdir' holds 'config.yaml', which flowrl did not write there (no .flowrl-run marker)"),
+    (["train", "output_dir={tmp}/marked", "overwrite=true"],
+     "overwrite=true: output_dir '{tmp}/marked' holds 'samples/holiday.png', which flowrl did not write; nothing was "
+     "removed"),
     (["train", "output_dir={tmp}/empty.txt"], "output_dir: '{tmp}/empty.txt' is a file, not a folder"),
     (["train", "output_dir={tmp}/empty.txt/run"], "output_dir: '{tmp}/empty.txt' is a file, not a folder"),
     (["train", "output_dir=/proc/flowrl-run"], "output_dir: cannot write to '/proc/flowrl-run'"),

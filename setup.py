@@ -1,0 +1,26 @@
+"""Package discovery for the wheel and the sdist (the metadata lives in pyproject.toml).
+
+flowrl's import names map onto four source folders (``flowrl.pipelines`` is ``pipelines/``, and so on), which
+``[tool.setuptools.packages.find]`` cannot express, so every package under each folder is found here: a new
+subpackage ships without editing any list.
+"""
+
+from setuptools import find_packages, setup
+
+SOURCE_FOLDERS = {
+    "flowrl": "flowrl",
+    "flowrl.pipelines": "pipelines",
+    "flowrl.reward_models": "reward_models",
+    "flowrl.benchmarks": "benchmarks",
+}
+
+
+def discovered_packages() -> list[str]:
+    packages = []
+    for name, folder in SOURCE_FOLDERS.items():
+        packages.append(name)
+        packages += [f"{name}.{sub}" for sub in find_packages(folder) if f"{name}.{sub}" not in SOURCE_FOLDERS]
+    return sorted(set(packages))
+
+
+setup(packages=discovered_packages(), package_dir=SOURCE_FOLDERS)
