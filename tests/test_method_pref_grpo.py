@@ -1,6 +1,8 @@
 """Pref-GRPO on the method seam (specs/addon_methods.md §5): the win-rate oracles, credit with pairwise and
 score-derived win rates z-scored per component, the exact judge-call count, the per-sample subset of
-trained transitions forwarding only its rows, two processes against one."""
+trained transitions forwarding only its rows, two processes against one; the authors' current switches for
+every method (GDPO ``train.batch_renorm``, RatioNorm ``train.ratio_norm``, ``sample.same_noise_in_group``) and
+the ``sd35m-pref-grpo`` recipe's released settings."""
 
 import itertools
 import os
