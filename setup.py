@@ -5,7 +5,7 @@ flowrl's import names map onto four source folders (``flowrl.pipelines`` is ``pi
 subpackage ships without editing any list.
 """
 
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 SOURCE_FOLDERS = {
     "flowrl": "flowrl",
@@ -19,7 +19,9 @@ def discovered_packages() -> list[str]:
     packages = []
     for name, folder in SOURCE_FOLDERS.items():
         packages.append(name)
-        packages += [f"{name}.{sub}" for sub in find_packages(folder) if f"{name}.{sub}" not in SOURCE_FOLDERS]
+        # namespace packages too: a folder of data (flowrl/recipes/accelerate) is a package to setuptools
+        found = find_namespace_packages(folder, exclude=["*__pycache__*"])
+        packages += [f"{name}.{sub}" for sub in found if f"{name}.{sub}" not in SOURCE_FOLDERS]
     return sorted(set(packages))
 
 
