@@ -706,6 +706,11 @@ class Trainer:
         trained = self._trained_per_unit(batches, local)  # unit -> its trained transitions
         stats = UpdateStats()
         measured = False
+        # DDP (without find_unused_parameters) waits in every backward for a gradient of each parameter it wraps: the
+        # ones a method does not train now (AV-GRPO's other tower, which its loss may not reach) join the loss with
+        # weight 0, and their gradient is dropped before the optimizer step as on one process
+        ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel) and self.method.freezes_parameters
+        self._untrained_for_ddp = [p for n, p in self.trainable.items() if not self.method.trains(n)] if ddp else []
         for entries in self.method.schedule(len(layout)):
             named: dict[tuple[int, int | None], torch.Tensor | None] = {}  # (unit, k) -> its rows named, None: all
             for q, k, *row in entries:
@@ -830,9 +835,13 @@ class Trainer:
                 rows = float(len(idx)) if weight > 0 else 0.0
             with sync_ctx:
                 tl = self.method.transition_loss(ctx, unit, j, cond, adv_j)
+                loss = tl.loss * weight
+                untrained = getattr(self, "_untrained_for_ddp", [])
+                if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``update``)
+                    loss = loss + 0.0 * sum(p.sum() for p in untrained)
                 if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
-                self.acc.backward(tl.loss * weight)
+                self.acc.backward(loss)
             if tl.logp_gap is not None:
                 max_diff = max(max_diff or 0.0, tl.logp_gap)
             stats.add(rows, loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,

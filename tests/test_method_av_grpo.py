@@ -5,10 +5,20 @@ parameter and the video-to-audio cross-attention bit-identical (and the mirror c
 1; the phases alternate on the same prompts with the optimizer state cleared at each switch; a NaN advantage
 drops the step and switches at once; the phase travels in checkpoints; single-tensor pipelines are refused."""
 
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 from flowrl.config import ConfigError, resolve_config
+from flowrl.interrupts import Interrupted
+from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
 from flowrl.trainer import Trainer, preflight
 
@@ -255,3 +265,76 @@ def test_a_promptless_sync_reward_alone_in_a_phase_is_refused_unless_allowed(rew
         AVGRPO(resolve_config("tiny-ltx2-av-grpo", [f"reward={{{reward}: 1.0}}", f"reward_args={{{reward}: {args}}}",
                                                     "method.options.video_rewards=[]",
                                                     "method.options.audio_rewards=[]"]))
+
+
+# ------------------------------------------------------------------------- processes, signals and resume
+# one phase per iteration: video, then audio (on the video phase's prompts), then video again
+RUN = [*SMALL, "method.options.steps_per_phase=1", "log.sample_every=1000"]
+KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
+        "policy/clip_frac", "policy/grad_norm", "policy/lr", "cost/optimizer_steps"]
+SKIP = ("timing_s/", "throughput/", "memory/")
+ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29563"]
+
+
+def _cli(command: list[str], out: Path, *extra: str) -> list[dict]:
+    done = subprocess.run([*command, "tiny-ltx2-av-grpo", f"output_dir={out}", *RUN, "train.iterations=2", *extra],
+                          env=ENV, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.skipif(shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+                    reason="torchrun not installed")
+@pytest.mark.parametrize("frozen_input", ["anchor", "dropped"])
+def test_two_processes_give_one_process_metrics(tmp_path, frozen_input):
+    """One prompt group per process: each per-(sample, transition) optimizer step joins one row of each process
+    (DDP averages them as one process's mean over both), both phases, the same figures; the other tower, which
+    the loss may not reach, joins DDP's backward with weight 0 and does not train."""
+    option = f"method.options.frozen_input={frozen_input}"
+    one = _cli([sys.executable, "-m", "flowrl", "train"], tmp_path / "one", option)
+    two = _cli([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two", option)
+    assert len(one) == len(two) == 2 and [r["method/av/phase_video"] for r in one] == [1.0, 0.0]
+    assert one[0]["cost/optimizer_steps"] == 12 and one[1]["adv/abs_mean"] > 0
+    for a, b in zip(one, two):
+        own = [k for k in a if k.startswith("method/")]
+        assert {k: a[k] for k in own} == {k: b[k] for k in own}
+        for key in KEYS:
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-9), (a["iteration"], key)
+
+
+@pytest.fixture
+def signals_ignored_outside_training():
+    """A signal that lands after ``train()`` returned must not stop pytest."""
+    previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in previous.items():
+        signal.signal(s, h)
+
+
+def _train_rows(run: Path, *extra: str) -> list[dict]:
+    cfg = resolve_config("tiny-ltx2-av-grpo", [f"output_dir={run}", *RUN, "train.iterations=3", "log.save_every=1",
+                                              *extra])
+    Trainer(cfg).train()
+    return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
+
+
+def test_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one_thread, monkeypatch,
+                                                               signals_ignored_outside_training):
+    """A SIGTERM between two of the update's per-(sample, transition) optimizer steps: the iteration finishes and
+    is saved (phase, AV-GRPO step count and optimizer state with it); resuming gives the uninterrupted run."""
+    reference = _train_rows(tmp_path / "clean")
+    assert [r["method/av/phase_video"] for r in reference] == [1.0, 0.0, 1.0]
+    update, calls = Trainer._update_unit, {"n": 0}
+
+    def signalling_update(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # inside iteration 0's update
+            os.kill(os.getpid(), signal.SIGTERM)
+        return update(self, *args, **kwargs)
+
+    monkeypatch.setattr(Trainer, "_update_unit", signalling_update)
+    with pytest.raises(Interrupted, match=r"^interrupted \(SIGTERM\)"):
+        _train_rows(tmp_path / "cut")
+    monkeypatch.setattr(Trainer, "_update_unit", update)
+    assert _train_rows(tmp_path / "cut", "resume=latest") == reference

@@ -21,6 +21,8 @@ zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
   phase the audio tower and the video-to-audio one (``adapter.tower_of``); the others get no gradient at the
   optimizer step. The a2v / v2a scale-shift tables of LTX-2 are shared by both directions (one parameter), so
   they train in both phases (flowrl's choice; the code's split by module names cannot separate them either).
+  With ``frozen_input=dropped`` only the trained tower trains: the code's forward never reaches the cross-modal
+  attention or those tables, so they get no gradient there (its AdamW skips them).
 * **Credit** (``modality_advantages``): the phase's rewards (``video_rewards`` / ``audio_rewards``, each a
   reward's own column) z-scored per group (population std + 1e-8) and averaged, with the fallbacks (video: the
   ``vq_reward`` alone where its group mean <= 0; audio: the ``clap_reward`` alone where its mean < 0.4), then
@@ -219,9 +221,13 @@ class AVGRPO(Method):
         return s.cycle * self.options.steps_per_phase + s.step_in_phase
 
     def trains(self, name: str) -> bool:
+        """This phase's parameter groups (``PHASE_GROUPS``); with ``frozen_input=dropped`` the trained tower alone:
+        the code's forward leaves the cross-modal attention and its shared tables out, so they get no gradient
+        (the code's AdamW skips them)."""
         if self._tower_of is None:
             return True
-        return self._tower_of(name) in PHASE_GROUPS[self.phase]
+        groups = PHASE_GROUPS[self.phase] if self.options.frozen_input == "anchor" else (self.phase,)
+        return self._tower_of(name) in groups
 
     def after_update(self) -> bool:
         if self._dropped:  # on_nan switched already; the optimizer state goes with the phase
