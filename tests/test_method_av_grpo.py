@@ -338,3 +338,23 @@ def test_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one_thr
         _train_rows(tmp_path / "cut")
     monkeypatch.setattr(Trainer, "_update_unit", update)
     assert _train_rows(tmp_path / "cut", "resume=latest") == reference
+
+
+def test_the_ltx2_recipe_carries_the_authors_settings():
+    """ltx2-av-grpo: the code's weight decay (torch's 0.01), negative prompt, first-step rate (1e-5) then 1e-6
+    cosine with one warm-up step, dropped training forward, per-(sample, transition) steps, noise 0.02 / 0.8."""
+    from flowrl.credit.av_grpo import NEGATIVE_PROMPT
+    from flowrl.methods.av_grpo import AVGRPO
+
+    cfg = resolve_config("ltx2-av-grpo")
+    t = cfg.train
+    assert (t.weight_decay, t.learning_rate, t.lr_schedule, t.lr_warmup_steps, t.iterations) == (0.01, 1e-6, "cosine",
+                                                                                                  1, 1440)
+    assert cfg.data.negative_prompt == NEGATIVE_PROMPT == "worst quality, inconsistent motion, blurry, jittery, distorted"
+    method = AVGRPO(cfg)
+    o = method.options
+    assert (o.noise_video, o.noise_audio, o.frozen_input, o.first_learning_rate) == (0.02, 0.8, "dropped", 1e-5)
+    assert len(method.schedule(8)) == 8 * 15 and all(len(step) == 8 for step in method.schedule(8))
+    assert method.learning_rate(0.0, 0) == 1e-5  # the first AV-GRPO step, whatever flowrl's schedule would say
+    method.schedule_state.after_step()
+    assert method.learning_rate(0.0, 120) == 1e-6

@@ -47,12 +47,13 @@ zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
   that the rollout saw, at the rollout's guidance, so the first ratio is 1 (flowrl's default: the
   recomputed policy is the one that sampled). ``frozen_input=dropped`` is the authors' code: one conditional
   pass (no CFG, no STG, whatever ``sample.guidance_scale``) with the frozen modality left out (the adapter's
-  ``isolate_modalities``), so the ratio is not 1 at the first update and the cross-modal attention that trains
-  gets no gradient from it; the gap is logged (``policy/onpolicy_logp_diff``) and the on-policy check does
-  not stop the run.
+  ``isolate_modalities``), so the ratio is not 1 at the first update and the cross-modal attention gets no
+  gradient (it does not train then); the gap is logged (``policy/onpolicy_logp_diff``) and the on-policy check
+  does not stop the run.
 * **Not as the code** (``docs/methods.md``): the frozen partner at the end of a rollout is the anchor's final
   state (the code decodes the anchor's last cached input, at sigma_{T-1}); the initial noises come from
-  flowrl's seeded streams (the code: 42 + rank for the anchor, 42 + 8 rank + i for member i).
+  flowrl's seeded streams, the anchor starting from its group's first member's noise (the code: 42 + rank for
+  the anchor, 42 + 8 rank + i for member i, each reused at every step).
 """
 
 from __future__ import annotations
