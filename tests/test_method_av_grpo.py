@@ -194,7 +194,8 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
     assert passes == [(1, [k], g) for _ in range(4) for k in range(3) for g in (0, 1)]  # one row, one transition
     assert set(rates) == {tr.cfg.train.learning_rate} and rows[0]["policy/lr"] == pytest.approx(rates[0], rel=1e-12)
     # flowrl's grouping instead, as a named option: train.optimizer_steps_per_iteration steps over the batches
-    other = _trainer(tmp_path / "other", "method.options.optimizer_steps=train", "train.optimizer_steps_per_iteration=1")
+    other = _trainer(tmp_path / "other", "method.options.optimizer_steps=train",
+                     "train.optimizer_steps_per_iteration=1")
     assert other.method.schedule(2) == [[(0, None), (1, None)]] and other.total_optimizer_steps == 1
 
 
@@ -350,7 +351,8 @@ def test_the_ltx2_recipe_carries_the_authors_settings():
     t = cfg.train
     assert (t.weight_decay, t.learning_rate, t.lr_schedule, t.lr_warmup_steps, t.iterations) == (0.01, 1e-6, "cosine",
                                                                                                   1, 1440)
-    assert cfg.data.negative_prompt == NEGATIVE_PROMPT == "worst quality, inconsistent motion, blurry, jittery, distorted"
+    assert cfg.data.negative_prompt == NEGATIVE_PROMPT
+    assert NEGATIVE_PROMPT == "worst quality, inconsistent motion, blurry, jittery, distorted"
     method = AVGRPO(cfg)
     o = method.options
     assert (o.noise_video, o.noise_audio, o.frozen_input, o.first_learning_rate) == (0.02, 0.8, "dropped", 1e-5)
