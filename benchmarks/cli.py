@@ -1,10 +1,10 @@
 """Benchmark commands, hooked into ``flowrl`` by ``add_commands(subparsers)``:
 
-    flowrl eval geneval --write-prompts FILE [--prompts-txt FILE]
+    flowrl eval geneval --write-prompts FILE [--prompts-txt FILE] [--force]
     flowrl eval geneval --generate RUN_DIR_OR_RECIPE --out DIR [--metadata FILE] [--images-per-prompt 4]
                         [--steps N] [--guidance W] [--seed 42] [--batch-size N] [key=value ...]
-    flowrl eval geneval --score IMAGE_DIR --out DIR [--detector ID] [--clip-arch A] [--clip-pretrained P]
-    flowrl eval geneval --summary RESULTS_JSONL [--out DIR]
+    flowrl eval geneval --score IMAGE_DIR --out DIR [--detector ID] [--clip-arch A] [--clip-pretrained P] [--force]
+    flowrl eval geneval --summary RESULTS_JSONL [--out DIR] [--force]
     flowrl eval unigenbench --prompts CSV_OR_DATASET --check
     flowrl eval unigenbench --prompts CSV_OR_DATASET --generate RUN_DIR_OR_RECIPE --out DIR [...]
     flowrl eval unigenbench --prompts CSV_OR_DATASET --judge IMAGE_DIR --out DIR
@@ -12,7 +12,9 @@
                             [--protocol official --official-dir UNIGENBENCH_CHECKOUT | --protocol lenient]
     flowrl eval unigenbench --prompts CSV_OR_DATASET --summary OUT_DIR
 
-``--generate`` runs under ``accelerate launch`` too (each process draws its share of the prompts). Each
+``--generate`` runs under ``accelerate launch`` too (each process draws its share of the prompts). A file that
+exists already is never written over without ``--force`` (``--generate`` adds the missing images of a folder
+made with the same settings; ``unigenbench --judge`` continues one with ``--resume``). Each
 command returns an exit code; bad input raises ValueError / RuntimeError with a one-line message.
 Also runnable alone: ``python -m flowrl.benchmarks.cli eval ...``.
 """
@@ -40,6 +42,8 @@ def _print_main(text: str) -> None:
 def cmd_geneval(args: argparse.Namespace) -> int:
     if args.overrides and not args.generate:
         raise ValueError(f"key=value overrides ({args.overrides[0]}, ...) apply to --generate only")
+    if args.force and args.generate:
+        raise ValueError("--force applies to --write-prompts, --score and --summary (--generate adds missing images)")
     if args.write_prompts:
         return _geneval_prompts(args)
     if args.generate:
@@ -52,9 +56,23 @@ def cmd_geneval(args: argparse.Namespace) -> int:
 def _geneval_prompts(args: argparse.Namespace) -> int:
     from flowrl.benchmarks.geneval.prompts import write_prompts
 
+    from flowrl.cli import refuse_overwrite
+
+    refuse_overwrite([args.write_prompts], "--write-prompts", args.force)
+    if args.prompts_txt is not None:
+        refuse_overwrite([args.prompts_txt], "--prompts-txt", args.force)
     path = write_prompts(args.write_prompts, prompts_txt=args.prompts_txt)
     print(f"wrote {path}")
     return 0
+
+
+def _refuse_results(out: Path, names: tuple[str, ...], force: bool) -> None:
+    """``--out DIR`` holding results of an earlier run: refused, naming the file, unless ``--force``."""
+    from flowrl.cli import refuse_overwrite
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {str(out)!r} is a file; expected a folder")
+    refuse_overwrite([out / name for name in names], "--out", force)
 
 
 def _require_out(args: argparse.Namespace, action: str) -> Path:
@@ -97,6 +115,7 @@ def _geneval_score(args: argparse.Namespace) -> int:
     rules = RuleConfig.from_options(args.option)
     if not Path(args.score).is_dir():
         raise FileNotFoundError(f"GenEval image folder {args.score} does not exist")
+    _refuse_results(out, ("results.jsonl", "summary.json", "summary.md"), args.force)
     floor = min(rules.threshold, rules.counting_threshold)
     detector = QueryInstanceDetector.from_pretrained(args.detector, device=args.device, min_score=floor)
     colors = ClipColorClassifier.from_pretrained(args.clip_arch, args.clip_pretrained, device=args.device)
@@ -114,6 +133,8 @@ def _geneval_summary(args: argparse.Namespace) -> int:
         path = path / "results.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"GenEval results file {path} does not exist")
+    if args.out:
+        _refuse_results(Path(args.out), ("summary.json", "summary.md"), args.force)
     summary = summarize(load_results(path))
     if args.out:
         write_summary(summary, args.out)
@@ -150,6 +171,10 @@ def _add_geneval(sub: Any) -> None:
     act.add_argument("--summary", metavar="RESULTS", help="summarise a results.jsonl (ours or GenEval's) or its folder")
     p.add_argument("--out", default=None, help="output folder (images for --generate, results for --score)")
     p.add_argument("--prompts-txt", default=None, help="with --write-prompts: also write the plain prompt list")
+    p.add_argument(
+        "--force", action="store_true",
+        help="replace files that --write-prompts, --prompts-txt, or --out of --score / --summary would write over",
+    )  # fmt: skip
     p.add_argument("--metadata", default=None, help="with --generate: a metadata JSONL (default: the official 553)")
     _add_generation_options(p)
     s = p.add_argument_group("scoring (--score)")
@@ -389,6 +414,38 @@ def _add_unigenbench(sub: Any) -> None:
     j.add_argument("--resume", action="store_true", help="continue an interrupted --judge run in --out")
     p.add_argument("--json", action="store_true", help="with --summary: print JSON instead of Markdown")
     p.set_defaults(fn=cmd_unigenbench)
+
+
+# ------------------------------------------------------------------------------------ cached base models
+
+# the benchmarks whose base model is made on this machine and cached: cache folder -> (what, command)
+PRETRAINED = {
+    "toy": ("the toy GenEval base model", "flowrl eval toy"),
+    "toy_av": ("the toy audio-video base model", "flowrl eval toy-av"),
+}
+
+
+def missing_model_hint(path: str) -> str | None:
+    """How to make ``path`` when it names a benchmark's cached base model that does not exist yet (the toy
+    recipes name ``~/.cache/flowrl/<benchmark>/default``; ``$FLOWRL_CACHE/<benchmark>`` when that is set)."""
+    import os
+
+    local = Path(path).expanduser()
+    roots = [Path.home() / ".cache" / "flowrl"]
+    if os.environ.get("FLOWRL_CACHE"):
+        roots.insert(0, Path(os.environ["FLOWRL_CACHE"]).expanduser())
+    for folder, (what, command) in PRETRAINED.items():
+        for root in roots:
+            if local.parent != root / folder:
+                continue
+            moved = roots[0] / folder / local.name
+            if moved != local and moved.exists():  # made under FLOWRL_CACHE, named here under ~/.cache
+                return f"{what} is in $FLOWRL_CACHE: set model.path={moved}"
+            return (
+                f"{what} is not made yet: create it with `{command} --pretrain` (cached and reused), or let "
+                f"`{command} RECIPE` pretrain it and train"
+            )
+    return None
 
 
 # ------------------------------------------------------------------------------------------------ hook

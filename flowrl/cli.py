@@ -21,6 +21,8 @@ import os
 import platform
 import sys
 import traceback
+from collections.abc import Iterable
+from pathlib import Path
 
 USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, RuntimeError, KeyError)
 
@@ -64,11 +66,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from flowrl.config import dump_config, resolve_config
-    from flowrl.data import load_train_prompts
+    from flowrl.data import load_eval_prompts, load_train_prompts
     from flowrl.trainer import preflight
 
     cfg = resolve_config(args.recipe, args.overrides)
     load_train_prompts(cfg.data)
+    load_eval_prompts(cfg.data)
     preflight(cfg)
     if args.print:
         print(dump_config(cfg), end="")
@@ -181,6 +184,18 @@ def _quiet_libraries(debug: bool) -> None:
         tlog.set_verbosity_error()
     except ImportError:  # pragma: no cover
         pass
+
+
+def refuse_overwrite(paths: Iterable[str | Path], option: str, force: bool = False, how: str = "--force") -> None:
+    """Refuse, in one line naming it, to write over a file of the user's that already exists: ``option`` is the
+    argument that named it, ``how`` the way to replace it anyway (``force`` given: nothing is refused)."""
+    if force:
+        return
+    for path in map(Path, paths):
+        if path.is_dir() and not path.is_symlink():
+            raise ValueError(f"{option}: {str(path)!r} is a folder; name a file")
+        if path.exists() or path.is_symlink():
+            raise ValueError(f"{option}: {str(path)!r} already exists; pass {how} to replace it, or name a new file")
 
 
 def error_line(exc: BaseException) -> str:

@@ -357,9 +357,12 @@ class Config:
                 check_reward_name(name)
             except ValueError as exc:
                 raise ConfigError(f"eval_reward.{name}: {exc}") from None
-        for name in self.reward_args:
-            if name not in self.reward and name not in (self.eval_reward or {}):
-                raise ConfigError(f"reward_args.{name}: no reward named {name!r} is configured")
+        orphans = [name for name in self.reward_args if name not in {**self.reward, **(self.eval_reward or {})}]
+        if orphans:  # a recipe's reward_args left behind by a new reward: say first if that reward cannot fit
+            _check_reward_media(self)
+            raise ConfigError(f"reward_args.{orphans[0]}: no reward named {orphans[0]!r} is configured (reward: "
+                              f"{', '.join(self.reward)}); add reward.{orphans[0]}=<weight>, or replace reward_args "
+                              "whole (reward_args={...})")
         from flowrl.methods import check_method_name, method_class
 
         try:
@@ -388,6 +391,40 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def inert_settings(cfg: Config) -> list[str]:
+    """One line for each setting changed from its default that has no effect in this config (a feature that
+    is off, a schedule that does not read it), naming the setting and what would make it count."""
+    lines = []
+    defaults, t = TrainConfig(), cfg.train
+    changed = [f"train.{key}={getattr(t, key)}" for key in ("ema_decay", "ema_every")
+               if getattr(t, key) != getattr(defaults, key)]
+    if changed and not t.ema:
+        lines.append(f"{' and '.join(changed)}: no effect, train.ema is false (set train.ema=true to keep an EMA)")
+    if t.lr_schedule == "constant" and t.lr_min_ratio != defaults.lr_min_ratio:
+        lines.append(f"train.lr_min_ratio={t.lr_min_ratio}: no effect, train.lr_schedule is constant (set "
+                     "train.lr_schedule=cosine or linear to decay to it)")
+    if cfg.data.negative_prompt and cfg.sample.guidance_scale == 1 and cfg.sample.eval_guidance_scale == 1:
+        lines.append("data.negative_prompt: no effect, sample.guidance_scale and sample.eval_guidance_scale are 1 "
+                     "(no CFG, so no negative branch)")
+    return lines
+
+
+def _check_reward_media(cfg: Config) -> None:
+    """The trained rewards' media kind against the pipeline's (``flowrl.trainer.check_reward_modality``)."""
+    from flowrl.pipelines.base import adapter_class
+    from flowrl.reward_models.base import reward_target
+    from flowrl.trainer import check_reward_modality
+
+    try:
+        kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
+        targets = {name: reward_target(name) for name in cfg.reward}
+    except (ValueError, ImportError):  # an unknown pipeline or reward has its own error later
+        return
+    for name, target in targets.items():
+        if isinstance(target, type):  # a function reward declares nothing
+            check_reward_modality(name, target, cfg.model.pipeline, kind)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -599,7 +636,7 @@ def _read_recipe(name_or_path: str) -> dict[str, Any]:
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ConfigError(f"recipe {name_or_path!r}: no such file")
-        text = path.read_text()
+        text = _recipe_text(path, name_or_path)
     else:
         names = recipe_names()
         if name_or_path not in names:
@@ -608,14 +645,52 @@ def _read_recipe(name_or_path: str) -> dict[str, Any]:
             raise ConfigError(f"unknown recipe {name_or_path!r}{hint}")
         text = (resources.files("flowrl") / "recipes" / f"{name_or_path}.yaml").read_text()
     try:
-        data = yaml.safe_load(text) or {}
+        _check_duplicate_keys(yaml.compose(text, Loader=yaml.SafeLoader), name_or_path)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         line = getattr(getattr(exc, "problem_mark", None), "line", None)
         where = f" at line {line + 1}" if line is not None else ""
         raise ConfigError(f"recipe {name_or_path!r}: invalid YAML{where}") from None
+    if data is None:  # an empty file, or one of comments only, would silently run every default
+        raise ConfigError(f"recipe {name_or_path!r}: the file holds no settings (empty or comments only); write "
+                          "the settings to change, or `base: tiny-cpu` to start from a shipped recipe")
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {name_or_path!r}: must be a mapping of settings")
     return data
+
+
+def _recipe_text(path: Path, name: str) -> str:
+    """A recipe file's text (UTF-8); an unreadable or binary file is one line naming it."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"recipe {name!r}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"recipe {name!r}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
+                          f"{exc.start}); save it as UTF-8") from None
+
+
+def _check_duplicate_keys(node: Any, name: str, where: str = "") -> None:
+    """A key given twice in one mapping (YAML loaders keep the last silently): one line naming both lines."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[Any, int] = {}
+        for key, value in node.value:
+            label = key.value if isinstance(key, yaml.ScalarNode) else None
+            if label is not None and label != "<<":
+                key_path = f"{where}{label}"
+                if label in seen:
+                    raise ConfigError(f"recipe {name!r}: {key_path!r} is given twice (lines {seen[label] + 1} and "
+                                      f"{key.start_mark.line + 1}): YAML keeps only the last, so the first is lost; "
+                                      "merge them into one")
+                seen[label] = key.start_mark.line
+                _check_duplicate_keys(value, name, f"{key_path}.")
+            else:
+                _check_duplicate_keys(value, name, where)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(item, name, f"{where.rstrip('.')}[{i}].")
 
 
 def resolve_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:

@@ -196,6 +196,25 @@ def load_eval_prompts(data: Any) -> list[PromptItem] | None:
     return with_negatives(items, data.negative_prompt)
 
 
+def read_prompt_text(path: Path, spec: str, key: str = "data.prompts") -> str:
+    """A prompt file's text as UTF-8 (a leading byte-order mark dropped); a binary or otherwise encoded file,
+    or one that cannot be read, is one ``ConfigError`` line naming ``key``, the file and the first bad byte."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {spec!r} ({exc.strerror or exc})") from None
+    if b"\0" in data:
+        offset = data.index(b"\0")
+        raise ConfigError(f"{key}: {spec!r} is a binary file, not prompt text (a NUL byte at offset {offset}); "
+                          "give a .txt (one prompt a line) or .jsonl file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{key}: {spec!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, "
+                          f"line {line}); save it as UTF-8") from None
+
+
 def load_prompts(spec: str, split: str = "train", *, prompt_column: str = "prompt",
                  dataset_config: str | None = None, key: str = "data.prompts") -> list[PromptItem]:
     """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``),
@@ -226,7 +245,7 @@ def load_prompts(spec: str, split: str = "train", *, prompt_column: str = "promp
         path = Path(spec).expanduser()
         if not path.is_file():
             raise ConfigError(f"{key}: no such file {spec!r}")
-        text, where, is_jsonl = path.read_text(encoding="utf-8"), spec, path.suffix == ".jsonl"
+        text, where, is_jsonl = read_prompt_text(path, spec, key), spec, path.suffix == ".jsonl"
     if is_jsonl:
         items = _parse_jsonl(text, where, prompt_column)
     else:

@@ -552,9 +552,11 @@ def render(runs: list[Run], max_grids: int = MAX_GRIDS) -> str:
     )
 
 
-def write_report(specs: list[str | Path], output: str | Path | None = None, max_grids: int = MAX_GRIDS) -> Path:
+def write_report(specs: list[str | Path], output: str | Path | None = None, max_grids: int = MAX_GRIDS,
+                 force: bool = False) -> Path:
     """Read the run folders and write the page; returns its path (default RUN/report.html for one run,
-    ./report.html for several; an existing folder as ``output`` gets report.html inside it)."""
+    ./report.html for several; an existing folder as ``output`` gets report.html inside it). A file there
+    already is replaced only inside the run folder or with ``force``."""
     if not specs:
         raise ConfigError("report: give at least one run folder")
     runs = [load_run(s) for s in specs]
@@ -566,6 +568,8 @@ def write_report(specs: list[str | Path], output: str | Path | None = None, max_
             out = out / REPORT_FILE
     if not out.parent.is_dir():
         raise ConfigError(f"report: -o: no folder {str(out.parent)!r} to write {out.name!r} in")
+    if out.exists() and not force and not (output is None and len(runs) == 1):
+        raise ConfigError(f"report: -o: {str(out)!r} already exists; pass --force to replace it, or name a new file")
     text = render(runs, max_grids=max_grids)
     try:
         out.write_text(text, encoding="utf-8")
@@ -576,7 +580,7 @@ def write_report(specs: list[str | Path], output: str | Path | None = None, max_
 
 # ------------------------------------------------------------------------------------------ CLI
 def cmd_report(args: argparse.Namespace) -> int:
-    out = write_report(args.runs, args.output, max_grids=args.max_grids)
+    out = write_report(args.runs, args.output, max_grids=args.max_grids, force=args.force)
     print(f"wrote {out} ({out.stat().st_size / 1024:.0f} kB)")
     return 0
 
@@ -589,6 +593,7 @@ def add_commands(sub: Any) -> None:
                    help=f"the HTML file (default RUN/{REPORT_FILE} for one run, ./{REPORT_FILE} for several)")
     p.add_argument("--max-grids", type=int, default=MAX_GRIDS,
                    help=f"sample grids shown per kind and run, evenly spaced (default {MAX_GRIDS})")
+    p.add_argument("--force", action="store_true", help="replace the HTML file if it exists")
     p.set_defaults(fn=cmd_report)
 
 

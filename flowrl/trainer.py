@@ -27,7 +27,15 @@ from flowrl import checkpoint as ckpt
 from flowrl import latents
 from flowrl import runs, sharding, trackers
 from flowrl.advantages import batch_zscore, clip_advantages, zero_std_ratio
-from flowrl.config import Config, ConfigError, dump_config, math_changes, parse_stop_rule, redact_secrets
+from flowrl.config import (
+    Config,
+    ConfigError,
+    dump_config,
+    inert_settings,
+    math_changes,
+    parse_stop_rule,
+    redact_secrets,
+)
 from flowrl.data import GroupSampler, load_eval_prompts, load_train_prompts, uses_negatives
 from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.lr import lr_factor
@@ -190,9 +198,11 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
         return
     if kind == "audio_video" and declared in ("video", "audio"):  # it reads its own modality of the mapping
         return
-    hint = ""
-    if declared == "image" and kind == "video":
-        hint = f"; score it per frame with reward.video=<weight> and reward_args.video={{reward: {name}}}"
+    if declared == "image" and kind in ("video", "audio_video"):
+        hint = (f"; to score each frame with it, use the video reward instead: reward.video=<weight> with "
+                f"reward_args.video.reward={name}")
+    else:
+        hint = f"; choose a reward that scores {kind} (flowrl ls rewards)"
     raise ConfigError(f"reward {name!r} scores {declared} media, but model.pipeline={pipeline} makes {kind}{hint}")
 
 
@@ -201,7 +211,15 @@ def preflight(cfg: Config) -> None:
     from flowrl.pipelines.base import check_model_path
     from flowrl.reward_models import check_reward_args
 
-    check_model_path(cfg.model)
+    try:
+        check_model_path(cfg.model)
+    except FileNotFoundError as exc:  # a benchmark's cached base model not made yet: say which command makes it
+        from flowrl.benchmarks.cli import missing_model_hint
+
+        hint = missing_model_hint(cfg.model.path)
+        if hint is None:
+            raise
+        raise FileNotFoundError(f"{exc}; {hint}") from None
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
@@ -217,6 +235,8 @@ def preflight(cfg: Config) -> None:
                 check_reward_modality(name, target, cfg.model.pipeline, kind)
     if all(w == 0 for w in cfg.reward.values()):
         logger.warning("every reward weight is 0: every advantage will be 0 and nothing can be learned")
+    for line in inert_settings(cfg):  # a setting the user changed that this config never reads
+        logger.warning(line)
     for rule in cfg.log.stop_if:
         metric = parse_stop_rule(rule)[0]
         logged = logged_metric_names(cfg)

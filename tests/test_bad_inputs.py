@@ -4,6 +4,7 @@ The table is this file's ``CASES`` plus the model-path, checkpoint and sampling 
 ``bad_inputs_models`` and the reward cases of ``bad_inputs_rewards``; one runner checks them all.
 """
 
+import logging
 import sys
 
 import bad_inputs_models
@@ -34,6 +35,20 @@ def _files(tmp_path):
     (tmp_path / "marked" / ".flowrl-run").write_text("{}\n")
     (tmp_path / "marked" / "samples" / "holiday.png").write_bytes(b"not flowrl's")
     (tmp_path / "floats.yaml").write_text("train:\n  learning_rate: 1e-3\n  iterations: 1e3\n")
+    (tmp_path / "latin1.txt").write_bytes("a cat\ncaf\u00e9 au lait\n".encode("latin-1"))  # not UTF-8
+    (tmp_path / "image.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")  # a PNG under a .txt name
+    (tmp_path / "empty.yaml").write_text("")
+    (tmp_path / "comments.yaml").write_text("# train:\n#   iterations: 3\n")
+    (tmp_path / "twice.yaml").write_text("train:\n  iterations: 3\nsample:\n  group_size: 4\ntrain:\n  beta: 0\n")
+    (tmp_path / "twice_key.yaml").write_text("train:\n  iterations: 3\n  learning_rate: 1e-4\n  iterations: 5\n")
+    (tmp_path / "latin1.yaml").write_bytes("# r\u00e9glages\ntrain:\n  iterations: 3\n".encode("latin-1"))
+    (tmp_path / "scored").mkdir()  # an earlier GenEval scoring's output folder
+    for name in ("results.jsonl", "summary.json", "summary.md"):
+        (tmp_path / "scored" / name).write_text("{}\n")
+    (tmp_path / "toyout").mkdir()  # an earlier toy evaluation's output folder
+    (tmp_path / "toyout" / "toy_eval.json").write_text("{}\n")
+    (tmp_path / "toyout" / "toy_av_eval.json").write_text("{}\n")
+    (tmp_path / "cache" / "toy" / "default").mkdir(parents=True)  # a toy model made under FLOWRL_CACHE
 
 
 V = ["validate", "tiny-cpu"]  # config-level checks: no model is built
@@ -163,6 +178,59 @@ CASES = [
     (V + ["log.stop_if=['eval/reward/mean<0']"], "names 'eval/reward/mean', which this run does not log"),
     (V + ["log.stop_if=['monitor/diversity/ingroup<0.1']"], "did you mean 'monitor/diversity/in_group'"),
     (V + ["log.monitors=false", "log.stop_if=['monitor/diversity/in_group<0.1']"], "which this run does not log"),
+    # files a command would write over: refused, naming the file, unless --force
+    (["eval", "geneval", "--write-prompts", "{tmp}/empty.txt"],
+     "--write-prompts: '{tmp}/empty.txt' already exists; pass --force to replace it, or name a new file"),
+    (["eval", "geneval", "--write-prompts", "{tmp}/new.jsonl", "--prompts-txt", "{tmp}/empty.txt"],
+     "--prompts-txt: '{tmp}/empty.txt' already exists; pass --force"),
+    (["eval", "geneval", "--write-prompts", "{tmp}/notckpt"], "--write-prompts: '{tmp}/notckpt' is a folder"),
+    (["eval", "geneval", "--score", "{tmp}/notckpt", "--out", "{tmp}/scored"],
+     "--out: '{tmp}/scored/results.jsonl' already exists; pass --force"),
+    (["eval", "geneval", "--summary", "{tmp}/scored", "--out", "{tmp}/scored"],
+     "--out: '{tmp}/scored/summary.json' already exists; pass --force"),
+    (["eval", "geneval", "--generate", "tiny-cpu", "--out", "{tmp}/g", "--force"],
+     "--force applies to --write-prompts"),
+    (["eval", "toy", "--run", "{tmp}/oldrun", "--out", "{tmp}/toyout"],
+     "--out: '{tmp}/toyout/toy_eval.json' already exists; pass --force"),
+    (["eval", "toy-av", "--run", "{tmp}/oldrun", "--out", "{tmp}/toyout"],
+     "--out: '{tmp}/toyout/toy_av_eval.json' already exists; pass --force"),
+    (["eval", "toy", "--run", "{tmp}/oldrun", "--force"], "--force applies to --pretrain (train the cached model"),
+    (["report", "{tmp}/oldrun", "-o", "{tmp}/empty.txt"],
+     "report: -o: '{tmp}/empty.txt' already exists; pass --force to replace it"),
+    # an image reward on a video recipe: the reward the user chose is named, not the recipe's reward_args.video
+    (["validate", "tiny-wan", "reward={jpeg_compressibility: 1.0}"],
+     ("reward 'jpeg_compressibility' scores image media, but model.pipeline=wan makes video; to score each frame "
+      "with it, use the video reward instead: reward.video=<weight> with "
+      "reward_args.video.reward=jpeg_compressibility")),
+    (["validate", "tiny-wan", "eval_reward={aesthetic: 1.0}"],
+     "reward 'aesthetic' scores image media, but model.pipeline=wan makes video; to score each frame with it"),
+    (["validate", "tiny-cpu", "reward={band_energy: 1.0}", "reward_args={band_energy: {low_hz: 10, high_hz: 50}}"],
+     "reward 'band_energy' scores audio media, but model.pipeline=sd3 makes image; choose a reward that scores image"),
+    (["validate", "sd35m-ocr", "reward={pickscore: 1.0}", "reward_args.ocr.backend=x"],
+     "reward_args.ocr: no reward named 'ocr' is configured (reward: pickscore); add reward.ocr=<weight>"),
+    # prompt files that are not UTF-8 text
+    (V + ["data.prompts={tmp}/latin1.txt"],
+     "data.prompts: '{tmp}/latin1.txt' is not UTF-8 text (byte 0xe9 at offset 9, line 2); save it as UTF-8"),
+    (V + ["data.prompts={tmp}/image.txt"],
+     "data.prompts: '{tmp}/image.txt' is a binary file, not prompt text (a NUL byte at offset 8)"),
+    (V + ["data.eval_prompts={tmp}/latin1.txt"], "data.eval_prompts: '{tmp}/latin1.txt' is not UTF-8 text"),
+    # a toy recipe before its base model is made: the command that makes it
+    (["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "validate", "toy-flow-grpo"],
+     ("model.path: no such file or folder '~/.cache/flowrl/toy/default'; the toy GenEval base model is not made yet: "
+      "create it with `flowrl eval toy --pretrain`")),
+    (["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "train", "toy-av-flow-grpo", "output_dir={tmp}/r"],
+     "the toy audio-video base model is not made yet: create it with `flowrl eval toy-av --pretrain`"),
+    (["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE={tmp}/cache", "validate", "toy-flow-grpo"],
+     "the toy GenEval base model is in $FLOWRL_CACHE: set model.path={tmp}/cache/toy/default"),
+    # recipe files that resolve to something the user did not write
+    (["validate", "{tmp}/empty.yaml"],
+     "recipe '{tmp}/empty.yaml': the file holds no settings (empty or comments only)"),
+    (["validate", "{tmp}/comments.yaml"], "recipe '{tmp}/comments.yaml': the file holds no settings"),
+    (["validate", "{tmp}/twice.yaml"],
+     "recipe '{tmp}/twice.yaml': 'train' is given twice (lines 1 and 5): YAML keeps only the last"),
+    (["validate", "{tmp}/twice_key.yaml"],
+     "recipe '{tmp}/twice_key.yaml': 'train.iterations' is given twice (lines 2 and 4)"),
+    (["validate", "{tmp}/latin1.yaml"], "recipe '{tmp}/latin1.yaml': not UTF-8 text (byte 0xe9 at offset 3)"),
     # new settings' ranges
     (V + ["train.max_flat_iterations=0"], "train.max_flat_iterations: must be > 0"),
     (V + ["train.reward_report_s=0"], "train.reward_report_s: must be > 0"),
@@ -187,6 +255,12 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
     for name, text in bad_inputs_rewards.FILES.items():
         (tmp_path / name).write_text(text)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    while argv[0].startswith("ENV:"):  # an environment the case needs (HOME: no toy model made in ~/.cache)
+        name, _, value = argv.pop(0)[4:].partition("=")
+        if value:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -196,3 +270,38 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
 
 def test_the_table_is_large_enough():
     assert len(ALL) >= 100
+
+
+# settings changed from their default that this config never reads: a warning line each (the run goes on, since
+# a recipe's value for a feature that an override turns off is not a mistake), naming the setting and the fix
+INERT = [
+    (["train.ema_decay=0.99"], "train.ema_decay=0.99: no effect, train.ema is false (set train.ema=true"),
+    (["train.ema_every=2", "train.ema_decay=0.5"], "train.ema_decay=0.5 and train.ema_every=2: no effect"),
+    (["train.lr_min_ratio=0.1"],
+     "train.lr_min_ratio=0.1: no effect, train.lr_schedule is constant (set train.lr_schedule=cosine or linear"),
+    (["data.negative_prompt=blurry", "sample.guidance_scale=1"],
+     "data.negative_prompt: no effect, sample.guidance_scale and sample.eval_guidance_scale are 1"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", INERT, ids=[f"inert{i}" for i in range(len(INERT))])
+def test_a_setting_without_effect_warns_in_one_line(overrides, message, caplog, capsys):
+    with caplog.at_level(logging.WARNING, logger="flowrl"):
+        assert main(["validate", "tiny-cpu", *overrides]) == 0
+    lines = [r.getMessage() for r in caplog.records if "no effect" in r.getMessage()]
+    assert len(lines) == 1 and message in lines[0] and "\n" not in lines[0], lines
+    # the same setting where it counts: no warning
+    caplog.clear()
+    on = {"train.ema_": "train.ema=true", "train.lr_": "train.lr_schedule=cosine",
+          "data.neg": "sample.guidance_scale=2"}
+    fix = next(v for k, v in on.items() if overrides[0].startswith(k) or overrides[-1].startswith(k))
+    with caplog.at_level(logging.WARNING, logger="flowrl"):
+        assert main(["validate", "tiny-cpu", *overrides, fix]) == 0
+    assert not [r for r in caplog.records if "no effect" in r.getMessage()]
+
+
+def test_no_shipped_recipe_holds_a_setting_without_effect():
+    from flowrl.config import inert_settings, recipe_names, resolve_config
+
+    found = {name: inert_settings(resolve_config(name)) for name in recipe_names()}
+    assert found == {name: [] for name in recipe_names()}

@@ -43,6 +43,18 @@ def test_write_prompts_is_the_official_file(tmp_path, capsys):
     assert hashlib.sha256((tmp_path / "meta.jsonl").read_bytes()).hexdigest() == OFFICIAL_SHA256
 
 
+def test_write_prompts_never_writes_over_a_file_without_force(tmp_path, capsys):
+    meta, txt = tmp_path / "meta.jsonl", tmp_path / "prompts.txt"
+    meta.write_text("mine\n")
+    assert main(["eval", "geneval", "--write-prompts", str(meta)]) == 2
+    assert meta.read_text() == "mine\n" and "--write-prompts" in capsys.readouterr().err
+    txt.write_text("mine too\n")  # the second file is checked before the first is written
+    assert main(["eval", "geneval", "--write-prompts", str(tmp_path / "new.jsonl"), "--prompts-txt", str(txt)]) == 2
+    assert not (tmp_path / "new.jsonl").exists() and txt.read_text() == "mine too\n"
+    assert main(["eval", "geneval", "--write-prompts", str(meta), "--prompts-txt", str(txt), "--force"]) == 0
+    assert hashlib.sha256(meta.read_bytes()).hexdigest() == OFFICIAL_SHA256 and txt.read_text().count("\n") == 553
+
+
 def test_one_line_errors(tmp_path, capsys):
     assert main(["eval", "geneval", "--score", str(tmp_path / "missing"), "--out", str(tmp_path / "o")]) == 2
     assert main(["eval", "geneval", "--generate", "tiny-cpu"]) == 2  # no --out

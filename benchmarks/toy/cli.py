@@ -34,7 +34,10 @@ def add_command(subparsers: Any) -> None:
     what.add_argument("--pretrain", action="store_true", help="only create (or reuse) the cached base model")
     what.add_argument("--run", default=None, metavar="RUN_DIR", help="evaluate a finished run (base and trained)")
     what.add_argument("--model", default=None, metavar="FOLDER", help="evaluate one pipeline folder")
-    p.add_argument("--force", action="store_true", help="with --pretrain: train again even if cached")
+    p.add_argument(
+        "--force", action="store_true",
+        help="with --pretrain: train again even if cached; with --out: replace the results there",
+    )  # fmt: skip
     p.add_argument("--images-per-task", type=int, default=32, help="held-out images per task (default 32)")
     p.add_argument("--steps", type=int, default=None, help="ODE steps (default: the recipe's eval_num_steps)")
     p.add_argument("--guidance", type=float, default=None, help="CFG (default: the recipe's eval guidance)")
@@ -59,8 +62,14 @@ def cmd_toy(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.force and not args.pretrain:
-        raise ValueError("--force applies to --pretrain only")
+    if args.force and not (args.pretrain or args.out):
+        raise ValueError("--force applies to --pretrain (train the cached model again) or --out (replace its results)")
+    if args.out and not args.pretrain:
+        from flowrl.cli import refuse_overwrite
+
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ValueError(f"--out: {args.out!r} is a file; expected a folder")
+        refuse_overwrite([Path(args.out) / "toy_eval.json"], "--out", args.force)
     if (args.pretrain or args.run or args.model) and (args.recipe or args.overrides):
         raise ValueError("a recipe and key=value overrides apply to training only (not --pretrain, --run or --model)")
     if args.pretrain:

@@ -40,7 +40,10 @@ def add_command(subparsers: Any) -> None:
     what.add_argument("--compare", action="store_true", help=f"train and compare {' and '.join(COMPARED)}")
     what.add_argument("--run", default=None, metavar="RUN_DIR", help="evaluate a finished run (base and trained)")
     what.add_argument("--model", default=None, metavar="FOLDER", help="evaluate one pipeline folder")
-    p.add_argument("--force", action="store_true", help="with --pretrain: train again even if cached")
+    p.add_argument(
+        "--force", action="store_true",
+        help="with --pretrain: train again even if cached; with --out: replace the results there",
+    )  # fmt: skip
     p.add_argument("--clips-per-prompt", type=int, default=8, help="held-out clips per prompt (default 8)")
     p.add_argument("--steps", type=int, default=None, help="ODE steps (default: the recipe's eval_num_steps)")
     p.add_argument("--seed", type=int, default=0, help="initial-noise seed of the evaluation")
@@ -58,8 +61,14 @@ def cmd_toy_av(args: argparse.Namespace) -> int:
         raise ValueError(f"--clips-per-prompt: must be at least 1, got {args.clips_per_prompt}")
     if args.threads < 1:
         raise ValueError(f"--threads: must be at least 1, got {args.threads}")
-    if args.force and not args.pretrain:
-        raise ValueError("--force applies to --pretrain only")
+    if args.force and not (args.pretrain or args.out):
+        raise ValueError("--force applies to --pretrain (train the cached model again) or --out (replace its results)")
+    if args.out and not args.pretrain:
+        from flowrl.cli import refuse_overwrite
+
+        if Path(args.out).exists() and not Path(args.out).is_dir():
+            raise ValueError(f"--out: {args.out!r} is a file; expected a folder")
+        refuse_overwrite([Path(args.out) / "toy_av_eval.json"], "--out", args.force)
     if (args.pretrain or args.run or args.model) and (args.recipe or args.overrides):
         raise ValueError("a recipe and key=value overrides apply to training only (not --pretrain, --run or --model)")
     if args.compare and args.recipe:
