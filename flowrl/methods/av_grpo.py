@@ -247,13 +247,13 @@ class AVGRPO(Method):
         o = self.options
         base = make_plan(ctx.sigmas(), "flow_sde", 1.0, timestep_fraction=1.0)
         a = o.noise_video if self.phase == "video" else o.noise_audio
-        levels = []
+        levels, capped_steps = [], 0
         for s, s_next in zip(base.sigma.tolist(), base.sigma_next.tolist()):
             g = flow_sde_g(s, a, base.sigma_at_one)  # what the step computes from a noise level a
-            capped = capped_noise(s, s_next, a, o.max_std)  # the code's g: 1 - t clamped at 1e-5, then capped
-            levels.append(a * capped.g / g if capped.g != g else a)
-        self._capped = sum(capped_noise(s, s_next, a, o.max_std).capped
-                           for s, s_next in zip(base.sigma.tolist(), base.sigma_next.tolist())) / len(levels)
+            code = capped_noise(s, s_next, a, o.max_std)  # the code's g: 1 - t clamped at 1e-5, then capped
+            levels.append(a * code.g / g if code.g != g else a)  # the level at which the step's g is the code's
+            capped_steps += code.capped
+        self._capped = capped_steps / len(levels)
         n = len(base)
         return replace(base, noise_levels=torch.tensor(levels, dtype=torch.float32),
                        train=torch.ones(n, dtype=torch.bool),
