@@ -47,7 +47,7 @@ Formulas
    then drops the step and switches the phase). Overexposure is computed but skipped by the code: do not
    pass it. Statistics are taken in fp64 (the code's numpy stage); a row
    whose values are all equal gets exactly 0 [inferred: the code would return round-off / 1e-8].
-6. Phase schedule (§7 step 1) [code]: video for ``steps_per_phase`` optimizer steps, then audio for as many
+6. Phase schedule (§7 step 1) [code]: video for ``steps_per_phase`` AV-GRPO steps, then audio for as many
    on the SAME prompts, then the next cycle; step k of a phase uses prompts
    cycle·P + k·P/steps_per_phase ... (+ P/steps_per_phase), P = 32, one per GPU, wrapping around the list.
    Every switch clears the optimizer state. NaN guard: switch at once, in-phase counter to 0, cycle unchanged,
@@ -444,16 +444,16 @@ def desync_reward(offsets: torch.Tensor | Sequence[float]) -> torch.Tensor:
 class PhaseState:
     cycle: int = 0  # which block of prompts_per_cycle prompts of the shuffled list
     phase: str = "video"  # the trained modality
-    step_in_phase: int = 0  # optimizer steps done in this phase, 0..steps_per_phase-1
-    optimizer_steps: int = 0  # steps taken (a NaN-dropped step is not one): the LR schedule's counter
+    step_in_phase: int = 0  # AV-GRPO steps done in this phase, 0..steps_per_phase-1
+    optimizer_steps: int = 0  # AV-GRPO steps taken (a NaN-dropped one is not): the LR schedule's counter
     nan_switches: int = 0
 
 
 class PhaseSchedule:
-    """§7 step 1 as a state machine. One cycle: ``start`` for ``steps_per_phase`` optimizer steps, the other
+    """§7 step 1 as a state machine. One cycle: ``start`` for ``steps_per_phase`` AV-GRPO steps, the other
     modality for as many on the same prompts; the cycle index advances only when the second phase ends.
 
-    ``after_step()`` after every optimizer step and ``on_nan()`` instead of a dropped step both return
+    ``after_step()`` after every AV-GRPO step and ``on_nan()`` instead of a dropped step both return
     whether the optimizer state must be cleared (at every switch). Rollouts are regenerated before every
     step either way. ``state_dict()`` / ``load_state_dict()`` for checkpoints (plain JSON-able dict).
     """
@@ -487,7 +487,7 @@ class PhaseSchedule:
         s.step_in_phase = 0
 
     def after_step(self) -> bool:
-        """Count one optimizer step; True when the phase just ended (switch; clear the optimizer state)."""
+        """Count one AV-GRPO step; True when the phase just ended (switch; clear the optimizer state)."""
         s = self.state
         s.optimizer_steps += 1
         s.step_in_phase += 1
