@@ -55,7 +55,6 @@ def cmd_geneval(args: argparse.Namespace) -> int:
 
 def _geneval_prompts(args: argparse.Namespace) -> int:
     from flowrl.benchmarks.geneval.prompts import write_prompts
-
     from flowrl.cli import refuse_overwrite
 
     refuse_overwrite([args.write_prompts], "--write-prompts", args.force)

@@ -1,3 +1,5 @@
-from flowrl.cli import main
 import sys
+
+from flowrl.cli import main
+
 sys.exit(main())

@@ -217,21 +217,21 @@ class Estimate:
 # ----------------------------------------------------------------------------------------------------
 # SD3 / SD3.5 configs: the offline table (diffusers config.json values of the published checkpoints)
 
-_SD35_MEDIUM = dict(
-    sample_size=128,
-    patch_size=2,
-    in_channels=16,
-    out_channels=16,
-    num_layers=24,
-    attention_head_dim=64,
-    num_attention_heads=24,
-    joint_attention_dim=4096,
-    caption_projection_dim=1536,
-    pooled_projection_dim=2048,
-    pos_embed_max_size=384,
-    qk_norm="rms_norm",
-    dual_attention_layers=list(range(13)),
-)
+_SD35_MEDIUM = {
+    "sample_size": 128,
+    "patch_size": 2,
+    "in_channels": 16,
+    "out_channels": 16,
+    "num_layers": 24,
+    "attention_head_dim": 64,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 4096,
+    "caption_projection_dim": 1536,
+    "pooled_projection_dim": 2048,
+    "pos_embed_max_size": 384,
+    "qk_norm": "rms_norm",
+    "dual_attention_layers": list(range(13)),
+}
 _SD35_LARGE = dict(
     _SD35_MEDIUM,
     num_layers=38,
@@ -247,51 +247,51 @@ SD3_TRANSFORMERS = {
     "stabilityai/stable-diffusion-3.5-large-turbo": _SD35_LARGE,
     "stabilityai/stable-diffusion-3-medium-diffusers": _SD3_MEDIUM,
 }
-SD3_VAE = dict(
-    in_channels=3,
-    out_channels=3,
-    down_block_types=["DownEncoderBlock2D"] * 4,
-    up_block_types=["UpDecoderBlock2D"] * 4,
-    block_out_channels=[128, 256, 512, 512],
-    layers_per_block=2,
-    latent_channels=16,
-    norm_num_groups=32,
-    sample_size=1024,
-    scaling_factor=1.5305,
-    shift_factor=0.0609,
-    use_quant_conv=False,
-    use_post_quant_conv=False,
-)
-CLIP_L = dict(
-    vocab_size=49408,
-    hidden_size=768,
-    intermediate_size=3072,
-    num_hidden_layers=12,
-    num_attention_heads=12,
-    projection_dim=768,
-    max_position_embeddings=77,
-    hidden_act="quick_gelu",
-)
-CLIP_G = dict(
-    vocab_size=49408,
-    hidden_size=1280,
-    intermediate_size=5120,
-    num_hidden_layers=32,
-    num_attention_heads=20,
-    projection_dim=1280,
-    max_position_embeddings=77,
-    hidden_act="gelu",
-)
-T5_XXL = dict(
-    vocab_size=32128,
-    d_model=4096,
-    d_kv=64,
-    d_ff=10240,
-    num_layers=24,
-    num_heads=64,
-    feed_forward_proj="gated-gelu",
-    relative_attention_num_buckets=32,
-)
+SD3_VAE = {
+    "in_channels": 3,
+    "out_channels": 3,
+    "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4,
+    "block_out_channels": [128, 256, 512, 512],
+    "layers_per_block": 2,
+    "latent_channels": 16,
+    "norm_num_groups": 32,
+    "sample_size": 1024,
+    "scaling_factor": 1.5305,
+    "shift_factor": 0.0609,
+    "use_quant_conv": False,
+    "use_post_quant_conv": False,
+}
+CLIP_L = {
+    "vocab_size": 49408,
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "projection_dim": 768,
+    "max_position_embeddings": 77,
+    "hidden_act": "quick_gelu",
+}
+CLIP_G = {
+    "vocab_size": 49408,
+    "hidden_size": 1280,
+    "intermediate_size": 5120,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 20,
+    "projection_dim": 1280,
+    "max_position_embeddings": 77,
+    "hidden_act": "gelu",
+}
+T5_XXL = {
+    "vocab_size": 32128,
+    "d_model": 4096,
+    "d_kv": 64,
+    "d_ff": 10240,
+    "num_layers": 24,
+    "num_heads": 64,
+    "feed_forward_proj": "gated-gelu",
+    "relative_attention_num_buckets": 32,
+}
 CLIP_TOKENS = 77  # SD3's CLIP tokenizers pad to 77
 
 
@@ -555,12 +555,12 @@ def _sd3_probe_cached(
     torch.set_num_threads(1)  # tiny ops: extra threads only wait on each other (10 ms a op on busy cores)
     try:
         for s, n_txt in _PROBES:
-            inputs = dict(
-                hidden_states=torch.randn(1, narrow["in_channels"], s, s, dtype=weights),
-                encoder_hidden_states=torch.randn(1, n_txt, 16, dtype=weights),
-                pooled_projections=torch.randn(1, 16, dtype=weights),
-                timestep=torch.full((1,), 500.0),
-            )
+            inputs = {
+                "hidden_states": torch.randn(1, narrow["in_channels"], s, s, dtype=weights),
+                "encoder_hidden_states": torch.randn(1, n_txt, 16, dtype=weights),
+                "pooled_projections": torch.randn(1, 16, dtype=weights),
+                "timestep": torch.full((1,), 500.0),
+            }
             rows.append([1.0, (s // patch) ** 2, n_txt, float(_saved_bytes(model, inputs, autocast))])
     finally:
         torch.set_num_threads(threads)
@@ -591,55 +591,55 @@ def _sd3_probe_cached(
 #   (hidden 768, 12 layers, 12 heads of 64, no GQA, FFN 2048, vocabulary 256,000: 0.28B), the values a
 #   public port of SA3 reads from that checkpoint; T5GemmaModuleConfig's own defaults are Gemma-2-2B's.
 
-FLUX_DEV_TRANSFORMER = dict(
-    patch_size=1,
-    in_channels=64,
-    num_layers=19,
-    num_single_layers=38,
-    attention_head_dim=128,
-    num_attention_heads=24,
-    joint_attention_dim=4096,
-    pooled_projection_dim=768,
-    guidance_embeds=True,
-    axes_dims_rope=(16, 56, 56),
-)
+FLUX_DEV_TRANSFORMER = {
+    "patch_size": 1,
+    "in_channels": 64,
+    "num_layers": 19,
+    "num_single_layers": 38,
+    "attention_head_dim": 128,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 4096,
+    "pooled_projection_dim": 768,
+    "guidance_embeds": True,
+    "axes_dims_rope": (16, 56, 56),
+}
 FLUX_VAE = dict(SD3_VAE, scaling_factor=0.3611, shift_factor=0.1159)
-WAN21_1_3B = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=12,
-    attention_head_dim=128,
-    in_channels=16,
-    out_channels=16,
-    text_dim=4096,
-    freq_dim=256,
-    ffn_dim=8960,
-    num_layers=30,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    eps=1e-6,
-    rope_max_seq_len=1024,
-)
+WAN21_1_3B = {
+    "patch_size": (1, 2, 2),
+    "num_attention_heads": 12,
+    "attention_head_dim": 128,
+    "in_channels": 16,
+    "out_channels": 16,
+    "text_dim": 4096,
+    "freq_dim": 256,
+    "ffn_dim": 8960,
+    "num_layers": 30,
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "eps": 1e-6,
+    "rope_max_seq_len": 1024,
+}
 WAN_14B = dict(WAN21_1_3B, num_attention_heads=40, ffn_dim=13824, num_layers=40)
-UMT5_XXL = dict(
-    vocab_size=256384,
-    d_model=4096,
-    d_kv=64,
-    d_ff=10240,
-    num_layers=24,
-    num_heads=64,
-    feed_forward_proj="gated-gelu",
-    relative_attention_num_buckets=32,
-)
-T5GEMMA_B_ENCODER = dict(
-    vocab_size=256000,
-    hidden_size=768,
-    intermediate_size=2048,
-    num_hidden_layers=12,
-    num_attention_heads=12,
-    num_key_value_heads=12,
-    head_dim=64,
-    query_pre_attn_scalar=64,
-)
+UMT5_XXL = {
+    "vocab_size": 256384,
+    "d_model": 4096,
+    "d_kv": 64,
+    "d_ff": 10240,
+    "num_layers": 24,
+    "num_heads": 64,
+    "feed_forward_proj": "gated-gelu",
+    "relative_attention_num_buckets": 32,
+}
+T5GEMMA_B_ENCODER = {
+    "vocab_size": 256000,
+    "hidden_size": 768,
+    "intermediate_size": 2048,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "num_key_value_heads": 12,
+    "head_dim": 64,
+    "query_pre_attn_scalar": 64,
+}
 WAN22_BOUNDARY_RATIO = 0.875
 # family defaults where the config leaves them open (model.num_frames / model.duration_s null)
 WAN_NUM_FRAMES = 81  # WanPipeline's default: 81 frames at 16 fps
@@ -669,15 +669,15 @@ _WAN_14B_PARTS = {
 # Gemma-3-12B at its published dimensions (hidden 3840, 48 layers, 16 heads with 8 KV heads of 256, MLP
 # 15360, vocabulary 262,208) with its SigLIP-So400m vision tower (1152 wide, 27 layers, MLP 4304, 896 px,
 # patch 14), which text-to-video never calls but which is resident.
-GEMMA3_12B = dict(
-    text_config=dict(vocab_size=262208, hidden_size=3840, intermediate_size=15360, num_hidden_layers=48,
-                     num_attention_heads=16, num_key_value_heads=8, head_dim=256, query_pre_attn_scalar=256,
-                     sliding_window=1024),
-    vision_config=dict(hidden_size=1152, intermediate_size=4304, num_hidden_layers=27, num_attention_heads=16,
-                       image_size=896, patch_size=14),
-    mm_tokens_per_image=256,
-)
-LTX2_VAE = dict(spatial_compression_ratio=32, temporal_compression_ratio=8)
+GEMMA3_12B = {
+    "text_config": {"vocab_size": 262208, "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48,
+                     "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "query_pre_attn_scalar": 256,
+                     "sliding_window": 1024},
+    "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
+                       "image_size": 896, "patch_size": 14},
+    "mm_tokens_per_image": 256,
+}
+LTX2_VAE = {"spatial_compression_ratio": 32, "temporal_compression_ratio": 8}
 LTX2_NUM_FRAMES, LTX2_FPS = 121, 24.0  # the adapter's defaults
 _LTX2_DIFFUSERS_EXTRA = ("LTX2TextConnectors", "LTX2Vocoder")
 
@@ -974,7 +974,7 @@ def _family_width(pipeline: str, tc) -> tuple[int, int]:
 
 def _family_inputs(pipeline: str, tc, grid: tuple[int, ...], n_txt: int, device, dtype) -> dict:
     """One row of transformer inputs at ``grid`` (see ``_Geometry.grid``) with ``n_txt`` text tokens."""
-    kw = dict(device=device, dtype=dtype)
+    kw = {"device": device, "dtype": dtype}
     t = torch.full((1,), 0.5, device=device)
     if pipeline == "flux":
         gh, gw = grid
@@ -982,43 +982,43 @@ def _family_inputs(pipeline: str, tc, grid: tuple[int, ...], n_txt: int, device,
         if torch.device(device).type != "meta":
             rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
             ids[:, 1], ids[:, 2] = rows.flatten().to(dtype), cols.flatten().to(dtype)
-        inputs = dict(
-            hidden_states=torch.randn(1, gh * gw, tc.in_channels, **kw),
-            encoder_hidden_states=torch.randn(1, n_txt, tc.joint_attention_dim, **kw),
-            pooled_projections=torch.randn(1, tc.pooled_projection_dim, **kw),
-            timestep=t,
-            img_ids=ids,
-            txt_ids=torch.zeros(n_txt, 3, **kw),
-        )
+        inputs = {
+            "hidden_states": torch.randn(1, gh * gw, tc.in_channels, **kw),
+            "encoder_hidden_states": torch.randn(1, n_txt, tc.joint_attention_dim, **kw),
+            "pooled_projections": torch.randn(1, tc.pooled_projection_dim, **kw),
+            "timestep": t,
+            "img_ids": ids,
+            "txt_ids": torch.zeros(n_txt, 3, **kw),
+        }
         if tc.guidance_embeds:
             inputs["guidance"] = torch.full((1,), 3.5, device=device)
         return inputs
     if pipeline == "wan":
-        return dict(
-            hidden_states=torch.randn(1, tc.in_channels, *grid, **kw),
-            timestep=t * 1000,
-            encoder_hidden_states=torch.randn(1, n_txt, tc.text_dim, **kw),
-        )
+        return {
+            "hidden_states": torch.randn(1, tc.in_channels, *grid, **kw),
+            "timestep": t * 1000,
+            "encoder_hidden_states": torch.randn(1, n_txt, tc.text_dim, **kw),
+        }
     if pipeline == "ltx2":  # as the adapter calls it: grid (F', H', W', L), use_cross_timestep
         f, h, w, length = grid
         ts = t * 1000
         ones = torch.ones(1, n_txt, device=device, dtype=torch.int64)
-        return dict(
-            hidden_states=torch.randn(1, f * h * w, tc.in_channels * tc.patch_size_t * tc.patch_size ** 2, **kw),
-            audio_hidden_states=torch.randn(1, length, tc.audio_in_channels, **kw),
-            encoder_hidden_states=torch.randn(1, n_txt, tc.caption_channels, **kw),
-            audio_encoder_hidden_states=torch.randn(1, n_txt, tc.caption_channels, **kw),
-            timestep=ts, audio_timestep=ts, sigma=ts, audio_sigma=ts,
-            encoder_attention_mask=ones, audio_encoder_attention_mask=ones,
-            num_frames=f, height=h, width=w, fps=LTX2_FPS, audio_num_frames=length, use_cross_timestep=True,
-        )
+        return {
+            "hidden_states": torch.randn(1, f * h * w, tc.in_channels * tc.patch_size_t * tc.patch_size ** 2, **kw),
+            "audio_hidden_states": torch.randn(1, length, tc.audio_in_channels, **kw),
+            "encoder_hidden_states": torch.randn(1, n_txt, tc.caption_channels, **kw),
+            "audio_encoder_hidden_states": torch.randn(1, n_txt, tc.caption_channels, **kw),
+            "timestep": ts, "audio_timestep": ts, "sigma": ts, "audio_sigma": ts,
+            "encoder_attention_mask": ones, "audio_encoder_attention_mask": ones,
+            "num_frames": f, "height": h, "width": w, "fps": LTX2_FPS, "audio_num_frames": length, "use_cross_timestep": True,
+        }
     (length,) = grid
-    return dict(
-        hidden_states=torch.randn(1, tc.io_channels, length, **kw),
-        timestep=t,
-        encoder_hidden_states=torch.randn(1, n_txt, tc.cond_token_dim, **kw),
-        global_hidden_states=torch.randn(1, tc.global_cond_dim, **kw),
-    )
+    return {
+        "hidden_states": torch.randn(1, tc.io_channels, length, **kw),
+        "timestep": t,
+        "encoder_hidden_states": torch.randn(1, n_txt, tc.cond_token_dim, **kw),
+        "global_hidden_states": torch.randn(1, tc.global_cond_dim, **kw),
+    }
 
 
 # ----------------------------------------------------------------------------------------------------

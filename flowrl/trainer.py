@@ -24,8 +24,7 @@ from typing import Any
 import torch
 
 from flowrl import checkpoint as ckpt
-from flowrl import latents
-from flowrl import runs, sharding, trackers
+from flowrl import latents, runs, sharding, trackers
 from flowrl.advantages import batch_zscore, clip_advantages, zero_std_ratio
 from flowrl.config import (
     Config,
@@ -38,8 +37,8 @@ from flowrl.config import (
 )
 from flowrl.data import GroupSampler, load_eval_prompts, load_train_prompts, uses_negatives
 from flowrl.interrupts import Interrupted, StopSignals
-from flowrl.lr import lr_factor
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, timed
+from flowrl.lr import lr_factor
 from flowrl.media import cat_media, media_monitors, monitor_names, num_samples, save_media, select_media, to_cpu
 from flowrl.methods import build_method, method_class
 from flowrl.methods.base import Context, PromptBatch

@@ -27,15 +27,16 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.sd3 import (
-    check_folder_or_hub,
-    load_pretrained_pipeline,
     DTYPES,
     _first_line,
     _probe_attention,
     attention_backend_names,
     cached_rows,
+    check_folder_or_hub,
+    load_pretrained_pipeline,
     lora_metadata,
 )
 

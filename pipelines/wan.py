@@ -47,13 +47,14 @@ from collections import OrderedDict
 from pathlib import Path
 
 import torch
+
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
 from flowrl.pipelines.flux import set_dispatcher_attention_backend
 from flowrl.pipelines.sd3 import (
-    check_folder_or_hub,
-    load_pretrained_pipeline,
     DTYPES,
     cached_rows,
+    check_folder_or_hub,
+    load_pretrained_pipeline,
     lora_metadata,
 )
 

@@ -20,10 +20,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.loading import load_into, load_pretrained, load_state_dict, pick_device, resolve_file
 from flowrl.reward_models.preprocess import PREPROCESS_MODES, PreprocessMode, processor_transform
-from torch import nn
 
 CLIP_L14 = "openai/clip-vit-large-patch14"
 DEFAULT_PREDICTOR = "trl-lib/ddpo-aesthetic-predictor::aesthetic-model.pth"

@@ -32,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice, check_type
 from flowrl.reward_models.loading import load_pretrained, pick_device
 from flowrl.reward_models.media import unwrap_audio

@@ -41,11 +41,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from flowrl.reward_models.base import RewardError, RewardOutput
 from flowrl.reward_models.desync import sinc_resample
 from flowrl.reward_models.loading import load_into, pick_device, resolve_file, strip_prefix
 from flowrl.reward_models.media import unwrap_audio
-from torch import nn
 
 AXES = ("CE", "CU", "PC", "PQ")
 AXIS_NAMES = {"CE": "content enjoyment", "CU": "content usefulness", "PC": "production complexity",

@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput, _import_attr
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.loading import load_pretrained
 from flowrl.reward_models.pickscore import PickScoreReward

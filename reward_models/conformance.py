@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, batch_size_of, check_scores, index_media
 
 WORDS = ("Hello", "Flow", "Reward", "Quantum", "Zebra", "Sunset", "Orbit", "Maple")

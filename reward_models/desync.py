@@ -52,9 +52,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.loading import load_into, load_state_dict, pick_device, resolve_file, strip_prefix
-from torch import nn
 
 # --------------------------------------------------------------------------------------------- constants
 SYNC_FPS = 25.0  # video frame rate of every Synchformer input

@@ -19,6 +19,8 @@ import logging
 from typing import Any
 
 import torch
+from PIL import Image
+
 from flowrl.benchmarks.geneval.detect import (
     DEFAULT_CLIP_ARCH,
     DEFAULT_CLIP_PRETRAINED,
@@ -33,7 +35,6 @@ from flowrl.benchmarks.geneval.prompts import MetadataError, check_metadata
 from flowrl.benchmarks.geneval.rules import RuleConfig
 from flowrl.benchmarks.geneval.scoring import GenEvalScorer
 from flowrl.reward_models.base import RewardError, RewardOutput, images_to_uint8
-from PIL import Image
 
 logger = logging.getLogger(__name__)
 

@@ -47,6 +47,8 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice, images_to_uint8
 from flowrl.reward_models.loading import (
     load_into,
@@ -57,7 +59,6 @@ from flowrl.reward_models.loading import (
     strip_prefix,
 )
 from flowrl.reward_models.preprocess import PIL_BICUBIC, PREPROCESS_MODES, Geometry, ImageTransform, PreprocessMode
-from torch import nn
 
 HPSV2_ARCH = "ViT-H-14"
 HPSV2_CHECKPOINTS = {"v2.0": "xswu/HPSv2::HPS_v2_compressed.pt", "v2.1": "xswu/HPSv2::HPS_v2.1_compressed.pt"}

@@ -23,11 +23,12 @@ import re
 from typing import Any
 
 import torch
+from torch import nn
+
 from flowrl.reward_models.aesthetic import PreferenceMLP
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.loading import load_into, load_pretrained, load_state_dict, pick_device, resolve_file
 from flowrl.reward_models.preprocess import PIL_BICUBIC, PREPROCESS_MODES, Geometry, ImageTransform, PreprocessMode
-from torch import nn
 
 IMAGEREWARD_CHECKPOINT = "THUDM/ImageReward::ImageReward.pt"
 IMAGEREWARD_MED_CONFIG = "THUDM/ImageReward::med_config.json"

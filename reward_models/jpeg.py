@@ -14,8 +14,9 @@ import io
 
 import numpy as np
 import torch
-from flowrl.reward_models.base import RewardError, RewardOutput, check_type, images_to_uint8
 from PIL import Image
+
+from flowrl.reward_models.base import RewardError, RewardOutput, check_type, images_to_uint8
 
 JPEG_QUALITY = 95
 KB_SCALE = 500.0  # Flow-GRPO's jpeg_compressibility divisor (DDPO's rewards have none)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError
 
 

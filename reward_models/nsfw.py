@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput, images_to_uint8
 
 NUDENET_CLASSES = (

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 import Levenshtein
 import numpy as np
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput, images_to_uint8
 
 logger = logging.getLogger(__name__)

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+
 from flowrl.reward_models.base import RewardError, RewardOutput, check_choice
 from flowrl.reward_models.preprocess import PREPROCESS_MODES, ImageTransform, PreprocessMode, processor_transform
 

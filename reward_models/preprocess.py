@@ -36,6 +36,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 from flowrl.reward_models.base import RewardError, check_choice, images_to_uint8
 
 PreprocessMode = Literal["reference", "fast"]

@@ -21,6 +21,7 @@ import urllib.request
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput, batch_size_of, index_media
 from flowrl.reward_models.media import encode_media
 

@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, batch_size_of, check_scores, index_media
 from flowrl.reward_models.media import MediaError, decode_media
 

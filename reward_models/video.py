@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput, build_reward, check_scores
 from flowrl.reward_models.media import unwrap_video
 

@@ -1,4 +1,4 @@
-"""VLM rewards: a yes/no probability judge (``vlm_judge``) and UnifiedReward (``unifiedreward``).
+r"""VLM rewards: a yes/no probability judge (``vlm_judge``) and UnifiedReward (``unifiedreward``).
 
 Both talk to a chat back end, local or remote:
 
@@ -68,6 +68,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 import torch
+
 from flowrl.reward_models.base import (
     PairwiseReward,
     RewardError,
@@ -267,7 +268,7 @@ def word_probs_from_choice(choice: dict, words: dict[str, tuple[str, ...]]) -> d
         candidates = first.get("top_logprobs") or [
             {"token": first.get("token", ""), "logprob": first.get("logprob", 0.0)}
         ]
-        probs = {key: 0.0 for key in words}
+        probs = dict.fromkeys(words, 0.0)
         for cand in candidates:
             token = str(cand.get("token", "")).strip()
             for key, variants in words.items():

@@ -15,8 +15,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from flowrl.benchmarks.geneval.constants import CLASSES
 from PIL import Image
+
+from flowrl.benchmarks.geneval.constants import CLASSES
 
 DOG = CLASSES.index("dog")
 TINY_CLIP = "flowrl-tiny-clip"

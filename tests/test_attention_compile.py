@@ -48,6 +48,7 @@ def test_an_unknown_attention_backend_is_a_one_line_config_error(tmp_path):
 
 def test_the_default_keeps_today_s_attention_and_a_backend_gives_the_same_velocity(tmp_path):
     from diffusers.models.attention_processor import JointAttnProcessor2_0
+
     from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
 
     cfg = _cfg(tmp_path, [])
@@ -80,8 +81,8 @@ def test_the_dispatched_processor_matches_sd3_s_with_qk_norm_and_dual_attention(
                                   attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
                                   caption_projection_dim=32, pooled_projection_dim=16, pos_embed_max_size=8,
                                   qk_norm="rms_norm", dual_attention_layers=(0,)).eval()
-    inputs = dict(hidden_states=torch.randn(2, 4, 8, 8), encoder_hidden_states=torch.randn(2, 5, 32),
-                  pooled_projections=torch.randn(2, 16), timestep=torch.tensor([500.0, 100.0]), return_dict=False)
+    inputs = {"hidden_states": torch.randn(2, 4, 8, 8), "encoder_hidden_states": torch.randn(2, 5, 32),
+                  "pooled_projections": torch.randn(2, 16), "timestep": torch.tensor([500.0, 100.0]), "return_dict": False}
     with torch.no_grad():
         expected = model(**inputs)[0]
         model.set_attn_processor(DispatchedJointAttention())

@@ -7,10 +7,10 @@ The table is this file's ``CASES`` plus the model-path, checkpoint and sampling 
 import logging
 import sys
 
-import bad_inputs_models
-import bad_inputs_rewards
 import pytest
 
+import bad_inputs_models
+import bad_inputs_rewards
 import flowrl.reward_models.server
 from flowrl.cli import main
 

@@ -4,12 +4,11 @@ import json
 
 import pytest
 
-datasets = pytest.importorskip("datasets")
-
 from flowrl.cli import main
 from flowrl.config import ConfigError, DataConfig, resolve_config
 from flowrl.data import load_eval_prompts, load_prompts, load_train_prompts
 
+datasets = pytest.importorskip("datasets")
 datasets.disable_progress_bars()
 
 

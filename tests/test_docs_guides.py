@@ -426,9 +426,10 @@ def test_every_reward_argument_of_the_local_models_guide_exists_with_its_default
 
 
 def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
+    from safetensors.torch import save_file
+
     from flowrl.pipelines.base import check_model_path
     from flowrl.pipelines.sd3 import SINGLE_FILE_SUFFIXES
-    from safetensors.torch import save_file
 
     text = _doc("local-models.md")
     assert set(SINGLE_FILE_SUFFIXES) == {".safetensors", ".ckpt"}
@@ -470,10 +471,9 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
 
 
 def test_offline_errors_are_the_ones_the_guide_quotes(monkeypatch, capsys):
+    from flowrl.cli import error_line
     from flowrl.pipelines.sd3 import HubUnavailableError, load_sd3_pipeline
     from flowrl.reward_models import RewardError, build_reward
-
-    from flowrl.cli import error_line
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     text = _doc("local-models.md")
@@ -557,7 +557,6 @@ def test_the_remote_table_is_the_remote_reward_s_signature():
 
 def test_the_remote_examples_resolve_and_redact_the_token(tmp_path, monkeypatch):
     from flowrl.reward_models import check_reward_args
-
     from flowrl.trainer import logged_metric_names
 
     text = _remote_section()
@@ -570,7 +569,7 @@ def test_the_remote_examples_resolve_and_redact_the_token(tmp_path, monkeypatch)
     assert cfg.reward == {"remote": 1.0} and cfg.reward_args["remote"]["url"] == "http://127.0.0.1:18085"
     check_reward_args("remote", cfg.reward_args["remote"])
     assert "reward/remote/mean" in logged_metric_names(cfg) and "`reward/remote/mean`" in text
-    (block,) = [b for b in _blocks(text, "yaml")]
+    (block,) = list(_blocks(text, "yaml"))
     monkeypatch.chdir(tmp_path)
     Path("remote.yaml").write_text("base: tiny-cpu\n" + block)
     args = resolve_config("remote.yaml").reward_args["remote"]

@@ -14,8 +14,8 @@ import torch
 
 from flowrl.config import ConfigError, resolve_config
 from flowrl.estimate import (
-    GIB,
     CPU_RUNTIME_GIB,
+    GIB,
     _saved_bytes,
     _sd3_flops_per_row,
     _vae_decode_cost,
@@ -24,7 +24,6 @@ from flowrl.estimate import (
     lora_parameter_count,
     model_size,
 )
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -52,12 +51,12 @@ def _narrow_sd35(layers: int = 4, heads: int = 4, side: int = 32):
 
 
 def _inputs(side: int, text: int, rows: int = 1) -> dict:
-    return dict(
-        hidden_states=torch.randn(rows, 16, side, side),
-        encoder_hidden_states=torch.randn(rows, text, 64),
-        pooled_projections=torch.randn(rows, 32),
-        timestep=torch.full((rows,), 500.0),
-    )
+    return {
+        "hidden_states": torch.randn(rows, 16, side, side),
+        "encoder_hidden_states": torch.randn(rows, text, 64),
+        "pooled_projections": torch.randn(rows, 32),
+        "timestep": torch.full((rows,), 500.0),
+    }
 
 
 def test_published_parameter_counts():
@@ -389,12 +388,11 @@ def test_tiny_family_counts_equal_the_built_modules(name):
 def test_family_decode_flops_and_working_set_on_meta_match_the_cpu():
     """The Wan and SAME decoders on meta (fused attention, live bytes tracked per storage) against the same
     decode of real tensors on the CPU: the same FLOPs (attention counted from its shapes) and the same peak."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     from flowrl.estimate import _LiveBytes, _meta_decode_cost
     from flowrl.pipelines.tiny_families import build_tiny_stable_audio, build_tiny_wan
-
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     for pipeline, vae, latent in (("wan", build_tiny_wan().vae, (16, 3, 8, 8)),
                                   ("stable_audio", build_tiny_stable_audio().vae, (8, 32))):
@@ -422,10 +420,10 @@ def test_live_bytes_counts_each_storage_once_and_frees():
 
 
 _WIDE = {  # 4x the probe's width, other token counts
-    "flux": dict(num_attention_heads=4, attention_head_dim=64, joint_attention_dim=32, pooled_projection_dim=32,
-                 axes_dims_rope=(16, 24, 24), num_layers=2, num_single_layers=3),
-    "wan": dict(num_attention_heads=4, attention_head_dim=64, ffn_dim=512, text_dim=32, num_layers=3),
-    "stable_audio": dict(embed_dim=256, num_heads=4, cond_token_dim=32, global_cond_dim=32, depth=3),
+    "flux": {"num_attention_heads": 4, "attention_head_dim": 64, "joint_attention_dim": 32, "pooled_projection_dim": 32,
+                 "axes_dims_rope": (16, 24, 24), "num_layers": 2, "num_single_layers": 3},
+    "wan": {"num_attention_heads": 4, "attention_head_dim": 64, "ffn_dim": 512, "text_dim": 32, "num_layers": 3},
+    "stable_audio": {"embed_dim": 256, "num_heads": 4, "cond_token_dim": 32, "global_cond_dim": 32, "depth": 3},
 }
 _WIDE_GRID = {"flux": ((6, 6), 40), "wan": ((2, 12, 12), 40), "stable_audio": ((40,), 40)}
 

@@ -5,10 +5,10 @@ images."""
 
 import pytest
 import torch
-from flowrl.media import media_kind
-from flowrl.pipelines.base import Guidance, adapter_class, list_pipelines
 
 from flowrl.config import ConfigError, resolve_config
+from flowrl.media import media_kind
+from flowrl.pipelines.base import Guidance, adapter_class, list_pipelines
 from flowrl.trainer import preflight
 
 FAMILIES = {"sd3": ("tiny-cpu", "image"), "flux": ("tiny-flux", "image"), "wan": ("tiny-wan", "video"),

@@ -7,13 +7,13 @@ import re
 
 import pytest
 import torch
-from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.flux import FluxAdapter
-from flowrl.pipelines.tiny_families import build_tiny_flux, flux_mu
 
 from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
 from flowrl.methods import list_methods
+from flowrl.pipelines.base import adapter_class, list_pipelines
+from flowrl.pipelines.flux import FluxAdapter
+from flowrl.pipelines.tiny_families import build_tiny_flux, flux_mu
 from flowrl.plan import ode_plan
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer

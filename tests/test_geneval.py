@@ -15,6 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+
 from flowrl.benchmarks.geneval.constants import CLASSES, COLORS, TASKS, geneval_class
 from flowrl.benchmarks.geneval.prompts import (
     OFFICIAL_NUM_ROWS,
@@ -38,7 +40,6 @@ from flowrl.benchmarks.geneval.rules import (
 )
 from flowrl.benchmarks.geneval.scoring import load_results, score_folder, summarize, summary_markdown
 from helpers_geneval import DOG, build_tiny_clip, build_tiny_detector, noise_image, write_folder
-from PIL import Image
 
 # ----------------------------------------------------------------------------------------- prompt file
 
@@ -446,6 +447,7 @@ def test_detector_load_errors_are_one_line(tmp_path):
 
 def test_hub_id_offline_fails_with_one_line():
     import huggingface_hub.constants
+
     from flowrl.benchmarks.geneval.detect import GenEvalLoadError, QueryInstanceDetector
 
     if not huggingface_hub.constants.HF_HUB_OFFLINE:

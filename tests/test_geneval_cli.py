@@ -12,10 +12,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import torch
+from PIL import Image
+
 from flowrl.benchmarks.cli import main
 from flowrl.benchmarks.geneval.prompts import OFFICIAL_SHA256
 from helpers_geneval import TINY_CLIP, register_tiny_clip, save_tiny_clip_weights, save_tiny_detector
-from PIL import Image
 
 ROWS = [
     {"tag": "single_object", "include": [{"class": "dog", "count": 1}], "prompt": "a photo of a dog"},
@@ -71,11 +72,11 @@ def test_one_line_errors(tmp_path, capsys):
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory):
     """A run folder as training leaves it: config.yaml and a non-zero LoRA in diffusers format."""
-    from flowrl.pipelines.sd3 import SD3Adapter
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
 
     from flowrl.config import dump_config, resolve_config
+    from flowrl.pipelines.sd3 import SD3Adapter
 
     run = tmp_path_factory.mktemp("run")
     cfg = resolve_config("tiny-cpu", [f"output_dir={run}"])

@@ -13,7 +13,6 @@ import yaml
 
 from flowrl.benchmarks.perf import gpu
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

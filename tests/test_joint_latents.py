@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from flowrl.pipelines.base import cfg_guidance
 
 from flowrl import latents
 from flowrl.config import resolve_config
+from flowrl.pipelines.base import cfg_guidance
 from flowrl.plan import make_plan
 from flowrl.reward_models.base import RewardOutput
 from flowrl.rollout import rollout, transition

@@ -9,12 +9,12 @@ import socket
 
 import pytest
 import torch
-from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.ltx2 import CONDITION_KEYS, LTX2_LORA_TARGETS, LTX2Adapter, tower_of
-from flowrl.pipelines.tiny_families import LTX2_UNGUIDED_CALL_KWARGS, build_tiny_ltx2
 
 from flowrl.config import ModelConfig
 from flowrl.media import media_kind
+from flowrl.pipelines.base import adapter_class, list_pipelines
+from flowrl.pipelines.ltx2 import CONDITION_KEYS, LTX2_LORA_TARGETS, LTX2Adapter, tower_of
+from flowrl.pipelines.tiny_families import LTX2_UNGUIDED_CALL_KWARGS, build_tiny_ltx2
 
 PROMPTS = ["a red cat", "a blue dog"]
 TEXT_LEN = 128  # a multiple of the connectors' 128 registers
@@ -107,6 +107,7 @@ def test_latents_noise_and_sigmas_are_the_pipelines(adapter):
 
     import numpy as np
     from diffusers import FlowMatchEulerDiscreteScheduler
+
     from flowrl.pipelines.tiny_families import LTX2_SCHEDULER_CONFIG, ltx2_mu
 
     for steps in (2, 4):

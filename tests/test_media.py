@@ -6,11 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from flowrl.reward_models.media import mp4_to_video, wav_to_audio
-from flowrl.reward_models.monitors import image_monitors
 from PIL import Image
 
 from flowrl import media as M
+from flowrl.reward_models.media import mp4_to_video, wav_to_audio
+from flowrl.reward_models.monitors import image_monitors
 
 GEN = torch.Generator().manual_seed(0)
 
@@ -234,6 +234,7 @@ def test_audio_video_saves_both(tmp_path):
 
 def test_audio_video_mp4s_carry_the_sound_beside_the_wavs(tmp_path):
     import av
+
     from flowrl.reward_models.media import mp4_to_audio
 
     rate, t = 16000, torch.arange(16000) / 16000

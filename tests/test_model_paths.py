@@ -4,9 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import save_file
+
 from flowrl.pipelines.base import check_model_path
 from flowrl.pipelines.sd3 import HubUnavailableError, SD3Adapter, load_sd3_pipeline, single_file_keys
-from safetensors.torch import save_file
 
 
 def _cfg(path, **kw):

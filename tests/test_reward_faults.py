@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from flowrl.reward_models import RewardError, RewardOutput, WeightedReward, build_reward, check_reward_args
 from flowrl.reward_models.remote import request_json
 

@@ -3,9 +3,9 @@ thread while the next one samples, with the same calls and results as in turn.""
 
 import time
 
-import fault_rewards
 import pytest
 
+import fault_rewards
 from flowrl.config import resolve_config
 from flowrl.trainer import Trainer
 

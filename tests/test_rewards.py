@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 import torch
+from PIL import Image, ImageDraw, ImageFont
+
 from flowrl.reward_models import (
     RewardError,
     RewardOutput,
@@ -27,7 +29,6 @@ from flowrl.reward_models import (
 from flowrl.reward_models import base as reward_base
 from flowrl.reward_models.jpeg import JpegCompressibility, JpegIncompressibility
 from flowrl.reward_models.ocr import OcrReward, extract_quoted, ocr_score
-from PIL import Image, ImageDraw, ImageFont
 
 # ---------------------------------------------------------------- helpers: user rewards given as "module:attr"
 

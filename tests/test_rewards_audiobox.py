@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+
 from flowrl.reward_models import RewardError, build_reward, check_reward_args, list_rewards
 from flowrl.reward_models import audiobox as ab
 from flowrl.reward_models.audiobox import AXES, AudioboxAesthetics, AudioboxAestheticsReward, chunk_audio
@@ -255,7 +256,7 @@ def test_the_released_sizes_build_the_real_names_and_shapes():
 def test_the_released_sizes_run_on_the_meta_device():
     with torch.device("meta"):  # shapes only: three 10 s chunks
         out = AudioboxAesthetics().eval()(torch.empty(3, 160000), torch.ones(3, 160000, dtype=torch.bool))
-    assert {axis: tuple(v.shape) for axis, v in out.items()} == {axis: (3,) for axis in AXES}
+    assert {axis: tuple(v.shape) for axis, v in out.items()} == dict.fromkeys(AXES, (3,))
 
 
 def test_the_tiny_stand_in_has_the_real_names(tiny):

@@ -5,6 +5,7 @@ import math
 
 import pytest
 import torch
+
 from flowrl.reward_models import RewardError, build_reward, check_reward_args, list_rewards
 from flowrl.reward_models.audio import BandEnergyReward, band_fraction, tone
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from flowrl.reward_models import RewardError, build_reward
 from PIL import Image
+
+from flowrl.reward_models import RewardError, build_reward
 
 ASSETS = Path(__file__).parent / "assets" / "rewards"
 
@@ -203,8 +204,9 @@ def test_hpsv2_missing_checkpoint_is_one_line(tiny_openclip):
 
 @pytest.fixture(scope="module")
 def tiny_imagereward(tmp_path_factory):
-    from flowrl.reward_models.imagereward import ImageRewardModel, text_config, vision_config
     from transformers import BertTokenizer
+
+    from flowrl.reward_models.imagereward import ImageRewardModel, text_config, vision_config
 
     folder = tmp_path_factory.mktemp("imagereward")
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "red", "cube", "on", "the", "mat", "photo", "of"]

@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+
 from flowrl.reward_models import RewardError, build_reward, check_reward_args, list_rewards
 from flowrl.reward_models import desync as ds
 from flowrl.reward_models.conformance import run_conformance

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from flowrl.reward_models import RewardError, RewardOutput, build_reward
 from flowrl.reward_models.media import MediaError, decode_media, encode_media, wav_to_audio
 

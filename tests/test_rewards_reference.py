@@ -30,8 +30,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from flowrl.reward_models import RewardError, build_reward, check_reward_args
 from PIL import Image
+
+from flowrl.reward_models import RewardError, build_reward, check_reward_args
 
 ASSETS = Path(__file__).parent / "assets" / "rewards"
 PIXEL_TOL = 1e-5
@@ -181,8 +182,9 @@ def tiny_openclip():
 
 @pytest.fixture(scope="module")
 def tiny_imagereward(tmp_path_factory):
-    from flowrl.reward_models.imagereward import ImageRewardModel, text_config, vision_config
     from transformers import BertTokenizer
+
+    from flowrl.reward_models.imagereward import ImageRewardModel, text_config, vision_config
 
     folder = tmp_path_factory.mktemp("imagereward_ref")
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "red", "cube", "on", "the", "mat"]
@@ -632,7 +634,6 @@ def test_pillow_range_is_the_one_that_resizes_as_flow_grpo():
     """Flow-GRPO pins pillow==10.4.0 (yifan123/flow_grpo setup.py); 10.4-12.3 resize alike, 13.0 resizes tall
     images differently (docs/rewards.md), so the requirement admits 10.4 and 12.3 and refuses 13."""
     import tomllib
-
     from packaging.requirements import Requirement
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]

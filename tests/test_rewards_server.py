@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from flowrl.reward_models import RewardError, RewardOutput, build_reward
 from flowrl.reward_models.cli import main as rewards_main
 from flowrl.reward_models.cli import parse_kwargs

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from PIL import Image
+
 from _loopback import JsonHandler, serve
 from flowrl.reward_models import RewardError, build_reward, win_rates
 from flowrl.reward_models.vlm import (
@@ -27,7 +29,6 @@ from flowrl.reward_models.vlm import (
     word_probs_from_choice,
     yes_probability,
 )
-from PIL import Image
 
 ASSETS = Path(__file__).parent / "assets" / "rewards"
 SPECIALS = ["<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
@@ -419,8 +420,9 @@ def tiny_qwen2vl():
 
 
 def test_hpsv3_loading_and_reward_token_readout(tiny_qwen2vl, tmp_path):
-    from flowrl.reward_models.hps import REWARD_TOKEN, HPSv3Reward, hpsv3_head
     from safetensors.torch import save_file
+
+    from flowrl.reward_models.hps import REWARD_TOKEN, HPSv3Reward, hpsv3_head
 
     base, processor = tiny_qwen2vl
     base.save_pretrained(tmp_path / "base")

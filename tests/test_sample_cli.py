@@ -115,9 +115,9 @@ def test_a_rank_mismatch_names_the_tensor_and_writes_nothing(run, tmp_path, caps
 # ------------------------------------------------------------------------------------------ every media kind
 def test_generate_is_the_pipeline_call_sample_made_before():
     import torch
-    from flowrl.pipelines.sd3 import SD3Adapter
 
     from flowrl.config import resolve_config
+    from flowrl.pipelines.sd3 import SD3Adapter
 
     cfg = resolve_config("tiny-cpu", [])
     adapter = SD3Adapter.from_config(cfg.model, seed=cfg.seed)
@@ -201,6 +201,7 @@ def test_audio_samples_are_wavs_with_waveforms(fake, tmp_path):
 def test_audio_video_samples_are_mp4s_with_sound_and_wavs(fake, tmp_path, monkeypatch, capsys):
     import av
     import torch
+
     from flowrl.reward_models.media import mp4_to_audio, mp4_to_video
 
     def generate(self, prompts, num_steps, guidance_scale, generator, negative_prompts=None):  # LTX-2's form

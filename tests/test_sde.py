@@ -1,7 +1,6 @@
 import math
 
 import numpy as np
-
 import pytest
 import torch
 
@@ -135,8 +134,9 @@ def test_the_first_step_substitute_does_not_need_sigma_to_be_exactly_one():
     outside = 1 - 2 * SIGMA_ONE_TOL
     assert flow_sde_g(outside, a, sigma_at_one=s1) == pytest.approx(a * math.sqrt(outside / (1 - outside)))
     # every family's own schedule: the first transition's g stays Flow-GRPO's substitute value
-    from flowrl.pipelines.tiny_families import build_tiny_flux, build_tiny_wan
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
+
+    from flowrl.pipelines.tiny_families import build_tiny_flux, build_tiny_wan
 
     wan = build_tiny_wan().scheduler
     wan.set_timesteps(20)

@@ -11,15 +11,15 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.stable_audio import SA3_LORA_TARGETS, StableAudioAdapter, load_lora, wake_tiny_same
-from flowrl.pipelines.tiny_families import build_tiny_stable_audio
-from flowrl.reward_models.base import PairwiseReward
 
 from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
 from flowrl.methods import list_methods
+from flowrl.pipelines.base import adapter_class, list_pipelines
+from flowrl.pipelines.stable_audio import SA3_LORA_TARGETS, StableAudioAdapter, load_lora, wake_tiny_same
+from flowrl.pipelines.tiny_families import build_tiny_stable_audio
 from flowrl.plan import ode_plan
+from flowrl.reward_models.base import PairwiseReward
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 

@@ -9,6 +9,7 @@ import socket
 
 import pytest
 import torch
+
 from flowrl.pipelines import tiny_families as tf
 
 PROMPT = "a red cat"

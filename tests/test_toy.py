@@ -9,6 +9,7 @@ from importlib import resources
 import numpy as np
 import pytest
 import torch
+
 from flowrl.benchmarks.geneval.constants import TASKS
 from flowrl.benchmarks.toy import world
 from flowrl.benchmarks.toy.detect import judge_images

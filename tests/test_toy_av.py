@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from flowrl.benchmarks.toy_av import world
 from flowrl.benchmarks.toy_av.reward import ToyAVAccuracy, ToyAVAudio, ToyAVReward, ToyAVSync, ToyAVVideo
 from flowrl.reward_models import RewardError, build_reward

@@ -16,6 +16,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
+from PIL import Image
+
 from _loopback import JsonHandler, serve
 from flowrl.benchmarks.cli import main
 from flowrl.benchmarks.unigenbench import (
@@ -33,7 +35,6 @@ from flowrl.benchmarks.unigenbench import (
 )
 from flowrl.benchmarks.unigenbench.evaluate import evaluate_folder, read_progress
 from flowrl.benchmarks.unigenbench.judge import TEMPLATE_EN, TEMPLATE_ZH, load_template, openai_judge
-from PIL import Image
 from test_rewards_vlm import tiny_qwen25vl  # noqa: F401 - the tiny Qwen2.5-VL fixture
 
 # ---------------------------------------------------------------------------------------------- the CSV

@@ -19,6 +19,8 @@ from typing import ClassVar
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
+from PIL import Image
+
 from _loopback import JsonHandler, serve
 from flowrl.benchmarks.cli import main
 from flowrl.benchmarks.unigenbench import load_csv, parse_answer
@@ -30,7 +32,6 @@ from flowrl.benchmarks.unigenbench.official import (
     load_protocol,
     parse_reply,
 )
-from PIL import Image
 
 # ------------------------------------------------------------------------------ a stand-in official copy
 

@@ -10,15 +10,15 @@ import re
 
 import pytest
 import torch
-from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.tiny_families import build_tiny_wan
-from flowrl.pipelines.wan import LORA_FILES, WanAdapter, WanExperts
-from flowrl.reward_models.base import PairwiseReward
 
 from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
 from flowrl.methods import list_methods
+from flowrl.pipelines.base import adapter_class, list_pipelines
+from flowrl.pipelines.tiny_families import build_tiny_wan
+from flowrl.pipelines.wan import LORA_FILES, WanAdapter, WanExperts
 from flowrl.plan import make_plan, ode_plan
+from flowrl.reward_models.base import PairwiseReward
 from flowrl.rollout import rollout, transition
 from flowrl.sde import flow_sde_g, step
 from flowrl.trainer import Trainer

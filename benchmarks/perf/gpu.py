@@ -124,25 +124,25 @@ FULL = Scale(
     wan_text_tokens=512,
 )
 SMOKE = Scale(
-    transformer=dict(
-        num_layers=2,
-        num_attention_heads=2,
-        attention_head_dim=32,
-        caption_projection_dim=64,
-        joint_attention_dim=64,
-        pooled_projection_dim=32,
-        dual_attention_layers=[0],
-        sample_size=8,
-        pos_embed_max_size=8,
-    ),
-    vae=dict(
-        block_out_channels=[8, 16],
-        down_block_types=["DownEncoderBlock2D"] * 2,
-        up_block_types=["UpDecoderBlock2D"] * 2,
-        layers_per_block=1,
-        norm_num_groups=4,
-        sample_size=32,
-    ),
+    transformer={
+        "num_layers": 2,
+        "num_attention_heads": 2,
+        "attention_head_dim": 32,
+        "caption_projection_dim": 64,
+        "joint_attention_dim": 64,
+        "pooled_projection_dim": 32,
+        "dual_attention_layers": [0],
+        "sample_size": 8,
+        "pos_embed_max_size": 8,
+    },
+    vae={
+        "block_out_channels": [8, 16],
+        "down_block_types": ["DownEncoderBlock2D"] * 2,
+        "up_block_types": ["UpDecoderBlock2D"] * 2,
+        "layers_per_block": 1,
+        "norm_num_groups": 4,
+        "sample_size": 32,
+    },
     encoders="tiny",
     resolution=32,
     max_sequence_length=16,
@@ -150,7 +150,7 @@ SMOKE = Scale(
     group_size=2,
     prompts_per_iteration=2,
     batch_size=2,
-    wan=dict(num_layers=2, num_attention_heads=2, attention_head_dim=32, ffn_dim=128, text_dim=64, freq_dim=32),
+    wan={"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 32, "ffn_dim": 128, "text_dim": 64, "freq_dim": 32},
     wan_video=(5, 32, 32),
     wan_text_tokens=16,
 )
@@ -208,7 +208,7 @@ def _text_encoders(kind: str, vocab: int):
 
     from flowrl.estimate import CLIP_G, CLIP_L, T5_XXL
 
-    ids = dict(pad_token_id=0, bos_token_id=2, eos_token_id=3)
+    ids = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
     clip_l, clip_g, t5 = dict(CLIP_L), dict(CLIP_G), dict(T5_XXL)
     if kind == "shallow":
         clip_l["num_hidden_layers"] = clip_g["num_hidden_layers"] = 2
@@ -736,7 +736,7 @@ _LOADERS = {"flux": "load_flux_pipeline", "wan": "load_wan_pipeline", "stable_au
 
 
 def _ids() -> dict:
-    return dict(pad_token_id=0, bos_token_id=2, eos_token_id=3)  # make_word_tokenizer's
+    return {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}  # make_word_tokenizer's
 
 
 def _fp32_kept(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

@@ -29,10 +29,10 @@ import time
 from typing import Callable
 
 import torch
-from flowrl.reward_models import RewardOutput
 
 from flowrl.config import config_from_dict, resolve_config
 from flowrl.plan import make_plan
+from flowrl.reward_models import RewardOutput
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 

@@ -161,9 +161,9 @@ def _evaluate_run(args: argparse.Namespace, run: Path, base_cache: dict | None =
     ``base_cache``: base evaluations by (model, steps, guidance, images, seed), shared by runs of one
     base model (``compare`` evaluates the base once, not once per method)."""
     import yaml
-    from flowrl.pipelines.base import adapter_class
 
     from flowrl.config import config_from_dict
+    from flowrl.pipelines.base import adapter_class
 
     from . import evaluate as ev
 

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 import torch
+
 from flowrl.benchmarks.geneval.rules import ClassDetections, Judgement, RuleConfig, filter_detections, judge
 
 from .world import BACKGROUND, CLASSES, COLORS, PALETTE, shape_mask

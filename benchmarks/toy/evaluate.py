@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from flowrl.benchmarks.geneval.scoring import summarize
 
 from . import world

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from flowrl.benchmarks.geneval.constants import TASKS
 
 from . import world
@@ -143,6 +144,7 @@ def _lower(norm: torch.nn.GroupNorm, conv: torch.nn.Conv2d) -> None:
 def build_toy_pipeline(cfg: ToyModelConfig, shift: float = 0.0, scale: float = 1.0):
     """The untrained toy ``StableDiffusion3Pipeline`` (random transformer, identity VAE, toy tokenizers)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
+
     from flowrl.pipelines.tiny import SIZES, build_tiny_sd3_pipeline, make_word_tokenizer
 
     words = list(world.WORDS)

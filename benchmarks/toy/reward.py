@@ -17,6 +17,7 @@ import dataclasses
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput
 
 from .detect import TOY_RULES, ToyDetector, judge_images

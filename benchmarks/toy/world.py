@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
 from flowrl.benchmarks.geneval.constants import NUMBER_WORDS, RELATIONS, TASKS
 from flowrl.benchmarks.geneval.prompts import check_metadata, plural, with_article
 from flowrl.benchmarks.geneval.rules import relative_position

@@ -147,9 +147,9 @@ def _evaluate_model(args: argparse.Namespace) -> int:
 def _evaluate_run(args: argparse.Namespace, run: Path, base_cache: dict | None = None) -> dict[str, Any]:
     """Base and trained accuracies of a run folder (its config.yaml and exported weights)."""
     import yaml
-    from flowrl.pipelines.base import adapter_class
 
     from flowrl.config import config_from_dict
+    from flowrl.pipelines.base import adapter_class
 
     from . import evaluate as ev
 

@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 import torch
+
 from flowrl.benchmarks.toy.pretrain import _ema_update, save_folder
 
 from . import world
@@ -102,6 +103,7 @@ def build_toy_av_pipeline(cfg: ToyAVConfig):
     """The tiny LTX-2 with the toy words' tokenizer, a wider transformer and identity latent statistics."""
     from diffusers import AutoencoderKLLTX2Audio, LTX2VideoTransformer3DModel
     from diffusers.pipelines.ltx2 import LTX2Vocoder
+
     from flowrl.pipelines.tiny import make_word_tokenizer
     from flowrl.pipelines.tiny_families import build_tiny_ltx2
 

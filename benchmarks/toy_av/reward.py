@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+
 from flowrl.reward_models.base import RewardError, RewardOutput
 
 from . import world

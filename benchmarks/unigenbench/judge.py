@@ -347,6 +347,7 @@ def transformers_judge(
 ) -> Judge:
     """A local image-text-to-text model (Qwen2.5-VL / Qwen3-VL class), or a ready ``TransformersChat``."""
     import torch
+
     from flowrl.reward_models.vlm import TransformersChat
 
     dtypes = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}

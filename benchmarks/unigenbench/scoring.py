@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from .data import InvalidRow, TestCase
-from .official import version_label
 from .dimensions import DIMENSIONS, PRIMARY, primary_of
+from .official import version_label
 
 OK = "ok"
 DROPPED = "dropped"
