@@ -452,7 +452,9 @@ def missing_model_hint(path: str) -> str | None:
 
 def add_commands(subparsers: Any) -> None:
     """Register ``eval`` with its benchmark subcommands on an argparse subparsers object (``fn`` defaults)."""
-    p = subparsers.add_parser("eval", help="benchmarks: geneval, unigenbench, toy, toy-av", description="Run a benchmark.")
+    p = subparsers.add_parser(
+        "eval", help="benchmarks: geneval, unigenbench, toy, toy-av", description="Run a benchmark."
+    )
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _add_geneval(sub)
     _add_unigenbench(sub)

@@ -174,8 +174,9 @@ def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:
     state["trainable"] = load_file(path / "trainable.safetensors")
     state["optimizer_tensors"] = load_file(path / "optimizer.safetensors")
     state["ema"] = load_file(path / "ema.safetensors") if (path / "ema.safetensors").exists() else None
-    state["averages"] = {f.name[len("average-"):-len(".safetensors")]: load_file(f)
-                         for f in sorted(path.glob("average-*.safetensors"))}
+    state["averages"] = {
+        f.name[len("average-") : -len(".safetensors")]: load_file(f) for f in sorted(path.glob("average-*.safetensors"))
+    }
     rng_file = path / f"rng-rank{rank}.safetensors"
     rng_file = rng_file if rng_file.exists() else path / "rng-rank0.safetensors"
     state["rng_tensors"] = load_file(rng_file)
@@ -246,16 +247,18 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     for name, want in files.items():
         size = (path / name).stat().st_size
         if size != want["bytes"]:
-            raise CheckpointError(f"checkpoint {path}: {name} is corrupt or truncated "
-                                  f"({size} bytes, {want['bytes']} written)")
+            raise CheckpointError(
+                f"checkpoint {path}: {name} is corrupt or truncated ({size} bytes, {want['bytes']} written)"
+            )
         if file_checksum(path / name)["sha256"] != want["sha256"]:
             raise CheckpointError(f"checkpoint {path}: {name} is corrupt or truncated (checksum mismatch)")
     _remember_intact(path)
     return state
 
 
-def check_trainable_against(state_trainable: dict[str, torch.Tensor], params: dict[str, torch.Tensor],
-                            path: str | Path) -> None:
+def check_trainable_against(
+    state_trainable: dict[str, torch.Tensor], params: dict[str, torch.Tensor], path: str | Path
+) -> None:
     """Refuse a checkpoint's trainable tensors that do not fit ``params`` (the model's trainable parameters by
     name): a tensor the model trains but the checkpoint lacks, one the checkpoint holds but the model does
     not train, or a shape mismatch (reported first). The message names the tensor, both shapes and the likely
@@ -266,21 +269,29 @@ def check_trainable_against(state_trainable: dict[str, torch.Tensor], params: di
     lora_here, lora_there = any(_is_lora(n) for n in params), any(_is_lora(n) for n in state_trainable)
     if lora_here != lora_there:
         kinds = {True: "LoRA", False: "full-weight"}
-        raise CheckpointError(f"{where}: holds {kinds[lora_there]} tensors but the model trains {kinds[lora_here]} "
-                              f"ones; check train.lora.enabled")
+        raise CheckpointError(
+            f"{where}: holds {kinds[lora_there]} tensors but the model trains {kinds[lora_here]} "
+            f"ones; check train.lora.enabled"
+        )
     for name, param in params.items():
         got, want = tuple(state_trainable.get(name, param).shape), tuple(param.shape)
         if got != want:
-            raise CheckpointError(f"{where}: tensor {name!r} has shape {got} in the checkpoint but {want} in the "
-                                  f"model; check {_likely_key(name, 'shape')}")
+            raise CheckpointError(
+                f"{where}: tensor {name!r} has shape {got} in the checkpoint but {want} in the "
+                f"model; check {_likely_key(name, 'shape')}"
+            )
     missing = sorted(set(params) - set(state_trainable))
     if missing:
-        raise CheckpointError(f"{where}: lacks {len(missing)} of the model's trainable tensors (e.g. "
-                              f"{missing[0]!r}); check {_likely_key(missing[0], 'name')}")
+        raise CheckpointError(
+            f"{where}: lacks {len(missing)} of the model's trainable tensors (e.g. "
+            f"{missing[0]!r}); check {_likely_key(missing[0], 'name')}"
+        )
     extra = sorted(set(state_trainable) - set(params))
     if extra:
-        raise CheckpointError(f"{where}: holds {len(extra)} tensors the model does not train (e.g. {extra[0]!r}); "
-                              f"check {_likely_key(extra[0], 'name')}")
+        raise CheckpointError(
+            f"{where}: holds {len(extra)} tensors the model does not train (e.g. {extra[0]!r}); "
+            f"check {_likely_key(extra[0], 'name')}"
+        )
 
 
 def _is_lora(name: str) -> bool:
@@ -328,10 +339,10 @@ def prune_checkpoints(root: str | Path, keep_last: int) -> None:
     """Delete all but the newest ``keep_last`` complete checkpoints. The newest intact one is always kept, and
     so is every damaged one newer than it (for inspection)."""
     found = list_checkpoints(root)
-    keep = set(found[-max(keep_last, 1):])
+    keep = set(found[-max(keep_last, 1) :])
     intact, _ = latest_intact_checkpoint(root)
     if intact is not None:
-        keep |= set(found[found.index(intact):])
+        keep |= set(found[found.index(intact) :])
     for old in found:
         if old not in keep:
             shutil.rmtree(old, ignore_errors=True)

@@ -37,8 +37,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not trainer.acc.is_main_process:
         return 0
     if trainer.already_done:
-        print(f"already done: the run in {cfg.output_dir} completed its {cfg.train.iterations} iterations; "
-              f"raise train.iterations to train further")
+        print(
+            f"already done: the run in {cfg.output_dir} completed its {cfg.train.iterations} iterations; "
+            f"raise train.iterations to train further"
+        )
         return 0
     trained = [row for row in history if "reward/mean" in row]  # evaluation-only and skipped rows have none
     if trained:

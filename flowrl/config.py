@@ -118,8 +118,9 @@ class DataConfig:
             if not getattr(self, name).strip():
                 raise ConfigError(f"data.{name}: must not be empty")
         if self.prompt_column == "negative_prompt":
-            raise ConfigError("data.prompt_column: 'negative_prompt' is the negative prompt's column; "
-                              "name the prompt's own")
+            raise ConfigError(
+                "data.prompt_column: 'negative_prompt' is the negative prompt's column; name the prompt's own"
+            )
 
 
 @dataclass
@@ -256,8 +257,11 @@ class TrainConfig:
         _positive("train.reward_timeout_s", self.reward_timeout_s, strict=False)
         _positive("train.reward_report_s", self.reward_report_s)
         _positive("train.max_flat_iterations", self.max_flat_iterations)
-        _choice("train.compile_mode", self.compile_mode,
-                ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"))
+        _choice(
+            "train.compile_mode",
+            self.compile_mode,
+            ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"),
+        )
 
 
 @dataclass
@@ -308,8 +312,9 @@ class LogConfig:
                 raise ConfigError(f"log.trackers: unknown tracker {name!r}{hint}")
             if name in self.trackers[:i]:
                 raise ConfigError(f"log.trackers: {name!r} is listed twice")
-        if self.tracker_project is not None and (not self.tracker_project.strip() or "/" in self.tracker_project
-                                                 or self.tracker_project in (".", "..")):
+        if self.tracker_project is not None and (
+            not self.tracker_project.strip() or "/" in self.tracker_project or self.tracker_project in (".", "..")
+        ):
             raise ConfigError(f"log.tracker_project: {self.tracker_project!r} must be a plain name")
         _positive("log.eval_every", self.eval_every, strict=False)
         _positive("log.eval_num_prompts", self.eval_num_prompts)
@@ -360,9 +365,11 @@ class Config:
         orphans = [name for name in self.reward_args if name not in {**self.reward, **(self.eval_reward or {})}]
         if orphans:  # a recipe's reward_args left behind by a new reward: say first if that reward cannot fit
             _check_reward_media(self)
-            raise ConfigError(f"reward_args.{orphans[0]}: no reward named {orphans[0]!r} is configured (reward: "
-                              f"{', '.join(self.reward)}); add reward.{orphans[0]}=<weight>, or replace reward_args "
-                              "whole (reward_args={...})")
+            raise ConfigError(
+                f"reward_args.{orphans[0]}: no reward named {orphans[0]!r} is configured (reward: "
+                f"{', '.join(self.reward)}); add reward.{orphans[0]}=<weight>, or replace reward_args "
+                "whole (reward_args={...})"
+            )
         from flowrl.methods import check_method_name, method_class
 
         try:
@@ -375,8 +382,10 @@ class Config:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
         if self.train.ratio_norm:
             if not hasattr(method_class(self.method.name), "policy_loss"):
-                raise ConfigError(f"train.ratio_norm: method {self.method.name} has no clipped PPO ratio to normalise "
-                                  "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)")
+                raise ConfigError(
+                    f"train.ratio_norm: method {self.method.name} has no clipped PPO ratio to normalise "
+                    "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)"
+                )
             from flowrl.pipelines.base import adapter_class
 
             try:
@@ -384,8 +393,10 @@ class Config:
             except ValueError:
                 kind = None  # an unknown pipeline: its own error comes when the model is built
             if kind == "audio_video":
-                raise ConfigError(f"train.ratio_norm: model.pipeline={self.model.pipeline} steps joint latents with "
-                                  "one std per modality, where RatioNorm's single step scale is not defined")
+                raise ConfigError(
+                    f"train.ratio_norm: model.pipeline={self.model.pipeline} steps joint latents with "
+                    "one std per modality, where RatioNorm's single step scale is not defined"
+                )
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 
@@ -398,16 +409,23 @@ def inert_settings(cfg: Config) -> list[str]:
     is off, a schedule that does not read it), naming the setting and what would make it count."""
     lines = []
     defaults, t = TrainConfig(), cfg.train
-    changed = [f"train.{key}={getattr(t, key)}" for key in ("ema_decay", "ema_every")
-               if getattr(t, key) != getattr(defaults, key)]
+    changed = [
+        f"train.{key}={getattr(t, key)}"
+        for key in ("ema_decay", "ema_every")
+        if getattr(t, key) != getattr(defaults, key)
+    ]
     if changed and not t.ema:
         lines.append(f"{' and '.join(changed)}: no effect, train.ema is false (set train.ema=true to keep an EMA)")
     if t.lr_schedule == "constant" and t.lr_min_ratio != defaults.lr_min_ratio:
-        lines.append(f"train.lr_min_ratio={t.lr_min_ratio}: no effect, train.lr_schedule is constant (set "
-                     "train.lr_schedule=cosine or linear to decay to it)")
+        lines.append(
+            f"train.lr_min_ratio={t.lr_min_ratio}: no effect, train.lr_schedule is constant (set "
+            "train.lr_schedule=cosine or linear to decay to it)"
+        )
     if cfg.data.negative_prompt and cfg.sample.guidance_scale == 1 and cfg.sample.eval_guidance_scale == 1:
-        lines.append("data.negative_prompt: no effect, sample.guidance_scale and sample.eval_guidance_scale are 1 "
-                     "(no CFG, so no negative branch)")
+        lines.append(
+            "data.negative_prompt: no effect, sample.guidance_scale and sample.eval_guidance_scale are 1 "
+            "(no CFG, so no negative branch)"
+        )
     return lines
 
 
@@ -652,8 +670,10 @@ def _read_recipe(name_or_path: str) -> dict[str, Any]:
         where = f" at line {line + 1}" if line is not None else ""
         raise ConfigError(f"recipe {name_or_path!r}: invalid YAML{where}") from None
     if data is None:  # an empty file, or one of comments only, would silently run every default
-        raise ConfigError(f"recipe {name_or_path!r}: the file holds no settings (empty or comments only); write "
-                          "the settings to change, or `base: tiny-cpu` to start from a shipped recipe")
+        raise ConfigError(
+            f"recipe {name_or_path!r}: the file holds no settings (empty or comments only); write "
+            "the settings to change, or `base: tiny-cpu` to start from a shipped recipe"
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {name_or_path!r}: must be a mapping of settings")
     return data
@@ -668,8 +688,9 @@ def _recipe_text(path: Path, name: str) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"recipe {name!r}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset "
-                          f"{exc.start}); save it as UTF-8") from None
+        raise ConfigError(
+            f"recipe {name!r}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save it as UTF-8"
+        ) from None
 
 
 def _check_duplicate_keys(node: Any, name: str, where: str = "") -> None:
@@ -681,9 +702,11 @@ def _check_duplicate_keys(node: Any, name: str, where: str = "") -> None:
             if label is not None and label != "<<":
                 key_path = f"{where}{label}"
                 if label in seen:
-                    raise ConfigError(f"recipe {name!r}: {key_path!r} is given twice (lines {seen[label] + 1} and "
-                                      f"{key.start_mark.line + 1}): YAML keeps only the last, so the first is lost; "
-                                      "merge them into one")
+                    raise ConfigError(
+                        f"recipe {name!r}: {key_path!r} is given twice (lines {seen[label] + 1} and "
+                        f"{key.start_mark.line + 1}): YAML keeps only the last, so the first is lost; "
+                        "merge them into one"
+                    )
                 seen[label] = key.start_mark.line
                 _check_duplicate_keys(value, name, f"{key_path}.")
             else:
@@ -706,8 +729,10 @@ SECRET_WORDS = ("token", "api_key", "apikey", "password", "secret")
 def redact_secrets(tree: Any) -> Any:
     """A copy of a config tree with the values of secret-looking keys (tokens, API keys) replaced."""
     if isinstance(tree, dict):
-        return {k: "<redacted>" if any(w in str(k).lower() for w in SECRET_WORDS) and v else redact_secrets(v)
-                for k, v in tree.items()}
+        return {
+            k: "<redacted>" if any(w in str(k).lower() for w in SECRET_WORDS) and v else redact_secrets(v)
+            for k, v in tree.items()
+        }
     if isinstance(tree, list):
         return [redact_secrets(v) for v in tree]
     return tree
@@ -722,13 +747,30 @@ def dump_config(cfg: Config, redact: bool = True) -> str:
 # settings that do not change what a resumed run computes: where it writes, how long it runs, what it logs
 # and evaluates, and how it waits for rewards. Anything else differing from the checkpoint's run is refused.
 RESUME_FREE_KEYS = (
-    "output_dir", "run_name", "resume", "resume_allow_changes", "overwrite", "train.iterations", "log.",
-    "data.eval_prompts", "eval_reward", "model.prompt_cache", "train.reward_timeout_s", "train.reward_report_s",
-    "train.reward_overlap", "data.eval_split",
-    "train.on_reward_error", "train.onpolicy_check", "train.onpolicy_tol", "train.max_flat_iterations",
-    "sample.eval_num_steps", "sample.eval_guidance_scale",
+    "output_dir",
+    "run_name",
+    "resume",
+    "resume_allow_changes",
+    "overwrite",
+    "train.iterations",
+    "log.",
+    "data.eval_prompts",
+    "eval_reward",
+    "model.prompt_cache",
+    "train.reward_timeout_s",
+    "train.reward_report_s",
+    "train.reward_overlap",
+    "data.eval_split",
+    "train.on_reward_error",
+    "train.onpolicy_check",
+    "train.onpolicy_tol",
+    "train.max_flat_iterations",
+    "sample.eval_num_steps",
+    "sample.eval_guidance_scale",
     # kernels, not the algorithm: a resume on other hardware may need another attention backend
-    "model.attention_backend", "train.compile", "train.compile_mode",
+    "model.attention_backend",
+    "train.compile",
+    "train.compile_mode",
     "train.offload_states",  # where states wait, not what they are
 )
 
@@ -755,7 +797,9 @@ def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             a.setdefault(key, value)
     changes = []
     for key in sorted(set(a) | set(b)):
-        if any(key == f or (f.endswith(".") and key.startswith(f)) or key.startswith(f + ".") for f in RESUME_FREE_KEYS):
+        if any(
+            key == f or (f.endswith(".") and key.startswith(f)) or key.startswith(f + ".") for f in RESUME_FREE_KEYS
+        ):
             continue
         if any(w in key.rsplit(".", 1)[-1].lower() for w in SECRET_WORDS):
             continue

@@ -47,8 +47,11 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 def _annotations(cls: type) -> dict[str, str]:
     tree = ast.parse(inspect.getsource(cls))
-    return {n.target.id: ast.unparse(n.annotation) for n in tree.body[0].body
-            if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)}
+    return {
+        n.target.id: ast.unparse(n.annotation)
+        for n in tree.body[0].body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+    }
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -115,8 +118,12 @@ def reference() -> str:
         default = _default(f)
         if dataclasses.is_dataclass(default):
             lines += [f"## `{f.name}`", "", *_table(_rows(type(default), f"{f.name}.")), ""]
-    lines += ["## `method.options`, per method", "",
-              "Typed per method (`flowrl ls methods`); an unknown or mistyped option is a one-line error.", ""]
+    lines += [
+        "## `method.options`, per method",
+        "",
+        "Typed per method (`flowrl ls methods`); an unknown or mistyped option is a one-line error.",
+        "",
+    ]
     for name in list_methods():
         options = method_class(name).Options
         rows = _rows(options, "method.options.")

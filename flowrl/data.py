@@ -95,8 +95,9 @@ def open_hf_dataset(spec: str, dataset_config: str | None = None, key: str = "da
     try:
         import datasets
     except ImportError:
-        raise ConfigError(f"{key}: reading the dataset {name!r} needs the `datasets` package "
-                          "(pip install datasets)") from None
+        raise ConfigError(
+            f"{key}: reading the dataset {name!r} needs the `datasets` package (pip install datasets)"
+        ) from None
     local = Path(name).expanduser()
     if not local.exists() and (name.startswith(("/", "./", "../", "~")) or name in (".", "..")):
         raise ConfigError(f"{key}: no such dataset folder {name!r}")
@@ -128,13 +129,17 @@ def _hf_items(spec: str, split: str, prompt_column: str, dataset_config: str | N
     where = repr(spec)
     if splits is not None:
         if split not in splits:
-            raise ConfigError(f"{key}: the dataset {spec!r} has no split {split!r}; its splits: "
-                              f"{', '.join(splits) or '(none)'} (set data.split / data.eval_split)")
+            raise ConfigError(
+                f"{key}: the dataset {spec!r} has no split {split!r}; its splits: "
+                f"{', '.join(splits) or '(none)'} (set data.split / data.eval_split)"
+            )
         table, where = table[split], f"{spec!r} (split {split!r})"
     columns = list(table.column_names)
     if prompt_column not in columns:
-        raise ConfigError(f"data.prompt_column: the dataset {where} has no column {prompt_column!r}; "
-                          f"its columns: {', '.join(columns) or '(none)'}")
+        raise ConfigError(
+            f"data.prompt_column: the dataset {where} has no column {prompt_column!r}; "
+            f"its columns: {', '.join(columns) or '(none)'}"
+        )
     if len(table) == 0:
         raise ConfigError(f"{key}: the dataset {where} holds no prompts")
     prompts = list(table[prompt_column])
@@ -144,8 +149,10 @@ def _hf_items(spec: str, split: str, prompt_column: str, dataset_config: str | N
     items = []
     for i, (prompt, negative, meta) in enumerate(zip(prompts, negatives, metadata)):
         if not isinstance(prompt, str):
-            raise ConfigError(f"{key}: the dataset {where}, row {i}: column {prompt_column!r} must be a string, "
-                              f"got {type(prompt).__name__} {prompt!r:.60}")
+            raise ConfigError(
+                f"{key}: the dataset {where}, row {i}: column {prompt_column!r} must be a string, "
+                f"got {type(prompt).__name__} {prompt!r:.60}"
+            )
         items.append(PromptItem(prompt, meta, _negative_of(negative, f"{key}: the dataset {where}, row {i}")))
     return items
 
@@ -178,8 +185,9 @@ def uses_negatives(items: list[PromptItem]) -> bool:
 def load_train_prompts(data: Any) -> list[PromptItem]:
     """The training prompts of ``data`` (a ``DataConfig``): ``data.split`` of ``data.prompts``, each with its
     negative prompt filled in."""
-    items = load_prompts(data.prompts, split=data.split, prompt_column=data.prompt_column,
-                         dataset_config=data.dataset_config)
+    items = load_prompts(
+        data.prompts, split=data.split, prompt_column=data.prompt_column, dataset_config=data.dataset_config
+    )
     return with_negatives(items, data.negative_prompt)
 
 
@@ -205,18 +213,28 @@ def read_prompt_text(path: Path, spec: str, key: str = "data.prompts") -> str:
         raise ConfigError(f"{key}: cannot read {spec!r} ({exc.strerror or exc})") from None
     if b"\0" in data:
         offset = data.index(b"\0")
-        raise ConfigError(f"{key}: {spec!r} is a binary file, not prompt text (a NUL byte at offset {offset}); "
-                          "give a .txt (one prompt a line) or .jsonl file")
+        raise ConfigError(
+            f"{key}: {spec!r} is a binary file, not prompt text (a NUL byte at offset {offset}); "
+            "give a .txt (one prompt a line) or .jsonl file"
+        )
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{key}: {spec!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, "
-                          f"line {line}); save it as UTF-8") from None
+        raise ConfigError(
+            f"{key}: {spec!r} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}, "
+            f"line {line}); save it as UTF-8"
+        ) from None
 
 
-def load_prompts(spec: str, split: str = "train", *, prompt_column: str = "prompt",
-                 dataset_config: str | None = None, key: str = "data.prompts") -> list[PromptItem]:
+def load_prompts(
+    spec: str,
+    split: str = "train",
+    *,
+    prompt_column: str = "prompt",
+    dataset_config: str | None = None,
+    key: str = "data.prompts",
+) -> list[PromptItem]:
     """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``),
     ``builtin:NAME`` (a set shipped in ``flowrl/prompts``), a dataset folder laid out as flow_grpo and
     Flow-Factory lay theirs (``train.jsonl``, ``train_metadata.jsonl`` with GenEval's tags, or
@@ -274,13 +292,19 @@ class GroupSampler:
     equal shares to the processes. The draw depends only on (seed, iteration), so every process agrees
     and a resumed run draws the same prompts; gathering the shares in rank order restores whole groups."""
 
-    def __init__(self, num_prompts: int, prompts_per_iteration: int, group_size: int, seed: int,
-                 world_size: int = 1, rank: int = 0):
+    def __init__(
+        self,
+        num_prompts: int,
+        prompts_per_iteration: int,
+        group_size: int,
+        seed: int,
+        world_size: int = 1,
+        rank: int = 0,
+    ):
         total = prompts_per_iteration * group_size
         if total % world_size:
             raise ConfigError(
-                f"sample.prompts_per_iteration * sample.group_size = {total} must divide by the "
-                f"{world_size} processes"
+                f"sample.prompts_per_iteration * sample.group_size = {total} must divide by the {world_size} processes"
             )
         self.num_prompts, self.p, self.g, self.seed = num_prompts, prompts_per_iteration, group_size, seed
         self.world_size, self.rank = world_size, rank

@@ -670,11 +670,25 @@ _WAN_14B_PARTS = {
 # 15360, vocabulary 262,208) with its SigLIP-So400m vision tower (1152 wide, 27 layers, MLP 4304, 896 px,
 # patch 14), which text-to-video never calls but which is resident.
 GEMMA3_12B = {
-    "text_config": {"vocab_size": 262208, "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48,
-                     "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "query_pre_attn_scalar": 256,
-                     "sliding_window": 1024},
-    "vision_config": {"hidden_size": 1152, "intermediate_size": 4304, "num_hidden_layers": 27, "num_attention_heads": 16,
-                       "image_size": 896, "patch_size": 14},
+    "text_config": {
+        "vocab_size": 262208,
+        "hidden_size": 3840,
+        "intermediate_size": 15360,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 256,
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 1024,
+    },
+    "vision_config": {
+        "hidden_size": 1152,
+        "intermediate_size": 4304,
+        "num_hidden_layers": 27,
+        "num_attention_heads": 16,
+        "image_size": 896,
+        "patch_size": 14,
+    },
     "mm_tokens_per_image": 256,
 }
 LTX2_VAE = {"spatial_compression_ratio": 32, "temporal_compression_ratio": 8}
@@ -717,14 +731,38 @@ PUBLISHED: dict[str, dict] = {
 }
 # LoRA targets where the family's adapter cannot be imported (it names its own: ``lora_target_modules``)
 FALLBACK_LORA_TARGETS = {
-    "flux": ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0", "attn.add_q_proj", "attn.add_k_proj",
-             "attn.add_v_proj", "attn.to_add_out"],
-    "wan": ["attn1.to_q", "attn1.to_k", "attn1.to_v", "attn1.to_out.0", "attn2.to_q", "attn2.to_k", "attn2.to_v",
-            "attn2.to_out.0"],
-    "stable_audio": ["self_attn.to_qkv", "self_attn.to_out", "cross_attn.to_q", "cross_attn.to_kv",
-                     "cross_attn.to_out"],
-    "ltx2": [f"{a}.{p}" for a in ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn",
-                                  "video_to_audio_attn") for p in ("to_q", "to_k", "to_v", "to_out.0")],
+    "flux": [
+        "attn.to_q",
+        "attn.to_k",
+        "attn.to_v",
+        "attn.to_out.0",
+        "attn.add_q_proj",
+        "attn.add_k_proj",
+        "attn.add_v_proj",
+        "attn.to_add_out",
+    ],
+    "wan": [
+        "attn1.to_q",
+        "attn1.to_k",
+        "attn1.to_v",
+        "attn1.to_out.0",
+        "attn2.to_q",
+        "attn2.to_k",
+        "attn2.to_v",
+        "attn2.to_out.0",
+    ],
+    "stable_audio": [
+        "self_attn.to_qkv",
+        "self_attn.to_out",
+        "cross_attn.to_q",
+        "cross_attn.to_kv",
+        "cross_attn.to_out",
+    ],
+    "ltx2": [
+        f"{a}.{p}"
+        for a in ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
+        for p in ("to_q", "to_k", "to_v", "to_out.0")
+    ],
 }
 FAMILIES = ("flux", "wan", "stable_audio", "ltx2")
 _DECODERS = ("vae", "audio_vae", "vocoder")  # LTX-2's decoders: the video VAE, the audio VAE, the vocoder
@@ -762,8 +800,14 @@ def _component(class_name: str, config: dict):
     cls = getattr(transformers, class_name)
     if class_name == "T5GemmaEncoderModel" and "encoder" not in config:  # the encoder's own config only
         module = dict(_plain(config), is_decoder=False)
-        return cls(transformers.T5GemmaConfig(encoder=module, decoder=dict(module), is_encoder_decoder=False,
-                                              vocab_size=config.get("vocab_size", 256000)))
+        return cls(
+            transformers.T5GemmaConfig(
+                encoder=module,
+                decoder=dict(module),
+                is_encoder_decoder=False,
+                vocab_size=config.get("vocab_size", 256000),
+            )
+        )
     if class_name == "T5GemmaEncoderModel":
         return cls(transformers.T5GemmaConfig(**dict(_plain(config), is_encoder_decoder=False)))
     return cls(cls.config_class(**_plain(config)))
@@ -773,8 +817,9 @@ def _parts_from_modules(pipeline: str, modules: dict, boundary_ratio, scheduler,
     experts = [modules[n] for n in _EXPERT_NAMES if modules.get(n) is not None]
     encoders = [m for n, m in modules.items() if m is not None and n not in (*_EXPERT_NAMES, *_DECODERS)]
     decoders = [modules[n] for n in _DECODERS[1:] if modules.get(n) is not None]
-    return _FamilyParts(pipeline, experts, modules["vae"], encoders, boundary_ratio, scheduler, text_tokens, source,
-                        decoders)
+    return _FamilyParts(
+        pipeline, experts, modules["vae"], encoders, boundary_ratio, scheduler, text_tokens, source, decoders
+    )
 
 
 # model.path values that build an offline tiny pipeline, as the adapters name them: path -> builder keywords
@@ -808,8 +853,14 @@ def _family_parts(pipeline: str, path: str, revision: str | None) -> _FamilyPart
             warnings.simplefilter("ignore")  # weight_norm's deprecation (SAME)
             modules = {name: _component(cls, dict(c)) for name, (cls, c) in match["components"].items()}
         scheduler = _wan_scheduler_default() if pipeline == "wan" else None
-        return _parts_from_modules(pipeline, modules, match.get("boundary_ratio"), scheduler, None,
-                                   "built-in table (configs unreadable offline)")
+        return _parts_from_modules(
+            pipeline,
+            modules,
+            match.get("boundary_ratio"),
+            scheduler,
+            None,
+            "built-in table (configs unreadable offline)",
+        )
 
 
 def _wan_scheduler_default() -> dict:
@@ -823,8 +874,12 @@ def _family_parts_tiny(pipeline: str, path: str) -> _FamilyParts:
     for real: it is small, and only its configs and parameter counts are read."""
     from flowrl.pipelines import tiny_families as tf
 
-    builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio,
-                "ltx2": tf.build_tiny_ltx2}
+    builders = {
+        "flux": tf.build_tiny_flux,
+        "wan": tf.build_tiny_wan,
+        "stable_audio": tf.build_tiny_stable_audio,
+        "ltx2": tf.build_tiny_ltx2,
+    }
     pipe = builders[pipeline](**TINY_FAMILY_PATHS[pipeline][path])
     return _parts_from_pipe(pipeline, pipe, f"tiny preset {path!r}")
 
@@ -910,8 +965,14 @@ def _geometry(cfg: Config, parts: _FamilyParts) -> _Geometry:
         factor = 2 ** (len(parts.vae.config.block_out_channels) - 1)
         gh, gw = height // (2 * factor), width // (2 * factor)
         n_txt = mc.max_sequence_length
-        return _Geometry((gh * gw, tc.in_channels), (gh, gw), gh * gw, n_txt,
-                         n_txt * tc.joint_attention_dim + tc.pooled_projection_dim, 3 * height * width)
+        return _Geometry(
+            (gh * gw, tc.in_channels),
+            (gh, gw),
+            gh * gw,
+            n_txt,
+            n_txt * tc.joint_attention_dim + tc.pooled_projection_dim,
+            3 * height * width,
+        )
     if parts.pipeline == "wan":
         height, width = mc.size
         frames = mc.num_frames or WAN_NUM_FRAMES
@@ -921,17 +982,28 @@ def _geometry(cfg: Config, parts: _FamilyParts) -> _Geometry:
         f, h, w = (frames - 1) // t_factor + 1, height // s_factor, width // s_factor
         pt, ph, pw = tc.patch_size
         n_txt = mc.max_sequence_length
-        return _Geometry((tc.in_channels, f, h, w), (f, h, w), (f // pt) * (h // ph) * (w // pw), n_txt,
-                         n_txt * tc.text_dim, frames * 3 * height * width)
+        return _Geometry(
+            (tc.in_channels, f, h, w),
+            (f, h, w),
+            (f // pt) * (h // ph) * (w // pw),
+            n_txt,
+            n_txt * tc.text_dim,
+            frames * 3 * height * width,
+        )
     if parts.pipeline == "stable_audio":
         vc = parts.vae.config
         duration = mc.duration_s or SA3_DURATION_S
         ratio = getattr(parts.vae, "downsampling_ratio", None) or vc.patch_size * math.prod(vc.encoder_strides)
         length = math.ceil(duration * vc.sampling_rate / ratio)
         text = min(parts.text_tokens or SA3_TEXT_TOKENS, SA3_TEXT_TOKENS)
-        return _Geometry((tc.io_channels, length), (length,), length // tc.patch_size + tc.num_memory_tokens,
-                         text + 1, text * tc.cond_token_dim + text + tc.global_cond_dim,
-                         vc.audio_channels * int(duration * vc.sampling_rate))
+        return _Geometry(
+            (tc.io_channels, length),
+            (length,),
+            length // tc.patch_size + tc.num_memory_tokens,
+            text + 1,
+            text * tc.cond_token_dim + text + tc.global_cond_dim,
+            vc.audio_channels * int(duration * vc.sampling_rate),
+        )
     if parts.pipeline == "ltx2":
         return _ltx2_geometry(cfg, parts)
     raise ConfigError(f"model.pipeline: no estimate for {parts.pipeline!r}")
@@ -959,8 +1031,14 @@ def _ltx2_geometry(cfg: Config, parts: _FamilyParts) -> _Geometry:
     channels_a = ac.latent_channels * latent_mel
     vocoder = parts.decoders[1].config
     samples = int(round(frames / fps * vocoder.output_sampling_rate))
-    return _Geometry((n_video * channels_v + length * channels_a,), (f, h, w, length), n_video + length, n_txt,
-                     n_txt * 2 * tc.caption_channels + n_txt, frames * 3 * height * width + vocoder.out_channels * samples)
+    return _Geometry(
+        (n_video * channels_v + length * channels_a,),
+        (f, h, w, length),
+        n_video + length,
+        n_txt,
+        n_txt * 2 * tc.caption_channels + n_txt,
+        frames * 3 * height * width + vocoder.out_channels * samples,
+    )
 
 
 def _family_width(pipeline: str, tc) -> tuple[int, int]:
@@ -1004,13 +1082,22 @@ def _family_inputs(pipeline: str, tc, grid: tuple[int, ...], n_txt: int, device,
         ts = t * 1000
         ones = torch.ones(1, n_txt, device=device, dtype=torch.int64)
         return {
-            "hidden_states": torch.randn(1, f * h * w, tc.in_channels * tc.patch_size_t * tc.patch_size ** 2, **kw),
+            "hidden_states": torch.randn(1, f * h * w, tc.in_channels * tc.patch_size_t * tc.patch_size**2, **kw),
             "audio_hidden_states": torch.randn(1, length, tc.audio_in_channels, **kw),
             "encoder_hidden_states": torch.randn(1, n_txt, tc.caption_channels, **kw),
             "audio_encoder_hidden_states": torch.randn(1, n_txt, tc.caption_channels, **kw),
-            "timestep": ts, "audio_timestep": ts, "sigma": ts, "audio_sigma": ts,
-            "encoder_attention_mask": ones, "audio_encoder_attention_mask": ones,
-            "num_frames": f, "height": h, "width": w, "fps": LTX2_FPS, "audio_num_frames": length, "use_cross_timestep": True,
+            "timestep": ts,
+            "audio_timestep": ts,
+            "sigma": ts,
+            "audio_sigma": ts,
+            "encoder_attention_mask": ones,
+            "audio_encoder_attention_mask": ones,
+            "num_frames": f,
+            "height": h,
+            "width": w,
+            "fps": LTX2_FPS,
+            "audio_num_frames": length,
+            "use_cross_timestep": True,
         }
     (length,) = grid
     return {
@@ -1075,8 +1162,16 @@ def _fused_attention_on_meta(counter: list[float]):
 
     def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if query.device.type != "meta" or query.dim() != 4:
-            return original(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
-                            scale=scale, enable_gqa=enable_gqa)
+            return original(
+                query,
+                key,
+                value,
+                attn_mask=attn_mask,
+                dropout_p=dropout_p,
+                is_causal=is_causal,
+                scale=scale,
+                enable_gqa=enable_gqa,
+            )
         if key.shape[1] != query.shape[1]:
             repeat = query.shape[1] // key.shape[1]
             key, value = key.repeat_interleave(repeat, 1), value.repeat_interleave(repeat, 1)
@@ -1114,8 +1209,12 @@ def _meta_forward_cost(pipeline: str, tcfg_json: str, grid: tuple[int, ...], n_t
     return _meta_cost(model, lambda **kw: model(**kw, return_dict=False), inputs)
 
 
-_TRANSFORMER_CLASSES = {"flux": "FluxTransformer2DModel", "wan": "WanTransformer3DModel",
-                        "stable_audio": "StableAudio3DiTModel", "ltx2": "LTX2VideoTransformer3DModel"}
+_TRANSFORMER_CLASSES = {
+    "flux": "FluxTransformer2DModel",
+    "wan": "WanTransformer3DModel",
+    "stable_audio": "StableAudio3DiTModel",
+    "ltx2": "LTX2VideoTransformer3DModel",
+}
 _VAE_CLASSES = {"flux": "AutoencoderKL", "wan": "AutoencoderKLWan", "stable_audio": "AutoencoderSAME"}
 
 
@@ -1170,32 +1269,57 @@ def _narrow_config(pipeline: str, tcfg: dict) -> dict:
     width = _PROBE_HEADS * _PROBE_HEAD_DIM
     c = _plain(tcfg)
     if pipeline == "flux":
-        return dict(c, num_attention_heads=_PROBE_HEADS, attention_head_dim=_PROBE_HEAD_DIM, joint_attention_dim=16,
-                    pooled_projection_dim=16, axes_dims_rope=(8, 12, 12))
+        return dict(
+            c,
+            num_attention_heads=_PROBE_HEADS,
+            attention_head_dim=_PROBE_HEAD_DIM,
+            joint_attention_dim=16,
+            pooled_projection_dim=16,
+            axes_dims_rope=(8, 12, 12),
+        )
     if pipeline == "wan":
         d = c["num_attention_heads"] * c["attention_head_dim"]
-        return dict(c, num_attention_heads=_PROBE_HEADS, attention_head_dim=_PROBE_HEAD_DIM, text_dim=16,
-                    ffn_dim=max(8, round(c["ffn_dim"] * width / d)))
+        return dict(
+            c,
+            num_attention_heads=_PROBE_HEADS,
+            attention_head_dim=_PROBE_HEAD_DIM,
+            text_dim=16,
+            ffn_dim=max(8, round(c["ffn_dim"] * width / d)),
+        )
     if pipeline == "ltx2":  # the audio tower narrowed by the same factor (its width over the video's kept)
         d = c["num_attention_heads"] * c["attention_head_dim"]
         d_a = c["audio_num_attention_heads"] * c["audio_attention_head_dim"]
         audio_head = max(2, round(_PROBE_HEAD_DIM * d_a / d))
-        return dict(c, num_attention_heads=_PROBE_HEADS, attention_head_dim=_PROBE_HEAD_DIM, cross_attention_dim=width,
-                    audio_num_attention_heads=_PROBE_HEADS, audio_attention_head_dim=audio_head,
-                    audio_cross_attention_dim=_PROBE_HEADS * audio_head, caption_channels=16)
+        return dict(
+            c,
+            num_attention_heads=_PROBE_HEADS,
+            attention_head_dim=_PROBE_HEAD_DIM,
+            cross_attention_dim=width,
+            audio_num_attention_heads=_PROBE_HEADS,
+            audio_attention_head_dim=audio_head,
+            audio_cross_attention_dim=_PROBE_HEADS * audio_head,
+            caption_channels=16,
+        )
     return dict(c, embed_dim=width, num_heads=_PROBE_HEADS, cond_token_dim=16, global_cond_dim=16)
 
 
 def _family_probe(pipeline: str, tcfg: dict, cfg: Config, targets: list[str] | None) -> tuple[float, float, float]:
     weights, autocast = _probe_dtypes(cfg)
     key = json.dumps(_plain(tcfg), sort_keys=True, default=list)
-    return _family_probe_cached(pipeline, key, tuple(targets) if targets else None, cfg.train.lora.rank, weights,
-                                autocast)
+    return _family_probe_cached(
+        pipeline, key, tuple(targets) if targets else None, cfg.train.lora.rank, weights, autocast
+    )
 
 
 @functools.lru_cache(maxsize=16)
-def _family_probe_cached(pipeline: str, tcfg_json: str, targets: tuple[str, ...] | None, rank: int,
-                         weights: torch.dtype, autocast: torch.dtype | None) -> tuple[float, float, float]:
+def _family_probe_cached(
+    pipeline: str,
+    tcfg_json: str,
+    targets: tuple[str, ...] | None,
+    rank: int,
+    weights: torch.dtype,
+    autocast: torch.dtype | None,
+) -> tuple[float, float, float]:
     """Bytes saved for backward per row at width 64, split into (per row, per main token, per text token).
     Main tokens are the transformer's own sequence (SA3's memory tokens included)."""
     tcfg = json.loads(tcfg_json)
@@ -1358,8 +1482,9 @@ def _family_model_size(cfg: Config) -> ModelSize:
     if pipeline == "ltx2":  # per row, per video token, per audio token, per text token
         per_row, per_video, per_audio, per_txt = coefficients
         n_audio = geo.grid[3]
-        act = max(per_row, 0.0) + scale * (per_video * (geo.main_tokens - n_audio) + per_audio * n_audio
-                                           + per_txt * geo.text_tokens)
+        act = max(per_row, 0.0) + scale * (
+            per_video * (geo.main_tokens - n_audio) + per_audio * n_audio + per_txt * geo.text_tokens
+        )
     else:
         per_row, per_main, per_txt = coefficients
         act = max(per_row, 0.0) + scale * (per_main * geo.main_tokens + per_txt * geo.text_tokens)
@@ -1628,11 +1753,15 @@ def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: s
             )
     media = m.media_bytes if m.media_bytes is not None else 3 * cfg.model.resolution**2 * 4
     if device == "cpu":
-        mem["decoded images" if m.media == "image" else f"decoded {m.media}"] = n_local * (media + (states if offload else 0))
+        mem["decoded images" if m.media == "image" else f"decoded {m.media}"] = n_local * (
+            media + (states if offload else 0)
+        )
         mem["runtime (Python, torch, ...)"] = CPU_RUNTIME_GIB * GIB
     elif m.media != "image" and n_local * media > GIB:
-        notes.append(f"the decoded {m.media} of {n_local} samples wait for the rewards in host memory "
-                     f"({n_local * media / GIB:.1f} GiB)")
+        notes.append(
+            f"the decoded {m.media} of {n_local} samples wait for the rewards in host memory "
+            f"({n_local * media / GIB:.1f} GiB)"
+        )
     # phases: training forward+backward, rollout forward, VAE decode
     grads = 4 * m.trainable_params / shard
     if world_size > 1 and strategy == "ddp":
@@ -1679,8 +1808,8 @@ def _time(cfg: Config, m: ModelSize, world_size: int, device: str, rate: float) 
     calls = {
         "rollout": (batches + groups) * s.num_steps,
         "decode": batches,
-        "update": batches * (trained * (2 + (1 if t.gradient_checkpointing else 0) + ref)
-                             + m.forward_only_transitions * (1 + ref)),
+        "update": batches
+        * (trained * (2 + (1 if t.gradient_checkpointing else 0) + ref) + m.forward_only_transitions * (1 + ref)),
     }
     seconds = {k: flops[k] / rate + calls[k] * per_call for k in flops}
     return seconds, sum(flops.values())

@@ -28,8 +28,10 @@ def tree_map(fn: Callable[..., torch.Tensor], x: Latents, *rest: Latents) -> Lat
         return fn(x, *rest)
     for other in rest:
         if not is_joint(other) or set(other) != set(x):
-            raise ValueError(f"joint latents with modalities {sorted(x)} met "
-                             f"{sorted(other) if is_joint(other) else 'a single tensor'}")
+            raise ValueError(
+                f"joint latents with modalities {sorted(x)} met "
+                f"{sorted(other) if is_joint(other) else 'a single tensor'}"
+            )
     return {k: fn(v, *(o[k] for o in rest)) for k, v in x.items()}
 
 

@@ -22,8 +22,11 @@ class MetricsWriter:
     def __init__(self, path: str | Path, start_iteration: int = 0):
         self.path = Path(path)
         if self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines() if line.strip()
-                    and json.loads(line).get("iteration", -1) < start_iteration]
+            kept = [
+                line
+                for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("iteration", -1) < start_iteration
+            ]
             self.path.write_text("".join(line + "\n" for line in kept))
 
     def write(self, metrics: dict[str, float]) -> None:
@@ -68,8 +71,14 @@ def plot_reward_curve(metrics: list[dict], path: str | Path) -> None:
     std = [m["reward/std"] for m in metrics]
     fig, ax = plt.subplots(figsize=(5, 3.2), dpi=120)
     ax.plot(its, mean, color="tab:blue", label="reward/mean")
-    ax.fill_between(its, [a - b for a, b in zip(mean, std)], [a + b for a, b in zip(mean, std)],
-                    color="tab:blue", alpha=0.2, label="+-std")
+    ax.fill_between(
+        its,
+        [a - b for a, b in zip(mean, std)],
+        [a + b for a, b in zip(mean, std)],
+        color="tab:blue",
+        alpha=0.2,
+        label="+-std",
+    )
     ax.set_xlabel("iteration")
     ax.set_ylabel("reward")
     ax.legend(loc="best")

@@ -38,8 +38,9 @@ def ppo_clip_from_log_ratio(log_ratio: torch.Tensor, advantages: torch.Tensor, c
     return PolicyLossOutput(loss, ratio.detach(), clip_frac, approx_kl)
 
 
-def ratio_norm_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mean: torch.Tensor,
-                         old_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+def ratio_norm_log_ratio(
+    log_prob: torch.Tensor, old_log_prob: torch.Tensor, mean: torch.Tensor, old_mean: torch.Tensor, std: torch.Tensor
+) -> torch.Tensor:
     """GRPO-Guard's RatioNorm log-ratio (arXiv 2510.22319; ``specs/flow_grpo_core.md`` §1.8), (B,):
 
     (log π_θ - log π_old + b)·s with b = mean_d (μ_θ - μ_old)² / (2 s²), per sample (the official script
@@ -52,9 +53,16 @@ def ratio_norm_log_ratio(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mea
     return (log_prob - old_log_prob + bias) * std
 
 
-def ratio_norm_clip_loss(log_prob: torch.Tensor, old_log_prob: torch.Tensor, mean: torch.Tensor,
-                         old_mean: torch.Tensor, std: torch.Tensor, advantages: torch.Tensor, clip_range: float,
-                         dt: float) -> PolicyLossOutput:
+def ratio_norm_clip_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    mean: torch.Tensor,
+    old_mean: torch.Tensor,
+    std: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_range: float,
+    dt: float,
+) -> PolicyLossOutput:
     """The clipped surrogate of the RatioNorm ratio, divided by the step's |Δt| (GRPO-Guard's official script
     and Pref-GRPO's ``--rationorm`` both divide; Flow-Factory does not)."""
     log_ratio = ratio_norm_log_ratio(log_prob, old_log_prob, mean, old_mean, std)

@@ -49,8 +49,10 @@ def media_kind(media: Any) -> str:
         kind = {4: "image", 5: "video", 3: "audio", 2: "audio"}.get(media.ndim)
         if kind is not None:
             return kind
-        raise ValueError(f"media tensor of shape {tuple(media.shape)} is neither images (B, 3, H, W), video "
-                         "(B, F, 3, H, W) nor audio (B, C, N)")
+        raise ValueError(
+            f"media tensor of shape {tuple(media.shape)} is neither images (B, 3, H, W), video "
+            "(B, F, 3, H, W) nor audio (B, C, N)"
+        )
     raise ValueError(f"media must be a tensor or a mapping with 'video' / 'audio', got {type(media).__name__}")
 
 
@@ -183,8 +185,9 @@ def log_spectra(wave: torch.Tensor, size: tuple[int, int] = SPECTRUM_SIZE) -> to
     window of 512, hop 128), area-averaged to ``size`` (frequency, time) and scaled to unit RMS (0 for silence)."""
     mono = wave.float().mean(dim=1)  # (B, N)
     window = torch.hann_window(SPECTRUM_FFT, device=mono.device)
-    spec = torch.stft(mono, SPECTRUM_FFT, SPECTRUM_HOP, window=window, center=True, pad_mode="constant",
-                      return_complex=True).abs()  # (B, freq, time)
+    spec = torch.stft(
+        mono, SPECTRUM_FFT, SPECTRUM_HOP, window=window, center=True, pad_mode="constant", return_complex=True
+    ).abs()  # (B, freq, time)
     small = F.adaptive_avg_pool2d(torch.log1p(spec)[:, None], size).flatten(1)  # (B, cells)
     rms = small.pow(2).mean(dim=1, keepdim=True).sqrt()
     return torch.where(rms > 1e-12, small / rms.clamp(min=1e-12), torch.zeros_like(small))
@@ -354,8 +357,13 @@ def save_clips(media: Any, folder: str | Path, start: int = 0) -> list[Path]:
     return written
 
 
-def save_media(media: Any, path: str | Path, max_samples: int | None = None, frames: int = SHEET_FRAMES,
-               side: int | None = SHEET_SIDE) -> list[Path]:
+def save_media(
+    media: Any,
+    path: str | Path,
+    max_samples: int | None = None,
+    frames: int = SHEET_FRAMES,
+    side: int | None = SHEET_SIDE,
+) -> list[Path]:
     """A batch as the run's ``samples/`` keep it, for ``path`` = ``samples/iter-000010`` (``.png`` optional):
     images ``iter-000010.png`` (the grid); video the frame sheet ``iter-000010.png`` and
     ``iter-000010/0000.mp4``, ...; audio the waveforms ``iter-000010.png`` and ``iter-000010/0000.wav``, ...

@@ -40,7 +40,9 @@ class Registry:
 
         for ep in entry_points(group=self.group):
             if ep.name in self._items and self._items[ep.name] != ep.value:
-                logger.warning("%s plug-in %r (%s) skipped: the name is already registered", self.kind, ep.name, ep.value)
+                logger.warning(
+                    "%s plug-in %r (%s) skipped: the name is already registered", self.kind, ep.name, ep.value
+                )
                 continue
             self._items[ep.name] = ep.value
 

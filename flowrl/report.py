@@ -38,15 +38,19 @@ logger = logging.getLogger(__name__)
 REPORT_FILE = "report.html"
 MAX_GRIDS = 12  # sample grids per kind (rollout, evaluation) and run; evenly spaced, first and last kept
 BIG_IMAGE_BYTES = 400_000  # a grid larger than this is shrunk (longest side 1024 px, JPEG) before embedding
-PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-           "#bcbd22", "#17becf"]
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
 PHASES = ("rollout", "reward", "advantage", "update")  # inside timing_s/iteration; eval is timed apart
 
 # the order of the known charts in their sections; anything else follows, sorted
 POLICY_ORDER = ("loss", "pg_loss", "kl", "approx_kl", "clip_frac", "ratio_mean", "grad_norm", "onpolicy_logp_diff")
 SECTION_TITLES = {
-    "reward": "Training reward", "eval": "Evaluation reward", "policy": "Policy", "adv": "Advantages",
-    "method": "Method", "monitor": "Monitors", "time": "Time and cost",
+    "reward": "Training reward",
+    "eval": "Evaluation reward",
+    "policy": "Policy",
+    "adv": "Advantages",
+    "method": "Method",
+    "monitor": "Monitors",
+    "time": "Time and cost",
 }
 
 
@@ -101,8 +105,9 @@ def load_run(spec: str | Path) -> Run:
         except ValueError:
             run.method_state = None
     if (path / "checkpoints").is_dir():
-        run.checkpoints = sorted(p.name for p in (path / "checkpoints").glob("iter-*") if p.is_dir()
-                                 and not p.name.endswith(".tmp"))
+        run.checkpoints = sorted(
+            p.name for p in (path / "checkpoints").glob("iter-*") if p.is_dir() and not p.name.endswith(".tmp")
+        )
     return run
 
 
@@ -195,8 +200,13 @@ def sections(all_series: list[dict[str, list]]) -> list[dict[str, Any]]:
     out = []
     # training reward: the total, each component (unless it is the total), then the rest of reward/*
     charts = take([_chart("reward/mean", "reward/std", "reward/mean ± std")])
-    components = sorted({n[len("reward/"):-len("/mean")] for n in names
-                         if n.startswith("reward/") and n.endswith("/mean") and n.count("/") == 2})
+    components = sorted(
+        {
+            n[len("reward/") : -len("/mean")]
+            for n in names
+            if n.startswith("reward/") and n.endswith("/mean") and n.count("/") == 2
+        }
+    )
     for c in components:
         key = f"reward/{c}/mean"
         if same_as(key, "reward/mean") and same_as(f"reward/{c}/std", "reward/std"):
@@ -208,41 +218,58 @@ def sections(all_series: list[dict[str, list]]) -> list[dict[str, Any]]:
     # evaluation: the total, components, the trained reward on held-out prompts, the held-out gap
     charts = take([_chart("eval/reward/mean", "eval/reward/std", "eval/reward/mean ± std")])
     for k in prefixed("eval/reward/"):
-        if k.endswith("/std") and k[:-len("/std")] + "/mean" in names:
+        if k.endswith("/std") and k[: -len("/std")] + "/mean" in names:
             continue
         if k.endswith("/mean") and same_as(k, "eval/reward/mean"):
             used.add(k)
             continue
-        std = k[:-len("/mean")] + "/std" if k.endswith("/mean") else None
+        std = k[: -len("/mean")] + "/std" if k.endswith("/mean") else None
         charts.append(_chart(k, std))
     charts += [_chart("eval/train_reward/mean"), _chart("monitor/heldout_gap")]
     charts += [_chart(k) for k in prefixed("eval/")]
     out.append({"id": "eval", "title": SECTION_TITLES["eval"], "charts": take(charts)})
-    out.append({"id": "policy", "title": SECTION_TITLES["policy"],
-                "charts": take([_chart(k) for k in prefixed("policy/", POLICY_ORDER)])})
+    out.append(
+        {
+            "id": "policy",
+            "title": SECTION_TITLES["policy"],
+            "charts": take([_chart(k) for k in prefixed("policy/", POLICY_ORDER)]),
+        }
+    )
     out.append({"id": "adv", "title": SECTION_TITLES["adv"], "charts": take([_chart(k) for k in prefixed("adv/")])})
-    out.append({"id": "method", "title": SECTION_TITLES["method"],
-                "charts": take([_chart(k) for k in prefixed("method/")])})
+    out.append(
+        {"id": "method", "title": SECTION_TITLES["method"], "charts": take([_chart(k) for k in prefixed("method/")])}
+    )
     # monitors, one group per second-level prefix (monitor/diversity/*, monitor/colour/*, ...)
     groups: dict[str, list[str]] = {}
     for k in prefixed("monitor/"):
         parts = k.split("/")
         groups.setdefault("/".join(parts[:2]) if len(parts) > 2 else "monitor", []).append(k)
     for g in sorted(groups):
-        out.append({"id": "mon-" + g.replace("/", "-"), "title": f"Monitors: {g}/*" if g != "monitor" else "Monitors",
-                    "group": "monitor", "charts": take([_chart(k) for k in groups[g]])})
+        out.append(
+            {
+                "id": "mon-" + g.replace("/", "-"),
+                "title": f"Monitors: {g}/*" if g != "monitor" else "Monitors",
+                "group": "monitor",
+                "charts": take([_chart(k) for k in groups[g]]),
+            }
+        )
     timing = [f"timing_s/{p}" for p in ("iteration", *PHASES, "eval")]
     charts = [_chart(k) for k in timing] + [_chart(k) for k in prefixed("timing_s/")]
     charts += [_chart(k) for k in prefixed("cost/") + prefixed("throughput/") + prefixed("memory/")]
     out.append({"id": "time", "title": SECTION_TITLES["time"], "charts": take(charts), "phases": True})
     rest: dict[str, list[str]] = {}
     for k in sorted(names - used):
-        if k.endswith("/std") and k[:-len("/std")] + "/mean" in names:
+        if k.endswith("/std") and k[: -len("/std")] + "/mean" in names:
             continue  # drawn as a band, or the std of a component left out with its mean
         rest.setdefault(k.split("/")[0] if "/" in k else "other", []).append(k)
     for g in sorted(rest):
-        out.append({"id": "other-" + re.sub(r"[^A-Za-z0-9_-]", "-", g), "title": f"{g}/*" if g != "other" else "Other",
-                    "charts": take([_chart(k) for k in rest[g]])})
+        out.append(
+            {
+                "id": "other-" + re.sub(r"[^A-Za-z0-9_-]", "-", g),
+                "title": f"{g}/*" if g != "other" else "Other",
+                "charts": take([_chart(k) for k in rest[g]]),
+            }
+        )
     for sec in out:
         for c in sec["charts"]:
             c.pop("taken", None)
@@ -295,19 +322,26 @@ def summary(run: Run, series: dict[str, list]) -> dict[str, Any]:
     status = "finished" if finished else ("running or stopped" if run.rows else "no iterations yet")
     rewards = _get(run.config, "reward")
     return {
-        "name": run.name, "path": str(run.path), "status": status,
+        "name": run.name,
+        "path": str(run.path),
+        "status": status,
         "iterations": f"{done} / {total}" if total is not None else str(done),
         "skipped": sum(1 for r in run.rows if "skipped" in r),
-        "method": _get(run.config, "method.name"), "model": _get(run.config, "model.path"),
+        "method": _get(run.config, "method.name"),
+        "model": _get(run.config, "model.path"),
         "reward": ", ".join(f"{n} × {w}" for n, w in rewards.items()) if isinstance(rewards, dict) else None,
-        "first": first, "last": last, "window": k,
-        "eval_first": evals[0][1] if evals else None, "eval_last": evals[-1][1] if evals else None,
+        "first": first,
+        "last": last,
+        "window": k,
+        "eval_first": evals[0][1] if evals else None,
+        "eval_last": evals[-1][1] if evals else None,
         "wall": wall or None,
     }
 
 
 def phase_table(runs: list[Run], all_series: list[dict]) -> str:
     """Mean seconds per iteration and share of the iteration for each phase, then the cost totals."""
+
     def mean_of(s: dict, key: str) -> float | None:
         return _mean([y for _, y in s.get(key, [])])
 
@@ -316,8 +350,11 @@ def phase_table(runs: list[Run], all_series: list[dict]) -> str:
     have = [any(f"timing_s/{p}" in s for s in all_series) for p in phases]
     if not any(have):
         return ""
-    head = "".join(f'<th colspan="2"><span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
-                   f"{html.escape(r.name)}</th>" for i, r in enumerate(runs))
+    head = "".join(
+        f'<th colspan="2"><span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
+        f"{html.escape(r.name)}</th>"
+        for i, r in enumerate(runs)
+    )
     sub = "<th>s / iteration</th><th>share</th>" * len(runs)
     for p in phases:
         cells = []
@@ -325,23 +362,41 @@ def phase_table(runs: list[Run], all_series: list[dict]) -> str:
             it = mean_of(s, "timing_s/iteration")
             if p == "other":  # the iteration's time outside the named phases (bookkeeping, monitors)
                 parts = [mean_of(s, f"timing_s/{q}") for q in PHASES]
-                v = it - sum(x for x in parts if x is not None) if it is not None and any(
-                    x is not None for x in parts) else None
+                v = (
+                    it - sum(x for x in parts if x is not None)
+                    if it is not None and any(x is not None for x in parts)
+                    else None
+                )
             else:
                 v = mean_of(s, f"timing_s/{p}")
             share = f"{100 * v / it:.1f} %" if v is not None and it and p not in ("iteration", "eval") else ""
             cells.append(f"<td>{_fmt(v, 3)}</td><td>{share}</td>")
         if p == "other" or have[phases.index(p)]:
-            label = {"other": "other (in iteration)", "iteration": "<b>iteration</b>",
-                     "eval": "eval (when due)"}.get(p, p)
+            label = {"other": "other (in iteration)", "iteration": "<b>iteration</b>", "eval": "eval (when due)"}.get(
+                p, p
+            )
             rows_html.append(f"<tr><th>{label}</th>{''.join(cells)}</tr>")
-    cost_keys = sorted(set().union(*[s.keys() for s in all_series]) & {
-        "cost/nfe_total", "cost/reward_calls_total", "cost/nfe", "cost/reward_calls", "throughput/images_per_s",
-        "throughput/nfe_per_s", "memory/peak_gib"})
-    labels = {"cost/nfe_total": "transformer forwards, total", "cost/reward_calls_total": "reward calls, total",
-              "cost/nfe": "forwards / iteration", "cost/reward_calls": "reward calls / iteration",
-              "throughput/images_per_s": "images / s", "throughput/nfe_per_s": "forwards / s",
-              "memory/peak_gib": "peak memory GiB (max)"}
+    cost_keys = sorted(
+        set().union(*[s.keys() for s in all_series])
+        & {
+            "cost/nfe_total",
+            "cost/reward_calls_total",
+            "cost/nfe",
+            "cost/reward_calls",
+            "throughput/images_per_s",
+            "throughput/nfe_per_s",
+            "memory/peak_gib",
+        }
+    )
+    labels = {
+        "cost/nfe_total": "transformer forwards, total",
+        "cost/reward_calls_total": "reward calls, total",
+        "cost/nfe": "forwards / iteration",
+        "cost/reward_calls": "reward calls / iteration",
+        "throughput/images_per_s": "images / s",
+        "throughput/nfe_per_s": "forwards / s",
+        "memory/peak_gib": "peak memory GiB (max)",
+    }
     for key in cost_keys:
         cells = []
         for s in all_series:
@@ -357,8 +412,10 @@ def phase_table(runs: list[Run], all_series: list[dict]) -> str:
         w = sum(y for k in ("timing_s/iteration", "timing_s/eval") for _, y in s.get(k, []) if y is not None)
         walls.append(f'<td colspan="2">{_duration(w) if w else "–"}</td>')
     rows_html.append(f"<tr><th>logged wall time</th>{''.join(walls)}</tr>")
-    return (f'<table class="phases"><thead><tr><th></th>{head}</tr><tr><th>phase</th>{sub}</tr></thead>'
-            f"<tbody>{''.join(rows_html)}</tbody></table>")
+    return (
+        f'<table class="phases"><thead><tr><th></th>{head}</tr><tr><th>phase</th>{sub}</tr></thead>'
+        f"<tbody>{''.join(rows_html)}</tbody></table>"
+    )
 
 
 # ------------------------------------------------------------------------------------------ images
@@ -416,12 +473,16 @@ def grids_html(runs: list[Run], max_grids: int) -> str:
                 uri, width = embedded
                 disp = min(max(width, 200), 360)
                 pix = ' class="px"' if width < disp else ""
-                figs.append(f'<figure><img{pix} src="{uri}" width="{disp}" alt="{html.escape(p.name)}">'
-                            f"<figcaption>{n}</figcaption></figure>")
+                figs.append(
+                    f'<figure><img{pix} src="{uri}" width="{disp}" alt="{html.escape(p.name)}">'
+                    f"<figcaption>{n}</figcaption></figure>"
+                )
             more = f" ({len(shown)} of {len(grids)} shown)" if len(shown) < len(grids) else ""
-            parts.append(f'<h3><span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
-                         f"{html.escape(run.name)}: {label}{more}</h3>"
-                         f'<div class="strip">{"".join(figs)}</div>')
+            parts.append(
+                f'<h3><span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
+                f"{html.escape(run.name)}: {label}{more}</h3>"
+                f'<div class="strip">{"".join(figs)}</div>'
+            )
     return "".join(parts)
 
 
@@ -444,11 +505,15 @@ def _tree(node: Any, depth: int = 0) -> str:
         items = []
         for k, v in node.items():
             if isinstance(v, dict) and v:
-                items.append(f"<details{' open' if depth == 0 else ''}><summary>{html.escape(str(k))}</summary>"
-                             f"{_tree(v, depth + 1)}</details>")
+                items.append(
+                    f"<details{' open' if depth == 0 else ''}><summary>{html.escape(str(k))}</summary>"
+                    f"{_tree(v, depth + 1)}</details>"
+                )
             else:
-                items.append(f'<div class="kv"><span class="k">{html.escape(str(k))}</span>: '
-                             f'<span class="v">{_value(v)}</span></div>')
+                items.append(
+                    f'<div class="kv"><span class="k">{html.escape(str(k))}</span>: '
+                    f'<span class="v">{_value(v)}</span></div>'
+                )
         return f'<div class="tree">{"".join(items)}</div>'
     return f'<div class="kv"><span class="v">{_value(node)}</span></div>'
 
@@ -461,10 +526,16 @@ def config_html(runs: list[Run]) -> str:
         keys = sorted(set().union(*flats))
         diff = [k for k in keys if len({json.dumps(f.get(k, "<absent>"), sort_keys=True) for f in flats}) > 1]
         head = "".join(f"<th>{html.escape(r.name)}</th>" for r in runs)
-        body = "".join(f"<tr><th>{html.escape(k)}</th>" + "".join(
-            f"<td>{_value(f[k]) if k in f else '<i>absent</i>'}</td>" for f in flats) + "</tr>" for k in diff)
-        parts.append(f"<h3>Keys that differ ({len(diff)})</h3>"
-                     f'<table class="diff"><thead><tr><th>key</th>{head}</tr></thead><tbody>{body}</tbody></table>')
+        body = "".join(
+            f"<tr><th>{html.escape(k)}</th>"
+            + "".join(f"<td>{_value(f[k]) if k in f else '<i>absent</i>'}</td>" for f in flats)
+            + "</tr>"
+            for k in diff
+        )
+        parts.append(
+            f"<h3>Keys that differ ({len(diff)})</h3>"
+            f'<table class="diff"><thead><tr><th>key</th>{head}</tr></thead><tbody>{body}</tbody></table>'
+        )
     for i, run in enumerate(runs):
         sw = f'<span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
         if run.config is None:
@@ -472,17 +543,20 @@ def config_html(runs: list[Run]) -> str:
             continue
         extra = ""
         if run.method_state:
-            extra = (f"<details><summary>method_state.json</summary><pre>{html.escape(run.method_state)}</pre>"
-                     "</details>")
-        parts.append(f'<details class="config"{" open" if len(runs) == 1 else ""}><summary>{sw}'
-                     f"{html.escape(run.name)}: config.yaml</summary>{_tree(run.config)}{extra}</details>")
+            extra = f"<details><summary>method_state.json</summary><pre>{html.escape(run.method_state)}</pre></details>"
+        parts.append(
+            f'<details class="config"{" open" if len(runs) == 1 else ""}><summary>{sw}'
+            f"{html.escape(run.name)}: config.yaml</summary>{_tree(run.config)}{extra}</details>"
+        )
     return "".join(parts)
 
 
 # ------------------------------------------------------------------------------------------ page
 def summary_html(runs: list[Run], sums: list[dict[str, Any]]) -> str:
-    head = ("<tr><th>run</th><th>status</th><th>iterations</th><th>method</th><th>reward</th><th>model</th>"
-            "<th>reward/mean first → last</th><th>eval/reward/mean first → last</th><th>logged wall time</th></tr>")
+    head = (
+        "<tr><th>run</th><th>status</th><th>iterations</th><th>method</th><th>reward</th><th>model</th>"
+        "<th>reward/mean first → last</th><th>eval/reward/mean first → last</th><th>logged wall time</th></tr>"
+    )
     rows = []
     for i, (run, s) in enumerate(zip(runs, sums)):
         notes = []
@@ -498,7 +572,8 @@ def summary_html(runs: list[Run], sums: list[dict[str, Any]]) -> str:
             f"<td>{s['status']}{note}</td><td>{s['iterations']}</td><td>{html.escape(str(s['method'] or '–'))}</td>"
             f"<td>{html.escape(s['reward'] or '–')}</td><td>{html.escape(str(s['model'] or '–'))}</td>"
             f"<td>{_fmt(s['first'])} → {_fmt(s['last'])}{window}</td>"
-            f"<td>{_fmt(s['eval_first'])} → {_fmt(s['eval_last'])}</td><td>{_duration(s['wall'])}</td></tr>")
+            f"<td>{_fmt(s['eval_first'])} → {_fmt(s['eval_last'])}</td><td>{_duration(s['wall'])}</td></tr>"
+        )
     return f'<table class="summary"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
@@ -509,9 +584,12 @@ def render(runs: list[Run], max_grids: int = MAX_GRIDS) -> str:
     layout = sections(all_series)
     sums = [summary(r, s) for r, s in zip(runs, all_series)]
     data = {
-        "runs": [{"name": r.name, "color": PALETTE[i % len(PALETTE)], "series": s}
-                 for i, (r, s) in enumerate(zip(runs, all_series))],
-        "sections": layout, "phases": list(PHASES),
+        "runs": [
+            {"name": r.name, "color": PALETTE[i % len(PALETTE)], "series": s}
+            for i, (r, s) in enumerate(zip(runs, all_series))
+        ],
+        "sections": layout,
+        "phases": list(PHASES),
     }
     payload = json.dumps(data, allow_nan=False, separators=(",", ":")).replace("<", "\\u003c")
     nav, body = [], []
@@ -521,30 +599,36 @@ def render(runs: list[Run], max_grids: int = MAX_GRIDS) -> str:
         if sec.get("phases"):
             bars = '<div class="grid"><div class="chart wide" id="phase-bars"></div></div>'
             extra = phase_table(runs, all_series) + bars
-        charts = "".join(f'<div class="chart" data-sec="{sec["id"]}" data-i="{j}"></div>'
-                         for j in range(len(sec["charts"])))
-        body.append(f'<section id="{sec["id"]}"><h2>{html.escape(sec["title"])}</h2>{extra}'
-                    f'<div class="grid">{charts}</div></section>')
+        charts = "".join(
+            f'<div class="chart" data-sec="{sec["id"]}" data-i="{j}"></div>' for j in range(len(sec["charts"]))
+        )
+        body.append(
+            f'<section id="{sec["id"]}"><h2>{html.escape(sec["title"])}</h2>{extra}'
+            f'<div class="grid">{charts}</div></section>'
+        )
     grids = grids_html(runs, max_grids)
     if grids:
         nav.append('<a href="#samples">Samples</a>')
         body.append(f'<section id="samples"><h2>Sample grids through training</h2>{grids}</section>')
     nav.append('<a href="#config">Config</a>')
     body.append(f'<section id="config"><h2>Config</h2>{config_html(runs)}</section>')
-    legend = "".join(f'<span class="lg"><span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
-                     f"{html.escape(r.name)}</span>" for i, r in enumerate(runs))
+    legend = "".join(
+        f'<span class="lg"><span class="sw" style="background:{PALETTE[i % len(PALETTE)]}"></span>'
+        f"{html.escape(r.name)}</span>"
+        for i, r in enumerate(runs)
+    )
     title = "flowrl report: " + " vs ".join(r.name for r in runs)
     return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{html.escape(title)}</title>"
-        f"<style>{CSS}</style></head><body data-charts=\"0\" data-errors=\"0\" data-rendered=\"0\">"
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>'
+        f'<style>{CSS}</style></head><body data-charts="0" data-errors="0" data-rendered="0">'
         f"<script>{HEALTH_JS}</script>"
         f'<header><h1>{html.escape(title)}</h1><div class="legend">{legend}</div>'
         '<div class="controls"><label>smoothing (EMA) <input type="range" id="smooth" min="0" max="0.99" '
         'step="0.01" value="0.6"> <span id="smooth-v">0.60</span></label>'
         '<label><input type="checkbox" id="band" checked> ±std band</label>'
         '<label><input type="checkbox" id="raw" checked> raw values</label></div>'
-        f'<nav>{"".join(nav)}</nav></header><main>'
+        f"<nav>{''.join(nav)}</nav></header><main>"
         f'<section id="summary"><h2>Runs</h2>{summary_html(runs, sums)}</section>{"".join(body)}</main>'
         '<div id="tip"></div>'
         f'<script type="application/json" id="flowrl-data">{payload}</script>'
@@ -552,8 +636,9 @@ def render(runs: list[Run], max_grids: int = MAX_GRIDS) -> str:
     )
 
 
-def write_report(specs: list[str | Path], output: str | Path | None = None, max_grids: int = MAX_GRIDS,
-                 force: bool = False) -> Path:
+def write_report(
+    specs: list[str | Path], output: str | Path | None = None, max_grids: int = MAX_GRIDS, force: bool = False
+) -> Path:
     """Read the run folders and write the page; returns its path (default RUN/report.html for one run,
     ./report.html for several; an existing folder as ``output`` gets report.html inside it). A file there
     already is replaced only inside the run folder or with ``force``."""
@@ -589,10 +674,18 @@ def add_commands(sub: Any) -> None:
     """Register ``flowrl report`` on an argparse subparsers object."""
     p = sub.add_parser("report", help="write one self-contained HTML page of one or more run folders")
     p.add_argument("runs", nargs="+", metavar="RUN", help="run folders (several: every chart overlays them)")
-    p.add_argument("-o", "--output", default=None,
-                   help=f"the HTML file (default RUN/{REPORT_FILE} for one run, ./{REPORT_FILE} for several)")
-    p.add_argument("--max-grids", type=int, default=MAX_GRIDS,
-                   help=f"sample grids shown per kind and run, evenly spaced (default {MAX_GRIDS})")
+    p.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        help=f"the HTML file (default RUN/{REPORT_FILE} for one run, ./{REPORT_FILE} for several)",
+    )
+    p.add_argument(
+        "--max-grids",
+        type=int,
+        default=MAX_GRIDS,
+        help=f"sample grids shown per kind and run, evenly spaced (default {MAX_GRIDS})",
+    )
     p.add_argument("--force", action="store_true", help="replace the HTML file if it exists")
     p.set_defaults(fn=cmd_report)
 

@@ -119,9 +119,15 @@ class Trajectory:
         def pick(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else latents.index_select(t, 0, rows)
 
-        return replace(self, states=pick(self.states), log_probs=pick(self.log_probs),
-                       prompt_ids=pick(self.prompt_ids), next_states=pick(self.next_states), means=pick(self.means),
-                       row_mask=pick(self.row_mask))
+        return replace(
+            self,
+            states=pick(self.states),
+            log_probs=pick(self.log_probs),
+            prompt_ids=pick(self.prompt_ids),
+            next_states=pick(self.next_states),
+            means=pick(self.means),
+            row_mask=pick(self.row_mask),
+        )
 
 
 def transition(
@@ -153,8 +159,19 @@ def transition(
     if is_joint(x):  # each modality its own kind and noise level; the log-prob over the trained stochastic ones
         kinds = plan.kinds_at(i, x)
         trained = tuple(m for m in plan.trained_of(x) if kinds[m] not in DETERMINISTIC_KINDS)
-        return joint_step(kinds, v, x, sigma, float(plan.sigma_next[i]), plan.noise_levels_at(i, x), trained,
-                          sigma_at_one=plan.sigma_at_one, x_next=x_next, generator=generator, previous=previous)
+        return joint_step(
+            kinds,
+            v,
+            x,
+            sigma,
+            float(plan.sigma_next[i]),
+            plan.noise_levels_at(i, x),
+            trained,
+            sigma_at_one=plan.sigma_at_one,
+            x_next=x_next,
+            generator=generator,
+            previous=previous,
+        )
     history = {"previous": previous} if previous is not None and plan.kinds[i] in MULTISTEP_KINDS else {}
     return step(
         plan.kinds[i],
@@ -210,8 +227,9 @@ def rollout(
     hold(0, x)
     previous = None  # (sigma, x0) of the transition before, for a multistep step kind
     for i in range(len(plan)):
-        out = transition(adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model,
-                         previous=previous)
+        out = transition(
+            adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model, previous=previous
+        )
         previous = None if out.x0 is None else (float(plan.sigma[i]), out.x0)
         x = out.x_next
         if pinned:
@@ -220,9 +238,14 @@ def rollout(
         log_probs.append(out.log_prob)
         if keep_means:
             means.append(out.mean)
-    return Trajectory(latents.stack(states, dim=1), torch.stack(log_probs, dim=1), prompt_ids, plan,
-                      means=latents.stack(means, dim=1) if keep_means else None,
-                      state_index=None if kept is None else tuple(index))
+    return Trajectory(
+        latents.stack(states, dim=1),
+        torch.stack(log_probs, dim=1),
+        prompt_ids,
+        plan,
+        means=latents.stack(means, dim=1) if keep_means else None,
+        state_index=None if kept is None else tuple(index),
+    )
 
 
 @torch.no_grad()

@@ -35,9 +35,17 @@ LOCK = ".flowrl.lock"  # held by the main process of the run that writes the fol
 # what a run (and the benchmarks that evaluate it in place) writes into its folder, by top-level name: a
 # pattern of the paths below it that are flowrl's (None: everything below it); overwrite=true removes these
 FLOWRL_OUTPUTS: dict[str, re.Pattern | None] = {
-    "config.yaml": None, "metrics.jsonl": None, "reward_curve.png": None, "method_state.json": None,
-    "report.html": None, "compare_result.json": None, "toy_eval": None, "toy_eval.json": None,
-    "lora": None, "transformer": None, "trackers": None,
+    "config.yaml": None,
+    "metrics.jsonl": None,
+    "reward_curve.png": None,
+    "method_state.json": None,
+    "report.html": None,
+    "compare_result.json": None,
+    "toy_eval": None,
+    "toy_eval.json": None,
+    "lora": None,
+    "transformer": None,
+    "trackers": None,
     "checkpoints": re.compile(r"^iter-\d+(\.tmp)?(/.*)?$"),
     "samples": re.compile(r"^(iter|eval)-\d+(\.(png|gif|mp4|wav))?(/.*)?$"),
 }
@@ -64,8 +72,11 @@ def run_dir(cfg: Config, broadcast=None) -> Path:
 def holds_run(path: Path) -> bool:
     """A config.yaml, a metrics.jsonl, or a non-empty checkpoints/ folder."""
     checkpoints = path / "checkpoints"
-    return (path / "config.yaml").exists() or (path / "metrics.jsonl").exists() or (
-        checkpoints.is_dir() and any(checkpoints.iterdir()))
+    return (
+        (path / "config.yaml").exists()
+        or (path / "metrics.jsonl").exists()
+        or (checkpoints.is_dir() and any(checkpoints.iterdir()))
+    )
 
 
 def is_flowrl_output(relative: str) -> bool:
@@ -169,7 +180,9 @@ def _remove(target: Path) -> None:
         os.remove(target)
 
 
-_HELD: "weakref.WeakValueDictionary[str, RunLock]" = weakref.WeakValueDictionary()  # folders whose lock this process holds (a second Trainer in it reuses it)
+_HELD: "weakref.WeakValueDictionary[str, RunLock]" = (
+    weakref.WeakValueDictionary()
+)  # folders whose lock this process holds (a second Trainer in it reuses it)
 
 
 class RunLock:
@@ -205,17 +218,28 @@ class RunLock:
                 f"finish, or train into another output_dir or run_name=auto"
             ) from None
         except OSError as exc:  # a file system without flock: go on unguarded, and say so
-            logger.warning("output_dir %s: cannot lock %s (%s); a second launch into this folder is not refused",
-                           self.path.parent, LOCK, exc.strerror or exc)
+            logger.warning(
+                "output_dir %s: cannot lock %s (%s); a second launch into this folder is not refused",
+                self.path.parent,
+                LOCK,
+                exc.strerror or exc,
+            )
         f.seek(0)
         previous = f.read().strip()
         if previous:
-            logger.warning("output_dir %s: taking over the lock left by %s, which is no longer running",
-                           self.path.parent, _describe_holder(previous))
+            logger.warning(
+                "output_dir %s: taking over the lock left by %s, which is no longer running",
+                self.path.parent,
+                _describe_holder(previous),
+            )
         f.seek(0)
         f.truncate()
-        f.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                            "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}) + "\n")
+        f.write(
+            json.dumps(
+                {"pid": os.getpid(), "host": socket.gethostname(), "since": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
+            )
+            + "\n"
+        )
         f.flush()
         self._file = f
 

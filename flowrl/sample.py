@@ -41,8 +41,9 @@ def checkpoint_folder(spec: str) -> tuple[Path, dict[str, Any]]:
     if not path.exists():
         raise FileNotFoundError(f"--checkpoint: no such folder {spec!r}")
     if not path.is_dir():
-        raise ValueError(f"--checkpoint: {spec!r} is a file; expected a checkpoint folder "
-                         "(RUN/checkpoints/iter-NNNNNN)")
+        raise ValueError(
+            f"--checkpoint: {spec!r} is a file; expected a checkpoint folder (RUN/checkpoints/iter-NNNNNN)"
+        )
     if (path / "checkpoints").is_dir():
         newest = ckpt.list_checkpoints(path / "checkpoints")
         example = newest[-1] if newest else path / "checkpoints" / "iter-NNNNNN"
@@ -77,8 +78,10 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps: must be at least 1, got {args.steps}")
     if args.ema and not args.checkpoint:
-        raise ValueError("--ema: needs --checkpoint (a run folder's exported weights are already the EMA ones "
-                         "when it trained with train.ema)")
+        raise ValueError(
+            "--ema: needs --checkpoint (a run folder's exported weights are already the EMA ones "
+            "when it trained with train.ema)"
+        )
     if args.target is None and not args.checkpoint:
         raise ValueError("sample: give a run folder or recipe, or --checkpoint PATH")
     if args.out and Path(args.out).exists() and not Path(args.out).is_dir():
@@ -152,18 +155,29 @@ def write_samples(media: Any, folder: Path) -> dict[str, Any]:
         record.update(videos=[f for f in files if f.endswith(".mp4")], fps=fps, num_frames=int(video.shape[1]))
     if kind in ("audio", "audio_video"):
         wave, rate = audio_of(media)
-        record.update(audio=[f for f in files if f.endswith(".wav")], sample_rate=rate,
-                      duration_s=wave.shape[-1] / rate)
+        record.update(
+            audio=[f for f in files if f.endswith(".wav")], sample_rate=rate, duration_s=wave.shape[-1] / rate
+        )
     if kind == "audio_video":  # the MP4s hold the sound too (the WAVs beside them are the exact waveform)
         from flowrl.reward_models.media import MP4_AUDIO_CODEC, mp4_audio_rate
 
-        record["mp4_audio"] = {"codec": MP4_AUDIO_CODEC, "sample_rate": mp4_audio_rate(int(rate)),
-                               "channels": int(wave.shape[1])}
+        record["mp4_audio"] = {
+            "codec": MP4_AUDIO_CODEC,
+            "sample_rate": mp4_audio_rate(int(rate)),
+            "channels": int(wave.shape[1]),
+        }
     return record
 
 
-def _record(folder: Path, args: argparse.Namespace, cfg: Any, weights: dict, steps: int, written: dict[str, Any],
-            negative: str = "") -> None:
+def _record(
+    folder: Path,
+    args: argparse.Namespace,
+    cfg: Any,
+    weights: dict,
+    steps: int,
+    written: dict[str, Any],
+    negative: str = "",
+) -> None:
     record = {
         "prompts": [args.prompt] * args.num,
         "negative_prompt": negative,
@@ -201,8 +215,13 @@ def cmd_sample(args: argparse.Namespace) -> int:
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
     if checkpoint is not None:
         loaded = load_checkpoint_weights(adapter, cfg, checkpoint, args.ema)
-        weights = {"source": "checkpoint", "path": str(checkpoint), "iteration": state.get("iteration"),
-                   "ema": bool(args.ema), "loaded": loaded}
+        weights = {
+            "source": "checkpoint",
+            "path": str(checkpoint),
+            "iteration": state.get("iteration"),
+            "ema": bool(args.ema),
+            "loaded": loaded,
+        }
     else:
         loaded = adapter.load_trained(run) if run is not None else None
         weights = {"source": "run" if loaded else "none", "path": str(run) if loaded else None, "loaded": loaded}
@@ -214,35 +233,56 @@ def cmd_sample(args: argparse.Namespace) -> int:
     base = Path(args.out) if args.out else (home / "samples_cli" if home is not None else Path("samples"))
     steps = args.steps or cfg.sample.eval_num_steps
     negative = cfg.data.negative_prompt if args.negative_prompt is None else args.negative_prompt
-    media = to_cpu(adapter.generate(
-        [args.prompt] * args.num, steps, cfg.sample.eval_guidance_scale,
-        torch.Generator("cpu").manual_seed(args.seed),
-        negative_prompts=[negative] * args.num if negative else None,  # None: the empty prompt
-    ))
+    media = to_cpu(
+        adapter.generate(
+            [args.prompt] * args.num,
+            steps,
+            cfg.sample.eval_guidance_scale,
+            torch.Generator("cpu").manual_seed(args.seed),
+            negative_prompts=[negative] * args.num if negative else None,  # None: the empty prompt
+        )
+    )
     out = next_sample_folder(base)
     written = write_samples(media, out)
     _record(out, args, cfg, weights, steps, written, negative)
     kind, n = written["media_kind"], num_samples(media)
-    what = {"image": "images", "video": "videos (MP4)", "audio": "clips (WAV)", "audio_video": "clips (MP4 with sound + WAV)"}
-    print(f"wrote {n} {what[kind]}{' and ' + written['sheet'] if 'sheet' in written else ''} "
-          f"and {SAMPLE_FILE} to {out}")
+    what = {
+        "image": "images",
+        "video": "videos (MP4)",
+        "audio": "clips (WAV)",
+        "audio_video": "clips (MP4 with sound + WAV)",
+    }
+    print(
+        f"wrote {n} {what[kind]}{' and ' + written['sheet'] if 'sheet' in written else ''} and {SAMPLE_FILE} to {out}"
+    )
     return 0
 
 
 def add_commands(sub: Any) -> None:
     """Register ``flowrl sample`` on an argparse subparsers object."""
-    p = sub.add_parser("sample", help="generate images, video or audio from a run folder (with its LoRA), "
-                       "a checkpoint or a recipe")
-    p.add_argument("target", nargs="?", default=None,
-                   help="run folder or recipe (default with --checkpoint: the run two levels above it)")
+    p = sub.add_parser(
+        "sample", help="generate images, video or audio from a run folder (with its LoRA), a checkpoint or a recipe"
+    )
+    p.add_argument(
+        "target",
+        nargs="?",
+        default=None,
+        help="run folder or recipe (default with --checkpoint: the run two levels above it)",
+    )
     p.add_argument("--prompt", required=True)
-    p.add_argument("--negative-prompt", default=None,
-                   help='the CFG negative prompt (default: the config\'s data.negative_prompt; "": the empty prompt)')
+    p.add_argument(
+        "--negative-prompt",
+        default=None,
+        help='the CFG negative prompt (default: the config\'s data.negative_prompt; "": the empty prompt)',
+    )
     p.add_argument("--num", type=int, default=4)
     p.add_argument("--steps", type=int, default=None, help="default: sample.eval_num_steps")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="folder to write a new numbered subfolder in "
-                   "(default RUN/samples_cli, or ./samples for a recipe)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="folder to write a new numbered subfolder in (default RUN/samples_cli, or ./samples for a recipe)",
+    )
     p.add_argument("--checkpoint", default=None, help="a checkpoint folder RUN/checkpoints/iter-NNNNNN to sample")
     p.add_argument("--ema", action="store_true", help="with --checkpoint: use its EMA weights")
     p.set_defaults(fn=cmd_sample)

@@ -126,8 +126,9 @@ def flow_sde_g(sigma: torch.Tensor | float, noise_level: torch.Tensor | float, s
     sigma = torch.as_tensor(sigma, dtype=torch.float32)
     denom_sigma = sigma
     if sigma_at_one is not None:
-        denom_sigma = torch.where(sigma >= 1.0 - SIGMA_ONE_TOL, torch.as_tensor(sigma_at_one, dtype=torch.float32),
-                                  sigma)
+        denom_sigma = torch.where(
+            sigma >= 1.0 - SIGMA_ONE_TOL, torch.as_tensor(sigma_at_one, dtype=torch.float32), sigma
+        )
     return torch.as_tensor(noise_level, dtype=torch.float32) * torch.sqrt(sigma / (1 - denom_sigma))
 
 
@@ -224,7 +225,11 @@ def cps(
     x1_hat = x + (1 - s) * v
     mean = (1 - s_next) * x0_hat + keep * x1_hat
     x_next, log_prob = _sample_or_score(
-        mean, std, x_next, noise, generator,
+        mean,
+        std,
+        x_next,
+        noise,
+        generator,
         lambda y: -_sum_of_squares(y - mean) / (y[0].numel() if reduction == "mean" else 1),
     )
     return StepOutput(x_next, log_prob, mean, _per_sample(std, x))
@@ -289,8 +294,13 @@ def dpm2(
     return StepOutput(x_next, zeros, x_next, zeros, x0)
 
 
-STEPS: dict[str, Callable[..., StepOutput]] = {"ode": ode, "flow_sde": flow_sde, "cps": cps, "dance_sde": dance_sde,
-                                               "dpm2": dpm2}
+STEPS: dict[str, Callable[..., StepOutput]] = {
+    "ode": ode,
+    "flow_sde": flow_sde,
+    "cps": cps,
+    "dance_sde": dance_sde,
+    "dpm2": dpm2,
+}
 
 
 def joint_step(
@@ -324,22 +334,42 @@ def joint_step(
             return {"previous": (previous[0], previous[1][m])}
         return {}
 
-    outs = {m: step(kinds[m], v[m], x[m], sigma, sigma_next, noise_levels[m], sigma_at_one=sigma_at_one,
-                    x_next=None if x_next is None else x_next[m], noise=None if noise is None else noise[m],
-                    generator=generator, reduction=reduction, **history(m)) for m in x}
+    outs = {
+        m: step(
+            kinds[m],
+            v[m],
+            x[m],
+            sigma,
+            sigma_next,
+            noise_levels[m],
+            sigma_at_one=sigma_at_one,
+            x_next=None if x_next is None else x_next[m],
+            noise=None if noise is None else noise[m],
+            generator=generator,
+            reduction=reduction,
+            **history(m),
+        )
+        for m in x
+    }
     x0 = {m: o.x0 for m, o in outs.items() if o.x0 is not None} or None
     if not trained:  # every modality deterministic here: no density, as an 'ode' step of one tensor
         batch = next(iter(x.values())).shape[0]
-        return StepOutput({m: o.x_next for m, o in outs.items()}, torch.zeros(batch, device=next(iter(x.values())).device),
-                          {}, {}, x0)
+        return StepOutput(
+            {m: o.x_next for m, o in outs.items()}, torch.zeros(batch, device=next(iter(x.values())).device), {}, {}, x0
+        )
     if reduction == "mean":
         counts = {m: x[m][0].numel() for m in trained}
         total = sum(counts.values())
         log_prob = sum(outs[m].log_prob * (counts[m] / total) for m in trained)
     else:
         log_prob = sum(outs[m].log_prob for m in trained)
-    return StepOutput({m: o.x_next for m, o in outs.items()}, log_prob, {m: outs[m].mean for m in trained},
-                      {m: outs[m].std for m in trained}, x0)
+    return StepOutput(
+        {m: o.x_next for m, o in outs.items()},
+        log_prob,
+        {m: outs[m].mean for m in trained},
+        {m: outs[m].std for m in trained},
+        x0,
+    )
 
 
 def step(kind: str, *args, **kwargs) -> StepOutput:

@@ -55,8 +55,10 @@ def check_trackers(cfg: Config) -> None:
         if name not in LOGGER_TYPE_TO_CLASS:
             import accelerate
 
-            raise ConfigError(f"log.trackers: {name!r} is not a tracker of the installed accelerate "
-                              f"{accelerate.__version__}; upgrade accelerate (pip install -U accelerate)")
+            raise ConfigError(
+                f"log.trackers: {name!r} is not a tracker of the installed accelerate "
+                f"{accelerate.__version__}; upgrade accelerate (pip install -U accelerate)"
+            )
         module, package = PACKAGES[name]
         if not _installed(module):
             raise ConfigError(f"log.trackers: {name!r} needs the {package} package: pip install {package}")
@@ -72,8 +74,9 @@ def hyperparameters(cfg: Config, run_name: str) -> dict[str, int | float | str |
 
 def numbers(row: dict[str, Any]) -> dict[str, float]:
     """The numeric entries of a metrics row, less ``iteration`` (it is the step)."""
-    return {k: v for k, v in row.items()
-            if k != "iteration" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {
+        k: v for k, v in row.items() if k != "iteration" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
 
 
 class Tracking:
@@ -111,8 +114,11 @@ class Tracking:
                 tracker.log_images({tag: image}, step=step)
             elif name not in self._warned:
                 self._warned.add(name)
-                logger.warning("log.trackers: %s gets no sample images (accelerate has no image logging for it); "
-                               "the grids stay in the run's samples/ folder", name)
+                logger.warning(
+                    "log.trackers: %s gets no sample images (accelerate has no image logging for it); "
+                    "the grids stay in the run's samples/ folder",
+                    name,
+                )
 
     def finish(self) -> None:
         """Close every tracker (flushing it); safe to call twice."""
@@ -180,8 +186,11 @@ def start(accelerator, cfg: Config, run_dir: Path, start_iteration: int) -> Trac
     accelerator.log_with, accelerator.trackers = wanted, []
     accelerator.project_configuration.logging_dir = str(folder)
     try:
-        accelerator.init_trackers(project, config=hyperparameters(cfg, run_dir.name),
-                                  init_kwargs=init_kwargs(names, folder, run_dir.name, start_iteration))
+        accelerator.init_trackers(
+            project,
+            config=hyperparameters(cfg, run_dir.name),
+            init_kwargs=init_kwargs(names, folder, run_dir.name, start_iteration),
+        )
         ours = accelerator.trackers
     except BaseException:
         Tracking(accelerator.trackers).finish()
@@ -194,7 +203,9 @@ def start(accelerator, cfg: Config, run_dir: Path, start_iteration: int) -> Trac
         writer = getattr(tracker, "writer", None) if tracker.name == "tensorboard" else None
         if writer is not None:
             writer.flush()
-    where = f" (files under {folder})" if any(n in ("tensorboard", "swanlab", "dvclive", "wandb") for n in names) else ""
+    where = (
+        f" (files under {folder})" if any(n in ("tensorboard", "swanlab", "dvclive", "wandb") for n in names) else ""
+    )
     logger.warning("log.trackers: logging to %s, project %r%s", ", ".join(names), project, where)
     return Tracking(ours)
 

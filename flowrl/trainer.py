@@ -198,8 +198,10 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
     if kind == "audio_video" and declared in ("video", "audio"):  # it reads its own modality of the mapping
         return
     if declared == "image" and kind in ("video", "audio_video"):
-        hint = (f"; to score each frame with it, use the video reward instead: reward.video=<weight> with "
-                f"reward_args.video.reward={name}")
+        hint = (
+            f"; to score each frame with it, use the video reward instead: reward.video=<weight> with "
+            f"reward_args.video.reward={name}"
+        )
     else:
         hint = f"; choose a reward that scores {kind} (flowrl ls rewards)"
     raise ConfigError(f"reward {name!r} scores {declared} media, but model.pipeline={pipeline} makes {kind}{hint}")
@@ -224,8 +226,10 @@ def preflight(cfg: Config) -> None:
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
     kinds = getattr(method_class(cfg.method.name), "media_kinds", None)
     if kinds is not None and kind not in kinds:
-        raise ConfigError(f"method {cfg.method.name} trains {' or '.join(kinds)} media; model.pipeline="
-                          f"{cfg.model.pipeline} makes {kind}")
+        raise ConfigError(
+            f"method {cfg.method.name} trains {' or '.join(kinds)} media; model.pipeline="
+            f"{cfg.model.pipeline} makes {kind}"
+        )
     for section in (cfg.reward, cfg.eval_reward or {}):
         for name in section:
             check_reward_args(name, cfg.reward_args.get(name, {}))
@@ -262,13 +266,40 @@ def check_whole_groups(cfg: Config, method, world: int) -> None:
 
 def logged_metric_names(cfg: Config) -> set[str]:
     """The metric names an iteration's row can hold under ``cfg`` (a test holds this to a real run)."""
-    names = {"iteration", "skipped", "reward/mean", "reward/std", "reward/zero_std_ratio", "adv/kept_frac",
-             "adv/abs_mean", "throughput/images_per_s", "memory/peak_gib"}
-    names |= {f"policy/{k}" for k in ("loss", "pg_loss", "kl", "approx_kl", "clip_frac", "ratio_mean", "grad_norm",
-                                       "lr", "onpolicy_logp_diff")}
+    names = {
+        "iteration",
+        "skipped",
+        "reward/mean",
+        "reward/std",
+        "reward/zero_std_ratio",
+        "adv/kept_frac",
+        "adv/abs_mean",
+        "throughput/images_per_s",
+        "memory/peak_gib",
+    }
+    names |= {
+        f"policy/{k}"
+        for k in (
+            "loss",
+            "pg_loss",
+            "kl",
+            "approx_kl",
+            "clip_frac",
+            "ratio_mean",
+            "grad_norm",
+            "lr",
+            "onpolicy_logp_diff",
+        )
+    }
     names |= {f"timing_s/{k}" for k in ("iteration", "rollout", "reward", "advantage", "update", "eval")}
-    names |= {"cost/nfe", "cost/reward_calls", "cost/nfe_total", "cost/reward_calls_total", "throughput/nfe_per_s",
-              "cost/optimizer_steps"}
+    names |= {
+        "cost/nfe",
+        "cost/reward_calls",
+        "cost/nfe_total",
+        "cost/reward_calls_total",
+        "throughput/nfe_per_s",
+        "cost/optimizer_steps",
+    }
     from flowrl.methods import method_class
 
     names |= {f"method/{k}" for k in method_class(cfg.method.name).metric_names}
@@ -304,16 +335,20 @@ def check_compile(device: torch.device) -> None:
         from torch.utils._triton import has_triton
 
         if not has_triton():
-            raise RuntimeError("train.compile: torch.compile needs Triton on a GPU, which is not installed "
-                               "(pip install triton), or set train.compile=false")
+            raise RuntimeError(
+                "train.compile: torch.compile needs Triton on a GPU, which is not installed "
+                "(pip install triton), or set train.compile=false"
+            )
     elif device.type == "cpu":
         from torch._inductor.cpp_builder import get_cpp_compiler
 
         try:
             get_cpp_compiler()
         except Exception as exc:  # noqa: BLE001 -- torch raises InvalidCxxCompiler
-            raise RuntimeError(f"train.compile: torch.compile on a CPU needs a C++ compiler (g++ or clang++, or $CXX) "
-                               f"({type(exc).__name__}); install one, or set train.compile=false") from None
+            raise RuntimeError(
+                f"train.compile: torch.compile on a CPU needs a C++ compiler (g++ or clang++, or $CXX) "
+                f"({type(exc).__name__}); install one, or set train.compile=false"
+            ) from None
 
 
 def compile_forward(module: torch.nn.Module, mode: str, device: torch.device) -> None:
@@ -348,8 +383,12 @@ class Trainer:
         self._own_negatives = uses_negatives(self.prompts)
         s = cfg.sample
         self.sampler = GroupSampler(
-            len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed,
-            self.acc.num_processes, self.acc.process_index,
+            len(self.prompts),
+            s.prompts_per_iteration,
+            s.group_size,
+            cfg.seed,
+            self.acc.num_processes,
+            self.acc.process_index,
         )
         self.method = build_method(cfg)  # its typed options are checked before any weights load
         check_whole_groups(cfg, self.method, self.acc.num_processes)
@@ -359,7 +398,9 @@ class Trainer:
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
-        self.method.pairwise_rewards = frozenset(n for n, (r, _) in self.reward.rewards.items() if getattr(r, "pairwise", False))
+        self.method.pairwise_rewards = frozenset(
+            n for n, (r, _) in self.reward.rewards.items() if getattr(r, "pairwise", False)
+        )
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = load_eval_prompts(cfg.data) or self.prompts  # a dataset folder: its test split
         share = s.prompts_per_iteration * s.group_size // self.acc.num_processes
@@ -373,8 +414,11 @@ class Trainer:
         self._checked_onpolicy = False
         if cfg.train.onpolicy_check and not self.method.checks_onpolicy:
             self._checked_onpolicy = True
-            logger.warning("train.onpolicy_check does not apply to method %s: %s, so no on-policy check is made",
-                           self.method.name, self.method.no_onpolicy_reason)
+            logger.warning(
+                "train.onpolicy_check does not apply to method %s: %s, so no on-policy check is made",
+                self.method.name,
+                self.method.no_onpolicy_reason,
+            )
         self._reward_worker: BackgroundWorker | None = None
         if self._resume_path is not None:
             self._resume(self._resume_path)
@@ -428,7 +472,9 @@ class Trainer:
                         f"resume=latest: the run in {self.out} logged {len(rows)} iteration(s) but saved no checkpoint; "
                         f"start it again with overwrite=true"
                     )
-                logger.warning("resume=latest: the run in %s had completed no iteration; starting at iteration 0", self.out)
+                logger.warning(
+                    "resume=latest: the run in %s had completed no iteration; starting at iteration 0", self.out
+                )
                 return None
             if path is None:
                 why = f" ({len(corrupt)} corrupt: {corrupt[0]})" if corrupt else ""
@@ -456,8 +502,10 @@ class Trainer:
         t = self.cfg.train
         transformer = self.adapter.transformer
         if not getattr(self.adapter, "attention_backpropagates", True):
-            raise ValueError(f"model.attention_backend={self.cfg.model.attention_backend!r} is an inference-only "
-                             "kernel (no backward pass): it cannot train; choose another (or null)")
+            raise ValueError(
+                f"model.attention_backend={self.cfg.model.attention_backend!r} is an inference-only "
+                "kernel (no backward pass): it cannot train; choose another (or null)"
+            )
         transformer.requires_grad_(False)
         self.ref_model = None
         if t.lora.enabled:
@@ -482,8 +530,11 @@ class Trainer:
         if not self.trainable:
             raise ValueError("train.lora.target_modules matched no module: nothing to train")
         optimizer = torch.optim.AdamW(
-            list(self.trainable.values()), lr=t.learning_rate, betas=tuple(t.adam_betas),
-            weight_decay=t.weight_decay, eps=t.adam_eps,
+            list(self.trainable.values()),
+            lr=t.learning_rate,
+            betas=tuple(t.adam_betas),
+            weight_decay=t.weight_decay,
+            eps=t.adam_eps,
         )
         self._deepspeed = self.acc.state.deepspeed_plugin is not None
         if self._deepspeed:
@@ -497,7 +548,9 @@ class Trainer:
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
         # the method's parameter averages (RAM's lagged policy), updated once an iteration
-        self.averages = {name: ParamAverage(self.trainable, decay_at) for name, decay_at in self.method.averages().items()}
+        self.averages = {
+            name: ParamAverage(self.trainable, decay_at) for name, decay_at in self.method.averages().items()
+        }
         self.optimizer_steps = 0
         num_units = len(self._unit_layout(self.cfg.sample.prompts_per_iteration * self.cfg.sample.group_size))
         self.total_optimizer_steps = t.iterations * len(self.method.schedule(num_units))
@@ -513,8 +566,13 @@ class Trainer:
         nfe, calls = (self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local).tolist()
         self.cost_totals["nfe"] += nfe
         self.cost_totals["reward_calls"] += calls
-        return {"cost/nfe": nfe, "cost/reward_calls": calls, "cost/nfe_total": self.cost_totals["nfe"],
-                "cost/reward_calls_total": self.cost_totals["reward_calls"], "throughput/nfe_per_s": nfe / seconds}
+        return {
+            "cost/nfe": nfe,
+            "cost/reward_calls": calls,
+            "cost/nfe_total": self.cost_totals["nfe"],
+            "cost/reward_calls_total": self.cost_totals["reward_calls"],
+            "throughput/nfe_per_s": nfe / seconds,
+        }
 
     def _prepare(self, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap for the launch's strategy (DDP, DeepSpeed, FSDP2) through accelerate."""
@@ -554,8 +612,10 @@ class Trainer:
         for name, average in self.averages.items():
             saved = state["averages"].get(name)
             if saved is None:
-                raise ckpt.CheckpointError(f"resume={str(path)!r}: the checkpoint holds no parameter average {name!r}, "
-                                           f"which method {self.method.name} keeps")
+                raise ckpt.CheckpointError(
+                    f"resume={str(path)!r}: the checkpoint holds no parameter average {name!r}, "
+                    f"which method {self.method.name} keeps"
+                )
             average.shadow = {k: sharding.shard_like(v, average.shadow[k]) for k, v in saved.items()}
             average.updates = int(state.get("average_updates", {}).get(name, 0))
         ckpt.set_rng_state(state["rng_tensors"], state["rng"])
@@ -586,10 +646,14 @@ class Trainer:
             prompts = [it.prompt for it in items]
             # "group" tells pairwise rewards which samples to compare (the prompt alone may repeat)
             metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
-            cond = (self.adapter.encode_prompts(prompts, [it.negative_prompt for it in items]) if self._own_negatives
-                    else self.adapter.encode_prompts(prompts))
-            batch = PromptBatch(samples.local.start + start, prompts, metadata, group_ids[rows],
-                                latents.rows(noise, rows), cond)
+            cond = (
+                self.adapter.encode_prompts(prompts, [it.negative_prompt for it in items])
+                if self._own_negatives
+                else self.adapter.encode_prompts(prompts)
+            )
+            batch = PromptBatch(
+                samples.local.start + start, prompts, metadata, group_ids[rows], latents.rows(noise, rows), cond
+            )
             exp = self.method.explore(ctx, batch)
             media = to_cpu(self.adapter.decode(exp.score["final"]))
             extra = {name: self._decode_many(lat) for name, lat in exp.score.items() if name != "final"}
@@ -644,8 +708,11 @@ class Trainer:
         out = {}
         for name, (media, k) in jobs.items():
             result = self.reward(media, [p for p in prompts for _ in range(k)], [m for m in metadata for _ in range(k)])
-            out[name] = (result.scores, {c: torch.as_tensor(v) for c, v in result.details["components"].items()},
-                         result.details.get("calls", {}))
+            out[name] = (
+                result.scores,
+                {c: torch.as_tensor(v) for c, v in result.details["components"].items()},
+                result.details.get("calls", {}),
+            )
         return out
 
     def score(self, batches: list[RolloutBatch]) -> Scores | None:
@@ -671,9 +738,17 @@ class Trainer:
             # the batches still scoring in the background finish first (each call is bounded by the
             # timeout), so that no reward runs while the next phase or an evaluation calls it
             futures_wait([b.pending for b in batches if b.pending is not None])
-        outputs = {name: (torch.cat([part[name][0] for part in parts]),
-                          {c: torch.cat([part[name][1][c] for part in parts]) for c in parts[0][name][1]})
-                   for name in names} if error is None else {}
+        outputs = (
+            {
+                name: (
+                    torch.cat([part[name][0] for part in parts]),
+                    {c: torch.cat([part[name][1][c] for part in parts]) for c in parts[0][name][1]},
+                )
+                for name in names
+            }
+            if error is None
+            else {}
+        )
         ks = {"final": 1, **{name: self._extra_k(batches[0], name) for name in batches[0].extra}}
         device = self.acc.device
         failed = self.acc.gather(torch.tensor([error is not None], device=device)).any()
@@ -699,11 +774,14 @@ class Trainer:
         components = {k: gather(v) for k, v in final_components.items()}
         columns.update({f"final/{k}": v for k, v in components.items()})
         # this process's evaluations: a pointwise reward's samples, a pairwise one's comparisons
-        by_reward = {r: float(sum(part[name][2].get(r, 0) for part in parts for name in names)) for r in self.reward.rewards}
+        by_reward = {
+            r: float(sum(part[name][2].get(r, 0) for part in parts for name in names)) for r in self.reward.rewards
+        }
         return Scores(columns["final"], components, columns, int(sum(by_reward.values())), by_reward)
 
-    def update(self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool,
-               ctx: Context | None = None) -> dict[str, float]:
+    def update(
+        self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool, ctx: Context | None = None
+    ) -> dict[str, float]:
         """Update phase: the method's loss over every trained transition of every kept sample.
 
         ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
@@ -755,8 +833,11 @@ class Trainer:
                 continue  # no sample of this step carries signal, on any process
             busy = [(q, js, keep) for q, js, keep in work if keep.any()]
             passes = max(sum(1 for q, _, _ in busy if layout[q][0] == r) for r in range(world))
-            units = [(self._kept_unit(batches[local.index(q)], adv_all, layout[q], keep), js)
-                     for q, js, keep in busy if q in local]
+            units = [
+                (self._kept_unit(batches[local.index(q)], adv_all, layout[q], keep), js)
+                for q, js, keep in busy
+                if q in local
+            ]
             if len(units) < passes:  # padding: one real row, weight 0, as many transitions as a busy unit
                 pad, adv_pad, _ = self._kept_unit(batches[0], adv_all, layout[local[0]], None, rows=1)
                 units += [((pad, adv_pad, 0.0), trained[local[0]][: len(busy[0][1])])] * (passes - len(units))
@@ -773,9 +854,12 @@ class Trainer:
                     if not self.method.trains(name):
                         p.grad = None
             grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
-            grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)  # None: DeepSpeed's first step
-            scheduled = t.learning_rate * lr_factor(self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule,
-                                                    t.lr_warmup_steps, t.lr_min_ratio)
+            grad_norm = (
+                float("nan") if grad_norm is None else sharding.as_float(grad_norm)
+            )  # None: DeepSpeed's first step
+            scheduled = t.learning_rate * lr_factor(
+                self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule, t.lr_warmup_steps, t.lr_min_ratio
+            )
             lr = self.method.learning_rate(scheduled, self.optimizer_steps)
             for group in self.optimizer.param_groups:
                 group["lr"] = lr
@@ -812,22 +896,40 @@ class Trainer:
         return [(r, r * share + s, min(b, share - s)) for r in range(world) for s in range(0, share, b)]
 
     @staticmethod
-    def _kept_unit(b: RolloutBatch, adv_all: torch.Tensor, where: tuple[int, int, int], keep: torch.Tensor | None,
-                   rows: int | None = None) -> tuple[RolloutBatch, torch.Tensor, float]:
+    def _kept_unit(
+        b: RolloutBatch,
+        adv_all: torch.Tensor,
+        where: tuple[int, int, int],
+        keep: torch.Tensor | None,
+        rows: int | None = None,
+    ) -> tuple[RolloutBatch, torch.Tensor, float]:
         """The unit's rows that train (``keep``, (rows,) over the unit's rows), or its first ``rows`` rows;
         with their advantages and count."""
         _, start, n = where
         adv = adv_all[start : start + n]
         idx = keep.nonzero().flatten() if keep is not None else torch.arange(rows)
         if len(idx) < n:
-            b = RolloutBatch(b.traj.select(idx), {k: v[idx.to(v.device)] for k, v in b.cond.items()},
-                             [b.prompts[i] for i in idx.tolist()], [b.metadata[i] for i in idx.tolist()],
-                             select_media(b.media, idx))
+            b = RolloutBatch(
+                b.traj.select(idx),
+                {k: v[idx.to(v.device)] for k, v in b.cond.items()},
+                [b.prompts[i] for i in idx.tolist()],
+                [b.metadata[i] for i in idx.tolist()],
+                select_media(b.media, idx),
+            )
             adv = adv[idx]
         return b, adv, float(len(idx))
 
-    def _update_unit(self, ctx: Context, b: RolloutBatch, adv: torch.Tensor, transitions: list[int], scale: float,
-                     sync: bool, stats: UpdateStats, measure: bool) -> None:
+    def _update_unit(
+        self,
+        ctx: Context,
+        b: RolloutBatch,
+        adv: torch.Tensor,
+        transitions: list[int],
+        scale: float,
+        sync: bool,
+        stats: UpdateStats,
+        measure: bool,
+    ) -> None:
         """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
         the iteration's first unit, still on-policy, so log the log-prob gap.
@@ -863,8 +965,15 @@ class Trainer:
                 self.acc.backward(loss)
             if tl.logp_gap is not None:
                 max_diff = max(max_diff or 0.0, tl.logp_gap)
-            stats.add(rows, loss=tl.loss.item(), pg_loss=tl.policy_loss, kl=tl.kl, approx_kl=tl.approx_kl,
-                      clip_frac=tl.clip_frac, ratio_mean=tl.ratio_mean)
+            stats.add(
+                rows,
+                loss=tl.loss.item(),
+                pg_loss=tl.policy_loss,
+                kl=tl.kl,
+                approx_kl=tl.approx_kl,
+                clip_frac=tl.clip_frac,
+                ratio_mean=tl.ratio_mean,
+            )
         if measure and max_diff is not None:  # None: the method's loss has no rollout log-prob to match
             stats.add_max(onpolicy_logp_diff=max_diff)
 
@@ -1035,8 +1144,10 @@ class Trainer:
                     if main:
                         writer.write(metrics)
                         self._tracking.log(metrics, step=iteration)
-                        bar.set_postfix(reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
-                                        kl=f"{metrics.get('policy/kl', 0):.2g}")
+                        bar.set_postfix(
+                            reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
+                            kl=f"{metrics.get('policy/kl', 0):.2g}",
+                        )
                         if "skipped" not in metrics:
                             self._maybe_save_samples(iteration)
                     done = iteration + 1
@@ -1074,8 +1185,13 @@ class Trainer:
         if not figures:
             return
         cost = self._cost_metrics(self._prepare_calls, 1.0)
-        logger.warning("%s prepared: %s (%d forwards, %d reward calls)", self.method.name,
-                       ", ".join(f"{k} {v:.4g}" for k, v in figures.items()), cost["cost/nfe"], cost["cost/reward_calls"])
+        logger.warning(
+            "%s prepared: %s (%d forwards, %d reward calls)",
+            self.method.name,
+            ", ".join(f"{k} {v:.4g}" for k, v in figures.items()),
+            cost["cost/nfe"],
+            cost["cost/reward_calls"],
+        )
         if self.acc.is_main_process:
             import json
 
@@ -1102,14 +1218,18 @@ class Trainer:
                 f"{self._saved_phrase()}"
             ) from None
         if iteration > self._last_saved:
-            logger.warning("stopping (%s): saving the %d completed iterations first", signal_name or "reward", iteration)
+            logger.warning(
+                "stopping (%s): saving the %d completed iterations first", signal_name or "reward", iteration
+            )
             ckpt.set_rng_state(*self._rng_at_start)  # the RNG as the completed iterations left it
             self._signals.hold()
             try:
                 self.save(iteration)
             except KeyboardInterrupt:
-                raise Interrupted(f"stopped at once by a second signal: abandoned the checkpoint of iteration "
-                                  f"{iteration} being written; {self._saved_phrase()}") from None
+                raise Interrupted(
+                    f"stopped at once by a second signal: abandoned the checkpoint of iteration "
+                    f"{iteration} being written; {self._saved_phrase()}"
+                ) from None
             self._signals.release()
         if signal_name is not None:
             raise Interrupted(self._stopped_line(signal_name)) from None
@@ -1123,7 +1243,9 @@ class Trainer:
 
     def _stopped_line(self, signal_name: str | None) -> str:
         done = self._last_saved
-        what = f"{done} completed iterations are saved ({self._saved_phrase()})" if done else "no iteration had completed"
+        what = (
+            f"{done} completed iterations are saved ({self._saved_phrase()})" if done else "no iteration had completed"
+        )
         return f"interrupted ({signal_name}): {what}; continue with the same command and resume=latest"
 
     def _any_process(self, flag: bool) -> bool:
@@ -1144,7 +1266,9 @@ class Trainer:
             logger.warning(
                 "iteration %d learned nothing: every group's reward was flat (reward/std %.3g), so every advantage "
                 "is 0; the run stops after %d such iterations in a row (train.max_flat_iterations)",
-                metrics["iteration"], metrics.get("reward/std", float("nan")), limit,
+                metrics["iteration"],
+                metrics.get("reward/std", float("nan")),
+                limit,
             )
         if self._flat_iterations < limit:
             return None
@@ -1186,8 +1310,9 @@ class Trainer:
         iteration, whose end ``checkpoints/iter-N`` saves (the first, every ``log.sample_every``, the last)."""
         log, done = self.cfg.log, iteration + 1
         if done == 1 or done % log.sample_every == 0 or done == self.cfg.train.iterations:
-            path = save_media(self._last_media, self.out / "samples" / f"iter-{done:06d}",
-                              max_samples=log.num_sample_images)[0]
+            path = save_media(
+                self._last_media, self.out / "samples" / f"iter-{done:06d}", max_samples=log.num_sample_images
+            )[0]
             self._tracking.log_image(path, step=iteration)  # at the step of the metrics of these rollouts
 
     def save(self, iterations_done: int) -> None:
@@ -1209,11 +1334,21 @@ class Trainer:
         averages = {name: sharding.whole_on_main(a.shadow, main) for name, a in self.averages.items()}
         if main:
             ckpt.finish_checkpoint(
-                tmp, iterations_done, trainable, optimizer_state, ema=ema, averages=averages,
-                extra={"optimizer_steps": self.optimizer_steps, "ema_updates": self.ema.updates if self.ema else 0,
-                       "average_updates": {name: a.updates for name, a in self.averages.items()},
-                       "processes": self.acc.num_processes, "config": redact_secrets(self.cfg.to_dict()),
-                       "method": self.method.state_dict(), "cost_totals": self.cost_totals},
+                tmp,
+                iterations_done,
+                trainable,
+                optimizer_state,
+                ema=ema,
+                averages=averages,
+                extra={
+                    "optimizer_steps": self.optimizer_steps,
+                    "ema_updates": self.ema.updates if self.ema else 0,
+                    "average_updates": {name: a.updates for name, a in self.averages.items()},
+                    "processes": self.acc.num_processes,
+                    "config": redact_secrets(self.cfg.to_dict()),
+                    "method": self.method.state_dict(),
+                    "cost_totals": self.cost_totals,
+                },
             )
             ckpt.prune_checkpoints(root, self.cfg.log.keep_last)
         del trainable, optimizer_state, ema, averages
@@ -1243,8 +1378,12 @@ class Trainer:
                     from huggingface_hub import save_torch_state_dict
 
                     transformer.save_config(run_dir / "transformer")
-                    save_torch_state_dict(state, run_dir / "transformer", max_shard_size="10GB",
-                                          filename_pattern="diffusion_pytorch_model{suffix}.safetensors")
+                    save_torch_state_dict(
+                        state,
+                        run_dir / "transformer",
+                        max_shard_size="10GB",
+                        filename_pattern="diffusion_pytorch_model{suffix}.safetensors",
+                    )
 
     @contextmanager
     def _ema_weights(self):

@@ -69,8 +69,14 @@ def load_flux_pipeline(path: str, dtype: str = "fp32", revision: str | None = No
     return load_pretrained_pipeline("FluxPipeline", path, dtype, revision)
 
 
-def set_dispatcher_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype,
-                                     heads: int | None = None, head_dim: int | None = None) -> bool:
+def set_dispatcher_attention_backend(
+    transformer,
+    name: str,
+    device: torch.device,
+    dtype: torch.dtype,
+    heads: int | None = None,
+    head_dim: int | None = None,
+) -> bool:
     """Send the attention of a transformer whose processors already call diffusers' dispatcher (FLUX, Wan,
     LTX-2, Stable Audio 3) through backend ``name``; refused in one line where it cannot run. ``heads`` /
     ``head_dim`` size the probe (default: the config's ``num_attention_heads`` / ``attention_head_dim``).
@@ -91,8 +97,10 @@ def set_dispatcher_attention_backend(transformer, name: str, device: torch.devic
     try:
         return _probe_attention(AttentionBackendName(name), device, dtype, heads, head_dim)
     except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
-        raise RuntimeError(f"model.attention_backend={name!r} cannot run on this {device.type} with "
-                           f"{str(dtype)[6:]} weights: {_first_line(exc)}") from None
+        raise RuntimeError(
+            f"model.attention_backend={name!r} cannot run on this {device.type} with "
+            f"{str(dtype)[6:]} weights: {_first_line(exc)}"
+        ) from None
 
 
 class FluxAdapter:
@@ -144,8 +152,9 @@ class FluxAdapter:
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
         if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(pipe.transformer, attention_backend,
-                                                                       self.device, self.compute_dtype)
+            self.attention_backpropagates = set_dispatcher_attention_backend(
+                pipe.transformer, attention_backend, self.device, self.compute_dtype
+            )
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> FluxAdapter:
@@ -163,8 +172,14 @@ class FluxAdapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, getattr(model_cfg, "size", model_cfg.resolution), model_cfg.max_sequence_length, device,
-                   prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
+        return cls(
+            pipe,
+            getattr(model_cfg, "size", model_cfg.resolution),
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+        )
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -179,7 +194,10 @@ class FluxAdapter:
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
         embeds, pooled, _ = self.pipe.encode_prompt(
-            prompt=prompts, prompt_2=None, device=self.device, num_images_per_prompt=1,
+            prompt=prompts,
+            prompt_2=None,
+            device=self.device,
+            num_images_per_prompt=1,
             max_sequence_length=self.max_sequence_length,
         )
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
@@ -197,14 +215,18 @@ class FluxAdapter:
             if len(negative_prompts) != len(prompts):
                 raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
             if any(negative_prompts):
-                raise ValueError("negative prompts: the flux pipeline uses FLUX.1-dev's embedded guidance, which has "
-                                 "no negative branch; remove the negative prompts (data.negative_prompt, per-prompt)")
+                raise ValueError(
+                    "negative prompts: the flux pipeline uses FLUX.1-dev's embedded guidance, which has "
+                    "no negative branch; remove the negative prompts (data.negative_prompt, per-prompt)"
+                )
         rows = self._rows(list(prompts))
         return {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
 
     def negative_conditioning(self, n: int) -> Conditioning:
-        raise NotImplementedError("the flux pipeline has no CFG negative: FLUX.1-dev's guidance is embedded "
-                                  "(sample.guidance_scale is the transformer's guidance input)")
+        raise NotImplementedError(
+            "the flux pipeline has no CFG negative: FLUX.1-dev's guidance is embedded "
+            "(sample.guidance_scale is the transformer's guidance input)"
+        )
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -215,8 +237,13 @@ class FluxAdapter:
         from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
         c = self._scheduler.config
-        return calculate_shift(self.image_seq_len, c.get("base_image_seq_len", 256), c.get("max_image_seq_len", 4096),
-                               c.get("base_shift", 0.5), c.get("max_shift", 1.15))
+        return calculate_shift(
+            self.image_seq_len,
+            c.get("base_image_seq_len", 256),
+            c.get("max_image_seq_len", 4096),
+            c.get("base_shift", 0.5),
+            c.get("max_shift", 1.15),
+        )
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         """The pipeline's schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
@@ -234,14 +261,18 @@ class FluxAdapter:
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Packed Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32): (n, N, 64)."""
-        latents, _ = self.pipe.prepare_latents(n, self.latent_channels, self.height, self.width,
-                                               torch.float32, self.device, generator)
+        latents, _ = self.pipe.prepare_latents(
+            n, self.latent_channels, self.height, self.width, torch.float32, self.device, generator
+        )
         return latents
 
     def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
         """The conditioning cast to the model dtype; no CFG rows (the guidance is embedded)."""
         dtype = self.compute_dtype
-        return {"prompt_embeds": cond["prompt_embeds"].to(dtype), "pooled_prompt_embeds": cond["pooled_prompt_embeds"].to(dtype)}
+        return {
+            "prompt_embeds": cond["prompt_embeds"].to(dtype),
+            "pooled_prompt_embeds": cond["pooled_prompt_embeds"].to(dtype),
+        }
 
     def _text_ids_for(self, length: int) -> torch.Tensor:
         if length not in self._text_ids:
@@ -263,12 +294,17 @@ class FluxAdapter:
         n = x.shape[0]
         embeds = inputs["prompt_embeds"]
         if embeds.shape[0] != n:
-            raise ValueError(f"conditioning has {embeds.shape[0]} rows for {n} latents; "
-                             "build it with model_inputs(cond, guidance_scale)")
+            raise ValueError(
+                f"conditioning has {embeds.shape[0]} rows for {n} latents; "
+                "build it with model_inputs(cond, guidance_scale)"
+            )
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
         timestep = timestep.expand(n) if timestep.numel() == 1 else timestep.reshape(n)
-        guidance = (torch.full((n,), float(guidance_scale), dtype=torch.float32, device=self.device)
-                    if self.guidance_embeds else None)
+        guidance = (
+            torch.full((n,), float(guidance_scale), dtype=torch.float32, device=self.device)
+            if self.guidance_embeds
+            else None
+        )
         return (model or self.transformer)(
             hidden_states=x.to(self.compute_dtype),
             timestep=timestep,
@@ -312,11 +348,19 @@ class FluxAdapter:
         from diffusers import FluxPipeline
 
         FluxPipeline.save_lora_weights(
-            str(directory), transformer_lora_layers=state_dict, transformer_lora_adapter_metadata=lora_metadata(self.transformer)
+            str(directory),
+            transformer_lora_layers=state_dict,
+            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
         )
 
-    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator,
-                 negative_prompts: list[str] | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> torch.Tensor:
         """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``): ``guidance_scale`` is the
         embedded guidance, as in training; ``negative_prompts`` are not used (FLUX.1 has no two-branch CFG here)."""
         return self.pipe(

@@ -248,11 +248,20 @@ class LTX2Adapter:
         self.fps = DEFAULT_FPS if fps is None else float(fps)
         registers = getattr(pipe.connectors.config, "video_connector_num_learnable_registers", None)
         if registers and max_sequence_length % registers:
-            raise ValueError(f"model.max_sequence_length: LTX-2's text connectors replace padding with {registers} "
-                             f"registers, so it must be a multiple of {registers}, got {max_sequence_length}")
+            raise ValueError(
+                f"model.max_sequence_length: LTX-2's text connectors replace padding with {registers} "
+                f"registers, so it must be a multiple of {registers}, got {max_sequence_length}"
+            )
         self.max_sequence_length = int(max_sequence_length)
-        self._set_guidance_options(audio_guidance_scale, stg_scale, audio_stg_scale, stg_blocks, modality_scale,
-                                   audio_modality_scale, int(pipe.transformer.config.num_layers))
+        self._set_guidance_options(
+            audio_guidance_scale,
+            stg_scale,
+            audio_stg_scale,
+            stg_blocks,
+            modality_scale,
+            audio_modality_scale,
+            int(pipe.transformer.config.num_layers),
+        )
         self.decode_timestep = float(decode_timestep)
         self.decode_noise_scale = self.decode_timestep if decode_noise_scale is None else float(decode_noise_scale)
         self.pipe = pipe
@@ -281,8 +290,11 @@ class LTX2Adapter:
         self.latent_frames = (self.num_frames - 1) // pipe.vae_temporal_compression_ratio + 1
         self.latent_height = self.height // pipe.vae_spatial_compression_ratio
         self.latent_width = self.width // pipe.vae_spatial_compression_ratio
-        self.video_seq_len = (self.latent_frames // self.patch_t) * (self.latent_height // self.patch) * (
-            self.latent_width // self.patch)
+        self.video_seq_len = (
+            (self.latent_frames // self.patch_t)
+            * (self.latent_height // self.patch)
+            * (self.latent_width // self.patch)
+        )
         # the audio latents: L frames of (channels, mel bins / 4), packed (B, L, channels x mel bins / 4)
         per_second = pipe.audio_sampling_rate / pipe.audio_hop_length / float(pipe.audio_vae_temporal_compression_ratio)
         self.audio_frames = round(self.num_frames / self.fps * per_second)
@@ -294,17 +306,30 @@ class LTX2Adapter:
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
         if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(pipe.transformer, attention_backend,
-                                                                       self.device, self.compute_dtype)
+            self.attention_backpropagates = set_dispatcher_attention_backend(
+                pipe.transformer, attention_backend, self.device, self.compute_dtype
+            )
 
-    def _set_guidance_options(self, audio_guidance_scale, stg_scale, audio_stg_scale, stg_blocks, modality_scale,
-                              audio_modality_scale, num_layers: int) -> None:
-        for name, video, audio in (("audio_guidance_scale", 1.0, audio_guidance_scale),
-                                   ("audio_stg_scale", stg_scale, audio_stg_scale),
-                                   ("audio_modality_scale", modality_scale, audio_modality_scale)):
+    def _set_guidance_options(
+        self,
+        audio_guidance_scale,
+        stg_scale,
+        audio_stg_scale,
+        stg_blocks,
+        modality_scale,
+        audio_modality_scale,
+        num_layers: int,
+    ) -> None:
+        for name, video, audio in (
+            ("audio_guidance_scale", 1.0, audio_guidance_scale),
+            ("audio_stg_scale", stg_scale, audio_stg_scale),
+            ("audio_modality_scale", modality_scale, audio_modality_scale),
+        ):
             if audio is not None and audio == 0 and video != 0:  # LTX2Pipeline reads `audio_x or x`
-                raise ValueError(f"{name}=0: LTX2Pipeline falls back to the video value for a 0 audio scale; "
-                                 "leave it unset (the video's) or give a non-zero value")
+                raise ValueError(
+                    f"{name}=0: LTX2Pipeline falls back to the video value for a 0 audio scale; "
+                    "leave it unset (the video's) or give a non-zero value"
+                )
         self.audio_guidance_scale = None if audio_guidance_scale is None else float(audio_guidance_scale)
         self.stg_scale = float(stg_scale)
         self.audio_stg_scale = None if audio_stg_scale is None else float(audio_stg_scale)
@@ -313,8 +338,10 @@ class LTX2Adapter:
         self.stg_blocks = list(stg_blocks) if stg_blocks else None
         stg_on = self.stg_scale != 0.0 or (self.audio_stg_scale or 0.0) != 0.0
         if stg_on and not self.stg_blocks:
-            raise ValueError("stg_scale: spatio-temporal guidance needs stg_blocks, the transformer block indices "
-                             "whose self-attention it perturbs")
+            raise ValueError(
+                "stg_scale: spatio-temporal guidance needs stg_blocks, the transformer block indices "
+                "whose self-attention it perturbs"
+            )
         bad = [b for b in self.stg_blocks or [] if not 0 <= b < num_layers]
         if bad:
             raise ValueError(f"stg_blocks: {bad} are not blocks of this {num_layers}-block transformer")
@@ -336,9 +363,17 @@ class LTX2Adapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.size, model_cfg.num_frames, model_cfg.fps, model_cfg.max_sequence_length, device,
-                   prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None),
-                   **options)
+        return cls(
+            pipe,
+            model_cfg.size,
+            model_cfg.num_frames,
+            model_cfg.fps,
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+            **options,
+        )
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -353,8 +388,12 @@ class LTX2Adapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
-        embeds, mask, _, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False,
-                                                     max_sequence_length=self.max_sequence_length, device=self.device)
+        embeds, mask, _, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+            device=self.device,
+        )
         side = getattr(self.pipe.tokenizer, "padding_side", "left")
         video, audio, mask = self.pipe.connectors(embeds, mask, padding_side=side)
         return {"prompt_embeds": video, "audio_prompt_embeds": audio, "prompt_attention_mask": mask}
@@ -375,7 +414,7 @@ class LTX2Adapter:
         if negative_prompts is None:
             return cond
         empty = self._empty_negative()
-        own = iter(rows[len(prompts):])
+        own = iter(rows[len(prompts) :])
         negs = [next(own) if n else empty for n in negative_prompts]
         cond.update({f"negative_{k}": torch.cat([r[k] for r in negs]) for k in CONDITION_KEYS})
         return cond
@@ -398,8 +437,13 @@ class LTX2Adapter:
         from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
 
         c = self._scheduler.config
-        return calculate_shift(self.video_seq_len, c.get("base_image_seq_len", 1024), c.get("max_image_seq_len", 4096),
-                               c.get("base_shift", 0.95), c.get("max_shift", 2.05))
+        return calculate_shift(
+            self.video_seq_len,
+            c.get("base_image_seq_len", 1024),
+            c.get("max_image_seq_len", 4096),
+            c.get("base_shift", 0.95),
+            c.get("max_shift", 2.05),
+        )
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         """The pipeline's schedule with ``num_steps`` transitions, for both modalities: (T+1,) fp32 from exactly 1
@@ -410,27 +454,37 @@ class LTX2Adapter:
     @property
     def latent_shapes(self) -> dict[str, tuple[int, int]]:
         """One sample's packed latents: video (N_v, 128), audio (L, 128)."""
-        return {"video": (self.video_seq_len, self.video_channels * self.patch_t * self.patch**2),
-                "audio": (self.audio_frames, self.audio_channels * self.latent_mel_bins)}
+        return {
+            "video": (self.video_seq_len, self.video_channels * self.patch_t * self.patch**2),
+            "audio": (self.audio_frames, self.audio_channels * self.latent_mel_bins),
+        }
 
     def initial_noise(self, n: int, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
         """Gaussian latents at sigma_0 = 1 through ``prepare_latents`` then ``prepare_audio_latents`` (the
         pipeline's order of draws from ``generator``), packed, fp32, not normalised (as the pipeline's fresh noise):
         ``{"video": (n, N_v, 128), "audio": (n, L, 128)}``."""
-        video = self.pipe.prepare_latents(n, self.video_channels, self.height, self.width, self.num_frames, 0.0,
-                                          torch.float32, self.device, generator)
-        audio = self.pipe.prepare_audio_latents(n, num_channels_latents=self.audio_channels,
-                                                audio_latent_length=self.audio_frames, num_mel_bins=self.mel_bins,
-                                                noise_scale=0.0, dtype=torch.float32, device=self.device,
-                                                generator=generator)
+        video = self.pipe.prepare_latents(
+            n, self.video_channels, self.height, self.width, self.num_frames, 0.0, torch.float32, self.device, generator
+        )
+        audio = self.pipe.prepare_audio_latents(
+            n,
+            num_channels_latents=self.audio_channels,
+            audio_latent_length=self.audio_frames,
+            num_mel_bins=self.mel_bins,
+            noise_scale=0.0,
+            dtype=torch.float32,
+            device=self.device,
+            generator=generator,
+        )
         return {"video": video, "audio": audio}
 
     def to_pipeline_latents(self, latents: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Packed, normalised latents -> the pipeline's ``output_type="latent"`` (VAE space): ``{"video": (B, 128,
         F', H', W'), "audio": (B, 8, L, 16)}``, which ``LTX2Pipeline`` takes back as ``latents`` / ``audio_latents``."""
         p = self.pipe
-        video = p._unpack_latents(latents["video"], self.latent_frames, self.latent_height, self.latent_width,
-                                  self.patch, self.patch_t)
+        video = p._unpack_latents(
+            latents["video"], self.latent_frames, self.latent_height, self.latent_width, self.patch, self.patch_t
+        )
         video = p._denormalize_latents(video, p.vae.latents_mean, p.vae.latents_std, p.vae.config.scaling_factor)
         audio = p._denormalize_audio_latents(latents["audio"], p.audio_vae.latents_mean, p.audio_vae.latents_std)
         audio = p._unpack_audio_latents(audio, self.audio_frames, num_mel_bins=self.latent_mel_bins)
@@ -439,10 +493,12 @@ class LTX2Adapter:
     def from_pipeline_latents(self, latents: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The inverse of ``to_pipeline_latents``: what the pipeline does to 5-D ``latents`` / 4-D ``audio_latents``."""
         p = self.pipe
-        video = p._normalize_latents(latents["video"], p.vae.latents_mean, p.vae.latents_std,
-                                     p.vae.config.scaling_factor)
-        audio = p._normalize_audio_latents(p._pack_audio_latents(latents["audio"]), p.audio_vae.latents_mean,
-                                           p.audio_vae.latents_std)
+        video = p._normalize_latents(
+            latents["video"], p.vae.latents_mean, p.vae.latents_std, p.vae.config.scaling_factor
+        )
+        audio = p._normalize_audio_latents(
+            p._pack_audio_latents(latents["audio"]), p.audio_vae.latents_mean, p.audio_vae.latents_std
+        )
         return {"video": p._pack_latents(video, self.patch, self.patch_t).float(), "audio": audio.float()}
 
     def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
@@ -468,6 +524,7 @@ class LTX2Adapter:
 
     def _sigma_rows(self, sigma, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(n,) fp32 video and audio sigmas of a float, a (n,) tensor or ``{"video": ..., "audio": ...}``."""
+
         def rows(value):
             s = torch.as_tensor(value, dtype=torch.float32, device=self.device)
             return s.reshape(1).expand(n) if s.numel() == 1 else s.reshape(n)
@@ -530,8 +587,10 @@ class LTX2Adapter:
         plan = _plan_of(self, 1.0 if unguided else guidance_scale)
         rows = plan.main_rows * n
         if inputs["prompt_embeds"].shape[0] != rows:
-            raise ValueError(f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {n} latents; "
-                             f"build it with model_inputs(cond, guidance_scale={guidance_scale})")
+            raise ValueError(
+                f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {n} latents; "
+                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
+            )
         sv, sa = self._sigma_rows(sigma, n)
         tv, ta = sv * self._num_train_timesteps, sa * self._num_train_timesteps
         k = plan.main_rows
@@ -539,8 +598,16 @@ class LTX2Adapter:
         if plan.stg:
             mask = torch.ones(rows, dtype=self.compute_dtype, device=xv.device)
             mask[-n:] = 0.0  # the STG rows are the last n
-        vv, va = self._forward(model, torch.cat([xv] * k) if k > 1 else xv, torch.cat([xa] * k) if k > 1 else xa,
-                               inputs, tv.repeat(k), ta.repeat(k), isolate=isolate_modalities, perturbation_mask=mask)
+        vv, va = self._forward(
+            model,
+            torch.cat([xv] * k) if k > 1 else xv,
+            torch.cat([xa] * k) if k > 1 else xa,
+            inputs,
+            tv.repeat(k),
+            ta.repeat(k),
+            isolate=isolate_modalities,
+            perturbation_mask=mask,
+        )
         if plan.cfg is None:
             return {"video": vv, "audio": va}
         chunks_v, chunks_a = vv.split(n), va.split(n)
@@ -551,7 +618,7 @@ class LTX2Adapter:
             out_v = out_v + plan.stg[0] * (cond_v - chunks_v[2])
             out_a = out_a + plan.stg[1] * (cond_a - chunks_a[2])
         if plan.modality:
-            pos = {key: value[n: 2 * n] for key, value in inputs.items()}
+            pos = {key: value[n : 2 * n] for key, value in inputs.items()}
             iso_v, iso_a = self._forward(model, xv, xa, pos, tv, ta, isolate=True)
             out_v = out_v + (plan.modality[0] - 1.0) * (cond_v - iso_v)
             out_a = out_a + (plan.modality[1] - 1.0) * (cond_a - iso_a)
@@ -568,8 +635,9 @@ class LTX2Adapter:
         chunk = max(1, DECODE_CHUNK_ELEMENTS // max(1, latents["video"][0].numel()))
         videos, waves = [], []
         for zv, za in zip(latents["video"].split(chunk), latents["audio"].split(chunk)):
-            z = p._unpack_latents(zv, self.latent_frames, self.latent_height, self.latent_width, self.patch,
-                                  self.patch_t).to(self.text_dtype)  # the pipeline: latents.to(prompt_embeds.dtype)
+            z = p._unpack_latents(
+                zv, self.latent_frames, self.latent_height, self.latent_width, self.patch, self.patch_t
+            ).to(self.text_dtype)  # the pipeline: latents.to(prompt_embeds.dtype)
             timestep = None
             if vae.config.timestep_conditioning:
                 m = z.shape[0]
@@ -597,15 +665,24 @@ class LTX2Adapter:
         if plan.cfg:
             kwargs.update(guidance_scale=plan.cfg[0], audio_guidance_scale=plan.cfg[1])
         if plan.stg:
-            kwargs.update(stg_scale=plan.stg[0], audio_stg_scale=plan.stg[1],
-                          spatio_temporal_guidance_blocks=list(self.stg_blocks))
+            kwargs.update(
+                stg_scale=plan.stg[0],
+                audio_stg_scale=plan.stg[1],
+                spatio_temporal_guidance_blocks=list(self.stg_blocks),
+            )
         if plan.modality:
             kwargs.update(modality_scale=plan.modality[0], audio_modality_scale=plan.modality[1])
         return kwargs
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator | None,
-                 negative_prompts: list[str] | None = None) -> dict:
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator | None,
+        negative_prompts: list[str] | None = None,
+    ) -> dict:
         """``LTX2Pipeline``'s own sampling (``flowrl sample``) with the guidance ``velocity`` uses
         (``call_guidance_kwargs``; no rescale): the audio_video mapping."""
         out = self.pipe(
@@ -621,8 +698,12 @@ class LTX2Adapter:
             output_type="pt",
             **self.call_guidance_kwargs(guidance_scale),
         )
-        return {"video": out.frames.float(), "fps": self.fps, "audio": out.audio.float(),
-                "sample_rate": self.sample_rate}
+        return {
+            "video": out.frames.float(),
+            "fps": self.fps,
+            "audio": out.audio.float(),
+            "sample_rate": self.sample_rate,
+        }
 
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
@@ -634,8 +715,9 @@ class LTX2Adapter:
         if (run_dir / "transformer" / "config.json").is_file():
             from diffusers import LTX2VideoTransformer3DModel
 
-            trained = LTX2VideoTransformer3DModel.from_pretrained(run_dir / "transformer",
-                                                                  torch_dtype=self.compute_dtype)
+            trained = LTX2VideoTransformer3DModel.from_pretrained(
+                run_dir / "transformer", torch_dtype=self.compute_dtype
+            )
             self.pipe.transformer = trained.to(self.device)
             if self.attention_backend is not None:
                 set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
@@ -648,5 +730,8 @@ class LTX2Adapter:
         as metadata (else diffusers assumes alpha = rank)."""
         from diffusers import LTX2Pipeline
 
-        LTX2Pipeline.save_lora_weights(str(directory), transformer_lora_layers=state_dict,
-                                       transformer_lora_adapter_metadata=lora_metadata(self.transformer))
+        LTX2Pipeline.save_lora_weights(
+            str(directory),
+            transformer_lora_layers=state_dict,
+            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
+        )

@@ -77,8 +77,15 @@ class DispatchedJointAttention:
             q = torch.cat([q, normed(heads(attn.add_q_proj(encoder_hidden_states)), attn.norm_added_q)], dim=1)
             k = torch.cat([k, normed(heads(attn.add_k_proj(encoder_hidden_states)), attn.norm_added_k)], dim=1)
             v = torch.cat([v, heads(attn.add_v_proj(encoder_hidden_states))], dim=1)
-        out = dispatch_attention_fn(q, k, v, dropout_p=0.0, is_causal=False, backend=self._attention_backend,
-                                    parallel_config=self._parallel_config)
+        out = dispatch_attention_fn(
+            q,
+            k,
+            v,
+            dropout_p=0.0,
+            is_causal=False,
+            backend=self._attention_backend,
+            parallel_config=self._parallel_config,
+        )
         out = out.flatten(2).to(q.dtype)
         image = attn.to_out[1](attn.to_out[0](out[:, :image_tokens]))
         if not joint:
@@ -149,12 +156,17 @@ def set_attention_backend(transformer, name: str, device: torch.device, dtype: t
             half = torch.bfloat16 if device.type != "cuda" or torch.cuda.is_bf16_supported() else torch.float16
             half_error = _probe_error(backend, device, half, heads, head_dim)
             if half_error is None:
-                logger.warning("model.attention_backend=%s takes only 16-bit inputs (%s with fp32 weights): it "
-                               "runs under train.mixed_precision=bf16/fp16 only", name, why)
+                logger.warning(
+                    "model.attention_backend=%s takes only 16-bit inputs (%s with fp32 weights): it "
+                    "runs under train.mixed_precision=bf16/fp16 only",
+                    name,
+                    why,
+                )
                 return _probe_attention(backend, device, half, heads, head_dim)
             why += f"; in {str(half)[6:]}: {half_error}" if half_error != why else ""
-        raise RuntimeError(f"model.attention_backend={name!r} cannot run on this {where} with {str(dtype)[6:]} "
-                           f"weights: {why}") from None
+        raise RuntimeError(
+            f"model.attention_backend={name!r} cannot run on this {where} with {str(dtype)[6:]} weights: {why}"
+        ) from None
 
 
 class HubUnavailableError(RuntimeError):
@@ -204,12 +216,16 @@ def looks_local(path: str) -> bool:
 def _check_folder(name: str, path: str, folder: Path) -> None:
     """A diffusers pipeline folder: not empty, a ``model_index.json``, and every component it lists."""
     if not any(folder.iterdir()):
-        raise ValueError(f"{name}: folder {path!r} is empty; expected a diffusers pipeline folder "
-                         "(model_index.json, transformer/, vae/, ...)")
+        raise ValueError(
+            f"{name}: folder {path!r} is empty; expected a diffusers pipeline folder "
+            "(model_index.json, transformer/, vae/, ...)"
+        )
     index = folder / "model_index.json"
     if not index.is_file():
-        raise ValueError(f"{name}: folder {path!r} has no model_index.json: not a diffusers pipeline folder "
-                         "(save one with pipe.save_pretrained, or give a .safetensors single file)")
+        raise ValueError(
+            f"{name}: folder {path!r} has no model_index.json: not a diffusers pipeline folder "
+            "(save one with pipe.save_pretrained, or give a .safetensors single file)"
+        )
     try:
         listed = json.loads(index.read_text())
     except json.JSONDecodeError as exc:
@@ -243,8 +259,10 @@ def single_file_keys(path: str | Path) -> list[str]:
             state = state["state_dict"]
         return list(state)
     except Exception as exc:  # noqa: BLE001 -- safetensors and torch raise their own types for a damaged file
-        raise ValueError(f"model.path: {str(path)!r} is not a readable {path.suffix} checkpoint "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise ValueError(
+            f"model.path: {str(path)!r} is not a readable {path.suffix} checkpoint "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
 
 
 def single_file_parts(keys: list[str]) -> set[str]:
@@ -255,8 +273,10 @@ def single_file_parts(keys: list[str]) -> set[str]:
 def _check_single_file(path: str, local: Path, config: str | None) -> None:
     parts = single_file_parts(single_file_keys(local))
     if "transformer" not in parts:
-        raise ValueError(f"model.path: {path!r} holds no SD3 transformer weights (no 'joint_blocks.*' tensors): "
-                         "not an SD3/SD3.5 single-file checkpoint")
+        raise ValueError(
+            f"model.path: {path!r} holds no SD3 transformer weights (no 'joint_blocks.*' tensors): "
+            "not an SD3/SD3.5 single-file checkpoint"
+        )
     missing = sorted(set(_SINGLE_FILE_PARTS) - parts)
     if missing and config is None:
         raise ValueError(
@@ -275,8 +295,10 @@ def check_folder_or_hub(path: str, family: str, label: str) -> None:
     if local.is_dir():
         _check_folder("model.path", path, local)
     elif local.is_file() or is_single_file(path):
-        raise ValueError(f"model.path: {path!r} is a file; the {family} pipeline loads a diffusers folder or a hub id "
-                         f"(single-file {label} checkpoints are not supported)")
+        raise ValueError(
+            f"model.path: {path!r} is a file; the {family} pipeline loads a diffusers folder or a hub id "
+            f"(single-file {label} checkpoints are not supported)"
+        )
     elif looks_local(path) and not path.startswith(("http://", "https://")):
         raise FileNotFoundError(f"model.path: no such file or folder {path!r}")
 
@@ -287,15 +309,19 @@ def load_pretrained_pipeline(class_name: str, path: str, dtype: str = "fp32", re
     import diffusers
 
     try:
-        return getattr(diffusers, class_name).from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype],
-                                                              revision=revision)
+        return getattr(diffusers, class_name).from_pretrained(
+            local_or_hub(path), torch_dtype=DTYPES[dtype], revision=revision
+        )
     except (OSError, ValueError, KeyError) as exc:
         if Path(path).expanduser().is_dir():
-            raise HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
-                                      f"({_first_line(exc)})") from exc
+            raise HubUnavailableError(
+                f"model.path={path!r}: the diffusers folder could not be loaded ({_first_line(exc)})"
+            ) from exc
         why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
-        raise HubUnavailableError(f"model.path={path!r}: not a local folder and {why}; download it first "
-                                  f"(hf download {path}) or set model.path to a local folder") from exc
+        raise HubUnavailableError(
+            f"model.path={path!r}: not a local folder and {why}; download it first "
+            f"(hf download {path}) or set model.path to a local folder"
+        ) from exc
 
 
 def _check_model_location(name: str, path: str, single_file: bool = True, config: str | None = None) -> None:
@@ -304,8 +330,11 @@ def _check_model_location(name: str, path: str, single_file: bool = True, config
         _check_folder(name, path, local)
     elif local.is_file():
         if not (single_file and is_single_file(path)):
-            allowed = "a diffusers folder, a hub id or a .safetensors/.ckpt single file" if single_file else \
-                "a diffusers folder or a hub id"
+            allowed = (
+                "a diffusers folder, a hub id or a .safetensors/.ckpt single file"
+                if single_file
+                else "a diffusers folder or a hub id"
+            )
             raise ValueError(f"{name}: {path!r} is a file; expected {allowed}")
         _check_single_file(path, local, config)
     elif looks_local(path) and not path.startswith(("http://", "https://")):
@@ -333,8 +362,9 @@ def _load_error(path: str, exc: BaseException, config: str | None = None) -> Hub
         )
     if Path(path).expanduser().is_dir():
         detail = str(exc).splitlines()[0] if str(exc) else ""
-        return HubUnavailableError(f"model.path={path!r}: the diffusers folder could not be loaded "
-                                   f"({type(exc).__name__}: {detail})")
+        return HubUnavailableError(
+            f"model.path={path!r}: the diffusers folder could not be loaded ({type(exc).__name__}: {detail})"
+        )
     return HubUnavailableError(
         f"model.path={path!r}: not a local folder and {why}; download it first "
         f"(hf download {path}) or set model.path to a local folder"
@@ -349,8 +379,12 @@ def _parts_from_config(config: str, names: list[str], torch_dtype: torch.dtype, 
     from diffusers import AutoencoderKL
     from transformers import CLIPTextModelWithProjection, T5EncoderModel
 
-    classes = {"vae": AutoencoderKL, "text_encoder": CLIPTextModelWithProjection,
-               "text_encoder_2": CLIPTextModelWithProjection, "text_encoder_3": T5EncoderModel}
+    classes = {
+        "vae": AutoencoderKL,
+        "text_encoder": CLIPTextModelWithProjection,
+        "text_encoder_2": CLIPTextModelWithProjection,
+        "text_encoder_3": T5EncoderModel,
+    }
     source = local_or_hub(config)
     index = Path(source) / "model_index.json"
     listed = json.loads(index.read_text()) if index.is_file() else {}
@@ -376,8 +410,11 @@ def load_sd3_single_file(path: str, dtype: str = "fp32", config: str | None = No
     try:
         parts = _parts_from_config(config, missing, torch_dtype, revision) if config and missing else {}
         return StableDiffusion3Pipeline.from_single_file(
-            str(local), config=local_or_hub(config) if config else None, torch_dtype=torch_dtype,
-            local_files_only=_offline(), **parts,
+            str(local),
+            config=local_or_hub(config) if config else None,
+            torch_dtype=torch_dtype,
+            local_files_only=_offline(),
+            **parts,
         )
     except (OSError, ValueError, KeyError, SingleFileComponentError) as exc:
         raise _load_error(path, exc, config) from exc
@@ -391,8 +428,9 @@ def load_sd3_pipeline(path: str, dtype: str = "fp32", revision: str | None = Non
     if is_single_file(path) and Path(path).expanduser().is_file():
         return load_sd3_single_file(path, dtype, config, revision)
     try:
-        return StableDiffusion3Pipeline.from_pretrained(local_or_hub(path), torch_dtype=DTYPES[dtype],
-                                                        revision=revision)
+        return StableDiffusion3Pipeline.from_pretrained(
+            local_or_hub(path), torch_dtype=DTYPES[dtype], revision=revision
+        )
     except (OSError, ValueError, KeyError) as exc:
         raise _load_error(path, exc) from exc
 
@@ -482,8 +520,9 @@ class SD3Adapter:
         self.attention_backend = attention_backend
         self.attention_backpropagates = True  # False: an inference-only attention kernel (the Trainer refuses it)
         if attention_backend is not None:
-            self.attention_backpropagates = set_attention_backend(pipe.transformer, attention_backend, self.device,
-                                                                  self.compute_dtype)
+            self.attention_backpropagates = set_attention_backend(
+                pipe.transformer, attention_backend, self.device, self.compute_dtype
+            )
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> "SD3Adapter":
@@ -491,19 +530,27 @@ class SD3Adapter:
         if model_cfg.path == "tiny":
             from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
 
-            pipe = build_tiny_sd3_pipeline(max(getattr(model_cfg, "size", (model_cfg.resolution,))), model_cfg.tiny_size,
-                                           seed=seed)
+            pipe = build_tiny_sd3_pipeline(
+                max(getattr(model_cfg, "size", (model_cfg.resolution,))), model_cfg.tiny_size, seed=seed
+            )
         else:
             check_model_path(model_cfg)
-            pipe = load_sd3_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision,
-                                     config=getattr(model_cfg, "config_path", None))
+            pipe = load_sd3_pipeline(
+                model_cfg.path, model_cfg.dtype, model_cfg.revision, config=getattr(model_cfg, "config_path", None)
+            )
         dtype = DTYPES[model_cfg.dtype]
         for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"):
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, getattr(model_cfg, "size", model_cfg.resolution), model_cfg.max_sequence_length, device,
-                   prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None))
+        return cls(
+            pipe,
+            getattr(model_cfg, "size", model_cfg.resolution),
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+        )
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -546,7 +593,7 @@ class SD3Adapter:
         if negative_prompts is None:
             return cond
         empty = self._empty_negative()
-        own = iter(rows[len(prompts):])
+        own = iter(rows[len(prompts) :])
         negs = [next(own) if n else empty for n in negative_prompts]
         for k in empty:
             cond[f"negative_{k}"] = torch.cat([r[k] for r in negs])
@@ -591,8 +638,10 @@ class SD3Adapter:
         embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
         if guidance_scale != 1.0:
             if "negative_prompt_embeds" in cond:
-                neg = {"prompt_embeds": cond["negative_prompt_embeds"],
-                       "pooled_prompt_embeds": cond["negative_pooled_prompt_embeds"]}
+                neg = {
+                    "prompt_embeds": cond["negative_prompt_embeds"],
+                    "pooled_prompt_embeds": cond["negative_pooled_prompt_embeds"],
+                }
             else:
                 neg = self.negative_conditioning(embeds.shape[0])
             embeds = torch.cat([neg["prompt_embeds"], embeds])
@@ -622,7 +671,9 @@ class SD3Adapter:
             )
         x_in = torch.cat([x, x]) if use_cfg else x
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
-        timestep = timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep]) if use_cfg else timestep
+        timestep = (
+            timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep]) if use_cfg else timestep
+        )
         out = (model or self.transformer)(
             hidden_states=x_in.to(self.compute_dtype),
             timestep=timestep,
@@ -666,12 +717,19 @@ class SD3Adapter:
         from diffusers import StableDiffusion3Pipeline
 
         StableDiffusion3Pipeline.save_lora_weights(
-            str(directory), transformer_lora_layers=state_dict,
+            str(directory),
+            transformer_lora_layers=state_dict,
             transformer_lora_adapter_metadata=lora_metadata(self.transformer),
         )
 
-    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator,
-                 negative_prompts: list[str] | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> torch.Tensor:
         """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``); ``negative_prompts``
         None: the empty prompt."""
         return self.pipe(

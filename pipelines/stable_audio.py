@@ -156,9 +156,11 @@ def with_peft(transformer: torch.nn.Module) -> torch.nn.Module:
         return transformer
     base = type(transformer)
     if base not in _PEFT_CLASSES:
-        _PEFT_CLASSES[base] = type(base.__name__, (base, PeftAdapterMixin),
-                                   {"__module__": base.__module__, "__qualname__": base.__qualname__,
-                                    "__doc__": base.__doc__})
+        _PEFT_CLASSES[base] = type(
+            base.__name__,
+            (base, PeftAdapterMixin),
+            {"__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__},
+        )
     transformer.__class__ = _PEFT_CLASSES[base]
     return transformer
 
@@ -173,8 +175,9 @@ def save_lora_file(directory: str | Path, state_dict: dict[str, torch.Tensor], m
     tensors = {f"{LORA_PREFIX}.{k}": v.detach().contiguous().cpu() for k, v in state_dict.items()}
     header = {"format": "pt"}
     if metadata:
-        header["lora_adapter_metadata"] = json.dumps({f"{LORA_PREFIX}.{k}": v for k, v in metadata.items()},
-                                                     indent=2, sort_keys=True)
+        header["lora_adapter_metadata"] = json.dumps(
+            {f"{LORA_PREFIX}.{k}": v for k, v in metadata.items()}, indent=2, sort_keys=True
+        )
     path = directory / LORA_WEIGHT_NAME
     save_file(tensors, str(path), metadata=header)
     return path
@@ -183,16 +186,18 @@ def save_lora_file(directory: str | Path, state_dict: dict[str, torch.Tensor], m
 def load_lora(pipe, directory: str | Path, adapter_name: str | None = None) -> None:
     """Load a LoRA written by ``save_lora`` into ``pipe.transformer`` (made peft-capable, ``with_peft``)."""
     transformer = with_peft(pipe.transformer)
-    transformer.load_lora_adapter(str(directory), prefix=LORA_PREFIX, weight_name=LORA_WEIGHT_NAME,
-                                  adapter_name=adapter_name)
+    transformer.load_lora_adapter(
+        str(directory), prefix=LORA_PREFIX, weight_name=LORA_WEIGHT_NAME, adapter_name=adapter_name
+    )
 
 
 def set_sa3_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype) -> bool:
     """The SA3 DiT's attention through dispatcher backend ``name`` (``flux.set_dispatcher_attention_backend``,
     its probe sized by the DiT's ``num_heads`` and ``embed_dim``)."""
     heads = int(transformer.config.num_heads)
-    return set_dispatcher_attention_backend(transformer, name, device, dtype, heads=heads,
-                                            head_dim=int(transformer.config.embed_dim) // heads)
+    return set_dispatcher_attention_backend(
+        transformer, name, device, dtype, heads=heads, head_dim=int(transformer.config.embed_dim) // heads
+    )
 
 
 class StableAudioAdapter:
@@ -227,8 +232,9 @@ class StableAudioAdapter:
             raise ValueError(f"model.duration_s: {self.duration} s is less than one sample at {self.sample_rate} Hz")
         longest = float(pipe.duration_embedder.config.max_val)
         if self.duration > longest:
-            raise ValueError(f"model.duration_s: {self.duration} s exceeds the duration conditioning's range "
-                             f"(at most {longest:g} s)")
+            raise ValueError(
+                f"model.duration_s: {self.duration} s exceeds the duration conditioning's range (at most {longest:g} s)"
+            )
         pipe.set_progress_bar_config(disable=True)
         for name in ("text_encoder", "duration_embedder", "vae"):
             module = getattr(pipe, name, None)
@@ -249,8 +255,9 @@ class StableAudioAdapter:
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
         if attention_backend is not None:
-            self.attention_backpropagates = set_sa3_attention_backend(pipe.transformer, attention_backend,
-                                                                      self.device, self.compute_dtype)
+            self.attention_backpropagates = set_sa3_attention_backend(
+                pipe.transformer, attention_backend, self.device, self.compute_dtype
+            )
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> StableAudioAdapter:
@@ -272,8 +279,13 @@ class StableAudioAdapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, getattr(model_cfg, "duration_s", None), device, prompt_cache=model_cfg.prompt_cache,
-                   attention_backend=getattr(model_cfg, "attention_backend", None))
+        return cls(
+            pipe,
+            getattr(model_cfg, "duration_s", None),
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+        )
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -321,7 +333,7 @@ class StableAudioAdapter:
         if negative_prompts is None:
             return cond
         empty = self._empty_negative()
-        own = iter(rows[len(prompts):])
+        own = iter(rows[len(prompts) :])
         negs = [next(own) if n else empty for n in negative_prompts]
         for k in ("prompt_embeds", "encoder_attention_mask"):
             cond[f"negative_{k}"] = torch.cat([r[k] for r in negs])

@@ -76,8 +76,10 @@ DEFAULT_NUM_FRAMES = 81
 DEFAULT_FPS = 16.0
 DECODE_CHUNK_ELEMENTS = 1 << 20  # latent elements the VAE decodes at once (whole clips, at least one)
 EXPERTS = ("high_noise", "low_noise")
-LORA_FILES = {"high_noise": "pytorch_lora_weights.safetensors",
-              "low_noise": "pytorch_lora_weights_transformer_2.safetensors"}
+LORA_FILES = {
+    "high_noise": "pytorch_lora_weights.safetensors",
+    "low_noise": "pytorch_lora_weights_transformer_2.safetensors",
+}
 
 
 def check_model_path(model_cfg) -> None:
@@ -92,8 +94,10 @@ def check_model_path(model_cfg) -> None:
     if path in TINY_PATHS:
         experts = getattr(model_cfg, "trained_experts", "both")
         if not TINY_PATHS[path] and experts != "both":
-            raise ValueError(f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 A14B, "
-                             "model.path: tiny-a14b for the tiny one); model.path: tiny is Wan 2.1 (one transformer)")
+            raise ValueError(
+                f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 A14B, "
+                "model.path: tiny-a14b for the tiny one); model.path: tiny is Wan 2.1 (one transformer)"
+            )
         return
     check_folder_or_hub(path, "wan", "Wan")
 
@@ -124,8 +128,13 @@ class WanExperts(torch.nn.Module):
 
     _no_split_modules = ("WanTransformerBlock",)  # FSDP auto-wrap: the experts' blocks
 
-    def __init__(self, high_noise: torch.nn.Module, low_noise: torch.nn.Module, boundary_timestep: float,
-                 trained: tuple[str, ...] = EXPERTS):
+    def __init__(
+        self,
+        high_noise: torch.nn.Module,
+        low_noise: torch.nn.Module,
+        boundary_timestep: float,
+        trained: tuple[str, ...] = EXPERTS,
+    ):
         super().__init__()
         self.high_noise = high_noise
         self.low_noise = low_noise
@@ -194,9 +203,12 @@ class WanExperts(torch.nn.Module):
         ``high_noise.*`` and ``low_noise.*``): both experts' configs and the boundary (``WanAdapter.load_trained``)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        record = {"_class_name": type(self).__name__, "boundary_timestep": self.boundary_timestep,
-                  "trained_experts": list(self.trained),
-                  **{name: dict(expert.config) for name, expert in self.experts()}}
+        record = {
+            "_class_name": type(self).__name__,
+            "boundary_timestep": self.boundary_timestep,
+            "trained_experts": list(self.trained),
+            **{name: dict(expert.config) for name, expert in self.experts()},
+        }
         (directory / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
 
     def __deepcopy__(self, memo: dict) -> WanExperts:
@@ -213,8 +225,14 @@ class WanExperts(torch.nn.Module):
         """(B,) bool: the rows the high-noise expert runs (``timestep >= boundary``, as ``WanPipeline``)."""
         return timestep >= self.boundary_timestep
 
-    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor, encoder_hidden_states: torch.Tensor,
-                return_dict: bool = False, **kwargs):
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        timestep: torch.Tensor,
+        encoder_hidden_states: torch.Tensor,
+        return_dict: bool = False,
+        **kwargs,
+    ):
         timestep = timestep.reshape(-1).expand(hidden_states.shape[0]) if timestep.numel() == 1 else timestep
         high = self.is_high_noise(timestep)
         parts, used = [], []
@@ -225,8 +243,13 @@ class WanExperts(torch.nn.Module):
             inputs = [hidden_states, timestep, encoder_hidden_states]
             if index is not None:
                 inputs = [t.index_select(0, index) for t in inputs]
-            out = getattr(self, name)(hidden_states=inputs[0], timestep=inputs[1], encoder_hidden_states=inputs[2],
-                                      return_dict=False, **kwargs)[0]
+            out = getattr(self, name)(
+                hidden_states=inputs[0],
+                timestep=inputs[1],
+                encoder_hidden_states=inputs[2],
+                return_dict=False,
+                **kwargs,
+            )[0]
             parts.append((index, out))
             used.append(name)
         if len(parts) == 1:
@@ -235,8 +258,13 @@ class WanExperts(torch.nn.Module):
             order = torch.cat([index for index, _ in parts])
             out = torch.cat([o for _, o in parts]).index_select(0, torch.argsort(order))
         if torch.is_grad_enabled():
-            anchors = [p.reshape(-1)[:1].float().sum() for name, expert in self.experts(trained=True) if name not in used
-                       for p in expert.parameters() if p.requires_grad and type(p.data) is torch.Tensor]
+            anchors = [
+                p.reshape(-1)[:1].float().sum()
+                for name, expert in self.experts(trained=True)
+                if name not in used
+                for p in expert.parameters()
+                if p.requires_grad and type(p.data) is torch.Tensor
+            ]
             if anchors:
                 out = out + (torch.stack(anchors).sum() * 0.0).to(out.dtype)
         if return_dict:
@@ -297,12 +325,15 @@ class WanAdapter:
         if two:
             self.boundary_ratio = float(pipe.config.boundary_ratio)
             trained = EXPERTS if trained_experts == "both" else (trained_experts,)
-            self._transformer = WanExperts(pipe.transformer, pipe.transformer_2,
-                                           self.boundary_ratio * self._num_train_timesteps, trained)
+            self._transformer = WanExperts(
+                pipe.transformer, pipe.transformer_2, self.boundary_ratio * self._num_train_timesteps, trained
+            )
         else:
             if trained_experts != "both":
-                raise ValueError(f"model.trained_experts: {trained_experts!r} needs a two-expert model (Wan 2.2 "
-                                 "A14B); this Wan pipeline has one transformer: leave it at 'both'")
+                raise ValueError(
+                    f"model.trained_experts: {trained_experts!r} needs a two-expert model (Wan 2.2 "
+                    "A14B); this Wan pipeline has one transformer: leave it at 'both'"
+                )
             self.boundary_ratio = None
             self._transformer = pipe.transformer
         self._transformer.to(self.device)
@@ -333,9 +364,17 @@ class WanAdapter:
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(pipe, model_cfg.size, model_cfg.num_frames, model_cfg.fps, model_cfg.max_sequence_length, device,
-                   prompt_cache=model_cfg.prompt_cache, attention_backend=getattr(model_cfg, "attention_backend", None),
-                   trained_experts=getattr(model_cfg, "trained_experts", "both"))
+        return cls(
+            pipe,
+            model_cfg.size,
+            model_cfg.num_frames,
+            model_cfg.fps,
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+            trained_experts=getattr(model_cfg, "trained_experts", "both"),
+        )
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -371,8 +410,12 @@ class WanAdapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
-        embeds, _ = self.pipe.encode_prompt(prompt=prompts, do_classifier_free_guidance=False, device=self.device,
-                                            max_sequence_length=self.max_sequence_length)
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            do_classifier_free_guidance=False,
+            device=self.device,
+            max_sequence_length=self.max_sequence_length,
+        )
         return {"prompt_embeds": embeds}
 
     def _rows(self, prompts: list[str]) -> list[Conditioning]:
@@ -391,7 +434,7 @@ class WanAdapter:
         if negative_prompts is None:
             return cond
         empty = self._empty_negative()
-        own = iter(rows[len(prompts):])
+        own = iter(rows[len(prompts) :])
         negs = [next(own) if n else empty for n in negative_prompts]
         cond["negative_prompt_embeds"] = torch.cat([r["prompt_embeds"] for r in negs])
         return cond
@@ -423,8 +466,9 @@ class WanAdapter:
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Gaussian latents at sigma_0 through ``prepare_latents`` (fp32): (n, 16, F', H/8, W/8)."""
-        return self.pipe.prepare_latents(n, self.latent_channels, self.height, self.width, self.num_frames,
-                                         torch.float32, self.device, generator)
+        return self.pipe.prepare_latents(
+            n, self.latent_channels, self.height, self.width, self.num_frames, torch.float32, self.device, generator
+        )
 
     def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
         """Transformer-ready conditioning: cast to the model dtype and, with CFG, the negative rows stacked
@@ -454,8 +498,10 @@ class WanAdapter:
         rows = 2 * x.shape[0] if use_cfg else x.shape[0]
         embeds = inputs["prompt_embeds"]
         if embeds.shape[0] != rows:
-            raise ValueError(f"conditioning has {embeds.shape[0]} rows for {x.shape[0]} latents; "
-                             f"build it with model_inputs(cond, guidance_scale={guidance_scale})")
+            raise ValueError(
+                f"conditioning has {embeds.shape[0]} rows for {x.shape[0]} latents; "
+                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
+            )
         x_in = torch.cat([x, x]) if use_cfg else x
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
         if timestep.numel() == 1:
@@ -483,8 +529,9 @@ class WanAdapter:
         per_clip = max(1, latents[0].numel())
         chunk = max(1, DECODE_CHUNK_ELEMENTS // per_clip)
         mean = torch.tensor(vae.config.latents_mean).view(1, vae.config.z_dim, 1, 1, 1).to(vae.device, vae.dtype)
-        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, vae.config.z_dim, 1, 1, 1).to(vae.device,
-                                                                                                       vae.dtype)
+        inv_std = 1.0 / torch.tensor(vae.config.latents_std).view(1, vae.config.z_dim, 1, 1, 1).to(
+            vae.device, vae.dtype
+        )
         videos = []
         for z in latents.split(chunk):
             z = z.to(vae.device, dtype=vae.dtype)
@@ -493,8 +540,14 @@ class WanAdapter:
         return {"video": torch.cat(videos).float(), "fps": self.fps}
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], num_steps: int, guidance_scale: float, generator: torch.Generator | None,
-                 negative_prompts: list[str] | None = None) -> dict:
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator | None,
+        negative_prompts: list[str] | None = None,
+    ) -> dict:
         """``WanPipeline``'s own sampling (its scheduler, UniPC for the Diffusers checkpoints): the video mapping.
         One guidance scale for both experts (no ``guidance_scale_2``), as in training."""
         frames = self.pipe(
@@ -520,25 +573,29 @@ class WanAdapter:
         if found:
             for expert in found:
                 if expert == "low_noise" and not self.two_experts:
-                    raise ValueError(f"{lora / LORA_FILES[expert]}: a low-noise expert's LoRA (Wan 2.2 A14B), but "
-                                     "this Wan pipeline has one transformer")
-                self.pipe.load_lora_weights(str(lora), weight_name=LORA_FILES[expert],
-                                            load_into_transformer_2=expert == "low_noise")
+                    raise ValueError(
+                        f"{lora / LORA_FILES[expert]}: a low-noise expert's LoRA (Wan 2.2 A14B), but "
+                        "this Wan pipeline has one transformer"
+                    )
+                self.pipe.load_lora_weights(
+                    str(lora), weight_name=LORA_FILES[expert], load_into_transformer_2=expert == "low_noise"
+                )
             return "LoRA" if not self.two_experts else f"LoRA ({', '.join(found)})"
         folder = run_dir / "transformer"
         if (folder / "config.json").is_file():
             record = json.loads((folder / "config.json").read_text())
             if record.get("_class_name") == WanExperts.__name__:
                 if not self.two_experts:
-                    raise ValueError(f"{folder}: two experts' weights (Wan 2.2 A14B), but this Wan pipeline has "
-                                     "one transformer")
+                    raise ValueError(
+                        f"{folder}: two experts' weights (Wan 2.2 A14B), but this Wan pipeline has one transformer"
+                    )
                 from safetensors.torch import load_file
 
                 state: dict[str, torch.Tensor] = {}
                 for file in sorted(folder.glob("*.safetensors")):
                     state.update(load_file(str(file)))
                 for name, expert in self._transformer.experts():
-                    part = {k[len(name) + 1:]: v for k, v in state.items() if k.startswith(f"{name}.")}
+                    part = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(f"{name}.")}
                     expert.load_state_dict(part)
                 return "fine-tuned experts"
             from diffusers import WanTransformer3DModel
@@ -562,12 +619,18 @@ class WanAdapter:
         from diffusers import WanPipeline
 
         if not self.two_experts:
-            WanPipeline.save_lora_weights(str(directory), transformer_lora_layers=state_dict,
-                                          transformer_lora_adapter_metadata=lora_metadata(self.transformer))
+            WanPipeline.save_lora_weights(
+                str(directory),
+                transformer_lora_layers=state_dict,
+                transformer_lora_adapter_metadata=lora_metadata(self.transformer),
+            )
             return
         for name, expert in self._transformer.experts():
-            part = {k[len(name) + 1:]: v for k, v in state_dict.items() if k.startswith(f"{name}.")}
+            part = {k[len(name) + 1 :]: v for k, v in state_dict.items() if k.startswith(f"{name}.")}
             if part:
-                WanPipeline.save_lora_weights(str(directory), transformer_lora_layers=part,
-                                              weight_name=LORA_FILES[name],
-                                              transformer_lora_adapter_metadata=lora_metadata(expert))
+                WanPipeline.save_lora_weights(
+                    str(directory),
+                    transformer_lora_layers=part,
+                    weight_name=LORA_FILES[name],
+                    transformer_lora_adapter_metadata=lora_metadata(expert),
+                )

@@ -185,8 +185,9 @@ class BandEnergyReward:
     modality = "audio"
     score_range = (0.0, 1.0)
 
-    def __init__(self, low_hz: float, high_hz: float, sample_rate: int | None = None,
-                 window: Literal["hann", "none"] = "hann"):
+    def __init__(
+        self, low_hz: float, high_hz: float, sample_rate: int | None = None, window: Literal["hann", "none"] = "hann"
+    ):
         for arg, value in (("low_hz", low_hz), ("high_hz", high_hz)):
             check_type(self.name, arg, value, float)
             if not math.isfinite(value) and not (arg == "high_hz" and value == math.inf):
@@ -208,8 +209,10 @@ class BandEnergyReward:
         if wave.shape[-1] == 0:
             raise RewardError(f"{self.name}: the audio is empty")
         if self.low_hz >= rate / 2:
-            raise RewardError(f"{self.name}: low_hz={self.low_hz:g} is at or above the Nyquist frequency "
-                              f"{rate / 2:g} Hz of this {rate} Hz audio: the band is empty")
+            raise RewardError(
+                f"{self.name}: low_hz={self.low_hz:g} is at or above the Nyquist frequency "
+                f"{rate / 2:g} Hz of this {rate} Hz audio: the band is empty"
+            )
         return RewardOutput(scores=band_fraction(wave.mean(dim=1), rate, self.low_hz, self.high_hz, self.window))
 
 

@@ -49,16 +49,28 @@ from flowrl.reward_models.loading import load_into, pick_device, resolve_file, s
 from flowrl.reward_models.media import unwrap_audio
 
 AXES = ("CE", "CU", "PC", "PQ")
-AXIS_NAMES = {"CE": "content enjoyment", "CU": "content usefulness", "PC": "production complexity",
-              "PQ": "production quality"}
+AXIS_NAMES = {
+    "CE": "content enjoyment",
+    "CU": "content usefulness",
+    "PC": "production complexity",
+    "PQ": "production quality",
+}
 MODEL_RATE = 16000
 CHUNK_SECONDS = 10  # window and hop of make_inference_batch
 HUB_ID = "facebook/audiobox-aesthetics"
 CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_URL = "https://dl.fbaipublicfiles.com/audiobox-aesthetics/checkpoint.pt"
 # model_cfg fields of the checkpoint that shape the heads (the encoder's sizes are fixed in the real code)
-_HEAD_FIELDS = ("proj_num_layer", "proj_ln", "proj_act_fn", "proj_dropout", "nth_layer", "use_weighted_layer_sum",
-                "normalize_embed", "output_dim")
+_HEAD_FIELDS = (
+    "proj_num_layer",
+    "proj_ln",
+    "proj_act_fn",
+    "proj_dropout",
+    "nth_layer",
+    "use_weighted_layer_sum",
+    "normalize_embed",
+    "output_dim",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,8 +105,11 @@ def _config(reward: str, config: AudioboxConfig | Mapping | None) -> AudioboxCon
         if key not in known:
             raise RewardError(f"{reward}: config.{key} is not an Audiobox size; known: {', '.join(sorted(known))}")
         if key == "conv_layers":
-            if (not isinstance(value, Sequence) or not value
-                    or any(not isinstance(c, Sequence) or len(c) != 3 for c in value)):
+            if (
+                not isinstance(value, Sequence)
+                or not value
+                or any(not isinstance(c, Sequence) or len(c) != 3 for c in value)
+            ):
                 raise RewardError(f"{reward}: config.conv_layers must be a list of (channels, kernel, stride)")
             values[key] = tuple(tuple(int(v) for v in c) for c in value)
         elif key in ("proj_ln", "normalize_embed"):
@@ -190,16 +205,21 @@ class _GatedAttention(nn.Module):
         out = (rel > 0).long() * half
         rel = rel.abs()
         exact = half // 2
-        far = exact + (torch.log(rel.clamp(min=1).float() / exact) / math.log(self.max_distance / exact)
-                       * (half - exact)).long()
+        far = (
+            exact
+            + (
+                torch.log(rel.clamp(min=1).float() / exact) / math.log(self.max_distance / exact) * (half - exact)
+            ).long()
+        )
         far = far.clamp(max=half - 1)
         return out + torch.where(rel < exact, rel, far)
 
     def base_bias(self, length: int, device: torch.device) -> torch.Tensor:
         return self.relative_attention_bias(self.buckets(length, device)).permute(2, 0, 1)[None]  # (1, H, L, L)
 
-    def forward(self, x: torch.Tensor, pad: torch.Tensor, bias: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, pad: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n, length, dim = x.shape
         h, d = self.heads, dim // self.heads
         if bias is None:
@@ -212,8 +232,9 @@ class _GatedAttention(nn.Module):
         def split(t: torch.Tensor) -> torch.Tensor:
             return t.reshape(n, length, h, d).transpose(1, 2)
 
-        out = F.scaled_dot_product_attention(split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x)),
-                                             attn_mask=mask.to(x.dtype))
+        out = F.scaled_dot_product_attention(
+            split(self.q_proj(x)), split(self.k_proj(x)), split(self.v_proj(x)), attn_mask=mask.to(x.dtype)
+        )
         return self.out_proj(out.transpose(1, 2).reshape(n, length, dim)), bias
 
 
@@ -227,8 +248,9 @@ class _EncoderLayer(nn.Module):
         self.fc1, self.fc2 = nn.Linear(cfg.dim, cfg.ffn), nn.Linear(cfg.ffn, cfg.dim)
         self.final_layer_norm = nn.LayerNorm(cfg.dim)
 
-    def forward(self, x: torch.Tensor, pad: torch.Tensor, bias: torch.Tensor | None
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, pad: torch.Tensor, bias: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         attn, bias = self.self_attn(x, pad, bias)
         x = self.self_attn_layer_norm(x + attn)
         x = self.final_layer_norm(x + self.fc2(F.gelu(self.fc1(x).float()).type_as(x)))
@@ -293,8 +315,10 @@ class AudioboxAesthetics(nn.Module):
         super().__init__()
         self.config = cfg = _config("audiobox_aesthetics", config)
         if cfg.dim % cfg.heads or cfg.dim % cfg.conv_pos_groups:
-            raise RewardError(f"audiobox_aesthetics: config.dim={cfg.dim} must be a multiple of config.heads="
-                              f"{cfg.heads} and config.conv_pos_groups={cfg.conv_pos_groups}")
+            raise RewardError(
+                f"audiobox_aesthetics: config.dim={cfg.dim} must be a multiple of config.heads="
+                f"{cfg.heads} and config.conv_pos_groups={cfg.conv_pos_groups}"
+            )
         self.wavlm_model = WavLM(cfg)
         self.proj_layer = nn.ModuleDict({a: _mlp(cfg.dim, cfg.proj_num_layer, cfg.proj_ln) for a in AXES})
         states = cfg.layers + 1  # nth_layer
@@ -315,15 +339,16 @@ class AudioboxAesthetics(nn.Module):
 
 
 # ----------------------------------------------------------------------------------- preprocessing
-def chunk_audio(mono: list[torch.Tensor], rate: int = MODEL_RATE, seconds: int = CHUNK_SECONDS
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def chunk_audio(
+    mono: list[torch.Tensor], rate: int = MODEL_RATE, seconds: int = CHUNK_SECONDS
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``make_inference_batch``: clips (N_i,) at ``rate`` -> chunks (K, L) zero-padded to ``seconds``, their
     valid-sample masks (K, L), weights (K,) = real length / L and owners (K,) = the clip index."""
     length = seconds * rate
     chunks, masks, weights, owners = [], [], [], []
     for index, wave in enumerate(mono):
         for start in range(0, wave.shape[-1], length):
-            piece = wave[start: start + length]
+            piece = wave[start : start + length]
             mask = torch.zeros(length, dtype=torch.bool)
             mask[: len(piece)] = True
             chunks.append(F.pad(piece, (0, length - len(piece))))
@@ -358,7 +383,9 @@ def _target_transform(reward: str, transform: Any, where: str) -> dict[str, tupl
         except (TypeError, KeyError, ValueError) as exc:
             raise RewardError(f"{reward}: {where}: target_transform.{axis} needs numbers 'mean' and 'std'") from exc
         if not (math.isfinite(mean) and math.isfinite(std)) or std <= 0:
-            raise RewardError(f"{reward}: {where}: target_transform.{axis} = mean {mean}, std {std}; expected finite, std > 0")
+            raise RewardError(
+                f"{reward}: {where}: target_transform.{axis} = mean {mean}, std {std}; expected finite, std > 0"
+            )
         out[axis] = (mean, std)
     return out
 
@@ -375,8 +402,10 @@ def _head_config(reward: str, cfg: AudioboxConfig, model_cfg: Any, where: str) -
     if not got.get("use_weighted_layer_sum", True):
         raise RewardError(f"{reward}: {where}: use_weighted_layer_sum=False is not supported")
     if "nth_layer" in got and int(got["nth_layer"]) != cfg.layers + 1:
-        raise RewardError(f"{reward}: {where}: nth_layer={got['nth_layer']!r} but the encoder has {cfg.layers} layers "
-                          f"(expected {cfg.layers + 1})")
+        raise RewardError(
+            f"{reward}: {where}: nth_layer={got['nth_layer']!r} but the encoder has {cfg.layers} layers "
+            f"(expected {cfg.layers + 1})"
+        )
     changes = {}
     if "proj_num_layer" in got:
         changes["proj_num_layer"] = int(got["proj_num_layer"])
@@ -387,12 +416,16 @@ def _head_config(reward: str, cfg: AudioboxConfig, model_cfg: Any, where: str) -
 
 
 def _looks_like_path(spec: str) -> bool:
-    return spec.startswith((".", "/", "~")) or spec.endswith((".pt", ".pth", ".ckpt", ".safetensors")) \
+    return (
+        spec.startswith((".", "/", "~"))
+        or spec.endswith((".pt", ".pth", ".ckpt", ".safetensors"))
         or spec.count("/") != 1
+    )
 
 
-def load_checkpoint(reward: str, spec: str, config: AudioboxConfig | Mapping | None
-                    ) -> tuple[AudioboxAesthetics, dict[str, tuple[float, float]]]:
+def load_checkpoint(
+    reward: str, spec: str, config: AudioboxConfig | Mapping | None
+) -> tuple[AudioboxAesthetics, dict[str, tuple[float, float]]]:
     """A model and its target transform from ``checkpoint.pt`` (``state_dict`` with ``model.`` keys,
     ``model_cfg``, ``target_transform``), a folder or ``.safetensors`` of the hub format (``config.json`` +
     ``model.safetensors``), ``repo::filename``, or a hub id (its ``checkpoint.pt``)."""
@@ -407,8 +440,10 @@ def load_checkpoint(reward: str, spec: str, config: AudioboxConfig | Mapping | N
     elif os.path.isfile(spec) or "::" in spec:
         path = resolve_file(spec, reward, "checkpoint")
     elif _looks_like_path(spec):
-        raise RewardError(f"{reward}: checkpoint {spec!r} does not exist; give a local checkpoint.pt "
-                          f"({CHECKPOINT_URL}), a folder, 'hub_repo::filename' or a hub id such as {HUB_ID!r}")
+        raise RewardError(
+            f"{reward}: checkpoint {spec!r} does not exist; give a local checkpoint.pt "
+            f"({CHECKPOINT_URL}), a folder, 'hub_repo::filename' or a hub id such as {HUB_ID!r}"
+        )
     else:
         path = resolve_file(f"{spec}::{CHECKPOINT_FILE}", reward, "checkpoint")
     cfg = _config(reward, config)
@@ -422,13 +457,17 @@ def load_checkpoint(reward: str, spec: str, config: AudioboxConfig | Mapping | N
             meta = json.loads(cfg_path.read_text())
             state = load_file(str(path))
         except Exception as exc:
-            raise RewardError(f"{reward}: cannot read {str(path)!r} ({type(exc).__name__}: {exc})".splitlines()[0]) from exc
+            raise RewardError(
+                f"{reward}: cannot read {str(path)!r} ({type(exc).__name__}: {exc})".splitlines()[0]
+            ) from exc
         transform, model_cfg = meta.get("target_transform") if isinstance(meta, Mapping) else None, meta
     else:
         try:
             ckpt = torch.load(str(path), map_location="cpu", weights_only=True)
         except Exception as exc:
-            raise RewardError(f"{reward}: cannot read {str(path)!r} ({type(exc).__name__}: {exc})".splitlines()[0]) from exc
+            raise RewardError(
+                f"{reward}: cannot read {str(path)!r} ({type(exc).__name__}: {exc})".splitlines()[0]
+            ) from exc
         if not isinstance(ckpt, Mapping) or not isinstance(ckpt.get("state_dict"), Mapping):
             raise RewardError(f"{reward}: {str(path)!r} holds no 'state_dict' (expected Audiobox's checkpoint.pt)")
         state = strip_prefix(dict(ckpt["state_dict"]), "model.")
@@ -446,8 +485,15 @@ class AudioboxAestheticsReward:
     modality = "audio"
     score_range = None  # a regressor: about 1-10, not bounded
 
-    def __init__(self, checkpoint: str = HUB_ID, axes: str | list[str] = "CE,CU,PC,PQ", sample_rate: int | None = None,
-                 config: dict | None = None, device: str | None = None, chunk_batch: int = 8):
+    def __init__(
+        self,
+        checkpoint: str = HUB_ID,
+        axes: str | list[str] = "CE,CU,PC,PQ",
+        sample_rate: int | None = None,
+        config: dict | None = None,
+        device: str | None = None,
+        chunk_batch: int = 8,
+    ):
         if not isinstance(checkpoint, (str, os.PathLike)) or not str(checkpoint):
             raise RewardError(f"{self.name}: checkpoint={checkpoint!r}; expected a path, 'repo::filename' or a hub id")
         axes = _axes(self.name, axes)  # the options before any weights load
@@ -456,9 +502,15 @@ class AudioboxAestheticsReward:
         self._setup(model, target, axes, sample_rate, device, chunk_batch)
 
     @classmethod
-    def from_components(cls, model: AudioboxAesthetics, target_transform: Mapping, axes: str | list[str] = AXES,
-                        sample_rate: int | None = None, device: str | None = None, chunk_batch: int = 8
-                        ) -> AudioboxAestheticsReward:
+    def from_components(
+        cls,
+        model: AudioboxAesthetics,
+        target_transform: Mapping,
+        axes: str | list[str] = AXES,
+        sample_rate: int | None = None,
+        device: str | None = None,
+        chunk_batch: int = 8,
+    ) -> AudioboxAestheticsReward:
         """A reward around a ready model and its ``{axis: {"mean", "std"}}`` (e.g. a tiny random one in tests)."""
         reward = cls.__new__(cls)
         target = _target_transform(cls.name, target_transform, "target_transform")
@@ -468,8 +520,9 @@ class AudioboxAestheticsReward:
     def _check_options(self, sample_rate, chunk_batch) -> None:
         if isinstance(chunk_batch, bool) or not isinstance(chunk_batch, int) or chunk_batch < 1:
             raise RewardError(f"{self.name}: chunk_batch={chunk_batch!r}; expected a positive integer")
-        if sample_rate is not None and (isinstance(sample_rate, bool) or not isinstance(sample_rate, int)
-                                        or sample_rate <= 0):
+        if sample_rate is not None and (
+            isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or sample_rate <= 0
+        ):
             raise RewardError(f"{self.name}: sample_rate={sample_rate!r}; expected a positive integer")
 
     def _setup(self, model, target, axes, sample_rate, device, chunk_batch) -> None:

@@ -531,7 +531,9 @@ class PairwiseReward:
         scores = win_rates(num, pairs, p_first)
         return RewardOutput(scores=scores, details={"comparisons": len(pairs) * (2 if self.both_orders else 1)})
 
-    def _judge(self, media: Any, prompts: list[str], metadata: list[dict], pairs: list[tuple[int, int]]) -> torch.Tensor:
+    def _judge(
+        self, media: Any, prompts: list[str], metadata: list[dict], pairs: list[tuple[int, int]]
+    ) -> torch.Tensor:
         """P(first beats second) of every pair, ``compare_batch`` pairs a call; (len(pairs),)."""
         probs = []
         for start in range(0, len(pairs), self.compare_batch):

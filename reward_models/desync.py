@@ -138,8 +138,16 @@ class _CLSPooling(nn.TransformerEncoderLayer):
     ``linear1``, ``norm1`` ...) plus ``cls_token``."""
 
     def __init__(self, dim: int, heads: int, ffn: int):
-        super().__init__(d_model=dim, nhead=heads, dim_feedforward=ffn, dropout=0.0, activation=nn.GELU(),
-                         layer_norm_eps=1e-6, batch_first=True, norm_first=True)
+        super().__init__(
+            d_model=dim,
+            nhead=heads,
+            dim_feedforward=ffn,
+            dropout=0.0,
+            activation=nn.GELU(),
+            layer_norm_eps=1e-6,
+            batch_first=True,
+            norm_first=True,
+        )
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         nn.init.trunc_normal_(self.cls_token, std=0.02)
 
@@ -189,8 +197,9 @@ class _DividedAttention(nn.Module):
     def forward(self, x: torch.Tensor, frames: int, patches: int, over: Literal["time", "space"]) -> torch.Tensor:
         n, length, dim = x.shape
         h, d = self.heads, dim // self.heads
-        q, k, v = (t.reshape(n, length, h, d).transpose(1, 2).reshape(n * h, length, d)
-                   for t in self.qkv(x).chunk(3, dim=-1))
+        q, k, v = (
+            t.reshape(n, length, h, d).transpose(1, 2).reshape(n * h, length, d) for t in self.qkv(x).chunk(3, dim=-1)
+        )
         q = q * self.scale  # scaled once, before the CLS split (as the reference)
         cls_out = F.scaled_dot_product_attention(q[:, :1], k, v, scale=1.0)  # (nh, 1, d)
 
@@ -419,11 +428,20 @@ class GlobalTransformer(nn.Module):
 
     def forward(self, video: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
         n = len(video)
-        x = torch.cat([self.OFF_tok.expand(n, -1, -1), self.vis_in_lnorm(video),
-                       self.MOD_tok.expand(n, -1, -1), self.aud_in_lnorm(audio)], dim=1)
+        x = torch.cat(
+            [
+                self.OFF_tok.expand(n, -1, -1),
+                self.vis_in_lnorm(video),
+                self.MOD_tok.expand(n, -1, -1),
+                self.aud_in_lnorm(audio),
+            ],
+            dim=1,
+        )
         if x.shape[1] != self.pos_emb_cfg.pos_emb.shape[1]:
-            raise RewardError(f"desync: {x.shape[1]} tokens for a position embedding of "
-                              f"{self.pos_emb_cfg.pos_emb.shape[1]} (a window must be {WINDOW_SEGMENTS} segments)")
+            raise RewardError(
+                f"desync: {x.shape[1]} tokens for a position embedding of "
+                f"{self.pos_emb_cfg.pos_emb.shape[1]} (a window must be {WINDOW_SEGMENTS} segments)"
+            )
         x = self.ln_f(self.blocks(x + self.pos_emb_cfg.pos_emb))
         return self.off_head(x[:, 0])
 
@@ -435,10 +453,14 @@ class Synchformer(nn.Module):
         super().__init__()
         self.config = cfg = _config("desync", config)
         if cfg.image_size % cfg.patch_size:
-            raise RewardError(f"desync: config.image_size={cfg.image_size} is not a multiple of "
-                              f"config.patch_size={cfg.patch_size}")
-        for dim, heads, what in ((cfg.video_dim, cfg.video_heads, "video"), (cfg.audio_dim, cfg.audio_heads, "audio"),
-                                 (cfg.dim, cfg.heads, "")):
+            raise RewardError(
+                f"desync: config.image_size={cfg.image_size} is not a multiple of config.patch_size={cfg.patch_size}"
+            )
+        for dim, heads, what in (
+            (cfg.video_dim, cfg.video_heads, "video"),
+            (cfg.audio_dim, cfg.audio_heads, "audio"),
+            (cfg.dim, cfg.heads, ""),
+        ):
             if dim % heads:
                 prefix = f"{what}_" if what else ""
                 raise RewardError(f"desync: config.{prefix}dim={dim} is not a multiple of config.{prefix}heads={heads}")
@@ -509,15 +531,29 @@ def mel_filterbank(n_freqs: int = MEL_N_FFT // 2 + 1, n_mels: int = MEL_BINS, ra
 def log_mel(segments: torch.Tensor) -> torch.Tensor:
     """(N, 10240) audio segments at 16 kHz -> (N, 128, 66) normalised log-mel, as Synchformer's input."""
     window = torch.hann_window(MEL_WIN, device=segments.device)
-    spec = torch.stft(segments.float(), n_fft=MEL_N_FFT, hop_length=MEL_HOP, win_length=MEL_WIN, window=window,
-                      center=True, pad_mode="reflect", return_complex=True).abs().pow(2)  # (N, 513, 65)
+    spec = (
+        torch.stft(
+            segments.float(),
+            n_fft=MEL_N_FFT,
+            hop_length=MEL_HOP,
+            win_length=MEL_WIN,
+            window=window,
+            center=True,
+            pad_mode="reflect",
+            return_complex=True,
+        )
+        .abs()
+        .pow(2)
+    )  # (N, 513, 65)
     mel = torch.matmul(spec.transpose(1, 2), mel_filterbank().to(spec.device)).transpose(1, 2)
     mel = torch.log(mel + LOG_EPS)
     mel = F.pad(mel, (0, SPEC_FRAMES - mel.shape[-1])) if mel.shape[-1] < SPEC_FRAMES else mel[..., :SPEC_FRAMES]
     return (mel - AST_MEAN) / (2 * AST_STD)
 
 
-def frame_indices(num_frames: int, fps: float, target_fps: float = SYNC_FPS, seconds: float | None = None) -> torch.Tensor:
+def frame_indices(
+    num_frames: int, fps: float, target_fps: float = SYNC_FPS, seconds: float | None = None
+) -> torch.Tensor:
     """Source frame per output frame at ``target_fps``: the one nearest to each ``k / target_fps`` (ffmpeg's
     fps filter rounds to the nearest; MMAudio's PyAV reader takes the first at or after, at most one apart)."""
     duration = num_frames / fps if seconds is None else seconds
@@ -589,13 +625,17 @@ class DeSyncReward:
     ):
         self._check_options(score, windows, max_seconds, fps, sample_rate, segment_batch)  # before any weights load
         if checkpoint is None:
-            raise RewardError(f"{self.name}: needs checkpoint=PATH to synchformer_state_dict.pth (MMAudio's release: "
-                              f"{CHECKPOINT_URL})")
+            raise RewardError(
+                f"{self.name}: needs checkpoint=PATH to synchformer_state_dict.pth (MMAudio's release: "
+                f"{CHECKPOINT_URL})"
+            )
         if not isinstance(checkpoint, (str, os.PathLike)):
             raise RewardError(f"{self.name}: checkpoint={checkpoint!r}; expected a path to synchformer_state_dict.pth")
         if "::" not in str(checkpoint) and not os.path.isfile(checkpoint):
-            raise RewardError(f"{self.name}: checkpoint {str(checkpoint)!r} does not exist; download "
-                              f"synchformer_state_dict.pth from {CHECKPOINT_URL}")
+            raise RewardError(
+                f"{self.name}: checkpoint {str(checkpoint)!r} does not exist; download "
+                f"synchformer_state_dict.pth from {CHECKPOINT_URL}"
+            )
         model = Synchformer(config)
         path = resolve_file(checkpoint, self.name, "Synchformer checkpoint")
         state = strip_prefix(load_state_dict(path, self.name), "module.")
@@ -603,9 +643,17 @@ class DeSyncReward:
         self._setup(model, score, windows, max_seconds, fps, sample_rate, device, segment_batch)
 
     @classmethod
-    def from_components(cls, model: Synchformer, score: Score = "neg_desync", windows: Windows = "first_last",
-                        max_seconds: float | None = None, fps: float | None = None, sample_rate: int | None = None,
-                        device: str | None = None, segment_batch: int = 16) -> DeSyncReward:
+    def from_components(
+        cls,
+        model: Synchformer,
+        score: Score = "neg_desync",
+        windows: Windows = "first_last",
+        max_seconds: float | None = None,
+        fps: float | None = None,
+        sample_rate: int | None = None,
+        device: str | None = None,
+        segment_batch: int = 16,
+    ) -> DeSyncReward:
         """A reward around a ready ``Synchformer`` (e.g. a tiny random one in tests)."""
         reward = cls.__new__(cls)
         reward._setup(model, score, windows, max_seconds, fps, sample_rate, device, segment_batch)
@@ -614,14 +662,19 @@ class DeSyncReward:
     def _check_options(self, score, windows, max_seconds, fps, sample_rate, segment_batch) -> None:
         check_choice(self.name, "score", score, ("neg_desync", "prob_zero"))
         check_choice(self.name, "windows", windows, ("first_last", "all"))
-        if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
-                                        or not math.isfinite(max_seconds) or max_seconds <= 0):
+        if max_seconds is not None and (
+            isinstance(max_seconds, bool)
+            or not isinstance(max_seconds, (int, float))
+            or not math.isfinite(max_seconds)
+            or max_seconds <= 0
+        ):
             raise RewardError(f"{self.name}: max_seconds={max_seconds!r}; expected a positive number of seconds")
         if isinstance(segment_batch, bool) or not isinstance(segment_batch, int) or segment_batch < 1:
             raise RewardError(f"{self.name}: segment_batch={segment_batch!r}; expected a positive integer")
         for arg, value in (("fps", fps), ("sample_rate", sample_rate)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                      or not math.isfinite(value) or value <= 0):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0
+            ):
                 raise RewardError(f"{self.name}: {arg}={value!r}; expected a positive number")
 
     def _setup(self, model, score, windows, max_seconds, fps, sample_rate, device, segment_batch) -> None:
@@ -637,8 +690,9 @@ class DeSyncReward:
     # ------------------------------------------------------------------------------------ inputs
     def _unpack(self, media: Any) -> tuple[torch.Tensor, torch.Tensor, float, int]:
         if not isinstance(media, Mapping) or "video" not in media or "audio" not in media:
-            raise RewardError(f"{self.name}: expects media {{'video': (B, F, 3, H, W), 'audio': (B, C, N), 'fps', "
-                              f"'sample_rate'}}")
+            raise RewardError(
+                f"{self.name}: expects media {{'video': (B, F, 3, H, W), 'audio': (B, C, N), 'fps', 'sample_rate'}}"
+            )
         video, audio = media["video"], media["audio"]
         if not isinstance(video, torch.Tensor) or video.ndim != 5 or video.shape[2] != 3:
             shape = tuple(video.shape) if isinstance(video, torch.Tensor) else type(video).__name__
@@ -662,23 +716,27 @@ class DeSyncReward:
                 raise RewardError(f"{self.name}: the {what} must be finite floats")
         return video, audio, float(fps), int(rate)
 
-    def clip_inputs(self, video: torch.Tensor, audio: torch.Tensor, fps: float, rate: int
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def clip_inputs(
+        self, video: torch.Tensor, audio: torch.Tensor, fps: float, rate: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One clip, (F, 3, H, W) and (C, N) -> segments (S, 16, 3, s, s) and log-mels (S, 128, 66)."""
         seconds = min(video.shape[0] / fps, audio.shape[-1] / rate)
         if self.max_seconds is not None:
             seconds = min(seconds, float(self.max_seconds))
-        frames = prepare_frames(video[frame_indices(video.shape[0], fps, seconds=seconds)],
-                                self.model.config.image_size)
+        frames = prepare_frames(
+            video[frame_indices(video.shape[0], fps, seconds=seconds)], self.model.config.image_size
+        )
         mono = sinc_resample(audio.float().mean(dim=0), rate, SYNC_RATE)
         mono = mono[: math.floor(seconds * SYNC_RATE + 1e-6)]
         count = segment_count(len(frames), len(mono))
         if count < 1:
-            raise RewardError(f"{self.name}: a clip of {seconds:.2f} s is shorter than one Synchformer segment "
-                              f"({SEGMENT_FRAMES / SYNC_FPS:.2f} s)")
+            raise RewardError(
+                f"{self.name}: a clip of {seconds:.2f} s is shorter than one Synchformer segment "
+                f"({SEGMENT_FRAMES / SYNC_FPS:.2f} s)"
+            )
         starts = torch.arange(count)
-        vid = torch.stack([frames[s * SEGMENT_FRAME_STEP: s * SEGMENT_FRAME_STEP + SEGMENT_FRAMES] for s in starts])
-        aud = torch.stack([mono[s * SEGMENT_SAMPLE_STEP: s * SEGMENT_SAMPLE_STEP + SEGMENT_SAMPLES] for s in starts])
+        vid = torch.stack([frames[s * SEGMENT_FRAME_STEP : s * SEGMENT_FRAME_STEP + SEGMENT_FRAMES] for s in starts])
+        aud = torch.stack([mono[s * SEGMENT_SAMPLE_STEP : s * SEGMENT_SAMPLE_STEP + SEGMENT_SAMPLES] for s in starts])
         return vid, log_mel(aud)
 
     @torch.no_grad()
@@ -714,14 +772,21 @@ class DeSyncReward:
 _SCORERS: dict[tuple, DeSyncReward] = {}
 
 
-def synchformer_sync(video: torch.Tensor, audio: torch.Tensor, fps: float, sample_rate: int,
-                     checkpoint: str | None = None, score: Score = "neg_desync", windows: Windows = "first_last",
-                     config: dict | None = None, device: str | None = None) -> torch.Tensor:
+def synchformer_sync(
+    video: torch.Tensor,
+    audio: torch.Tensor,
+    fps: float,
+    sample_rate: int,
+    checkpoint: str | None = None,
+    score: Score = "neg_desync",
+    windows: Windows = "first_last",
+    config: dict | None = None,
+    device: str | None = None,
+) -> torch.Tensor:
     """``av_sync``'s scorer slot: ``scorer: flowrl.reward_models.desync:synchformer_sync`` with ``checkpoint``
     among its arguments. The model is loaded once per (checkpoint, score, windows, config, device)."""
     key = (str(checkpoint), score, windows, repr(sorted((config or {}).items())), device)
     if key not in _SCORERS:
-        _SCORERS[key] = DeSyncReward(checkpoint=checkpoint, score=score, windows=windows, config=config,
-                                     device=device)
+        _SCORERS[key] = DeSyncReward(checkpoint=checkpoint, score=score, windows=windows, config=config, device=device)
     media = {"video": video, "audio": audio, "fps": fps, "sample_rate": sample_rate}
     return _SCORERS[key](media, [""] * len(video), [{} for _ in range(len(video))]).scores

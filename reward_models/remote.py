@@ -213,8 +213,9 @@ class RemoteReward:
             index = list(range(start, min(num, start + step)))
             payload = {
                 # a {"video", "fps"} / {"audio", "sample_rate"} mapping carries its own rate (encode_media)
-                "media": encode_media(index_media(media, index), self.modality, self.media_format, self.fps,
-                                      self.sample_rate),
+                "media": encode_media(
+                    index_media(media, index), self.modality, self.media_format, self.fps, self.sample_rate
+                ),
                 "prompts": [prompts[i] for i in index],
                 "metadata": [metadata[i] for i in index],
             }

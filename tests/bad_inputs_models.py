@@ -14,8 +14,10 @@ P = ["--prompt", "a cat", "--num", "1", "--steps", "1"]
 T = ["train", "train.iterations=1"]
 CKPT = "{tmp}/run/checkpoints"
 Q = "transformer_blocks.0.attn.to_q"
-RANK = (f"tensor '{Q}.lora_A.default.weight' has shape (4, 32) in the checkpoint but (16, 32) in the model; "
-        "check train.lora.rank")
+RANK = (
+    f"tensor '{Q}.lora_A.default.weight' has shape (4, 32) in the checkpoint but (16, 32) in the model; "
+    "check train.lora.rank"
+)
 
 
 def _checkpoint(root: Path, iteration: int, tensors: dict, ema: bool = False) -> Path:
@@ -58,8 +60,10 @@ def prepare(tmp: Path) -> None:
     (tmp / "garbage.safetensors").write_bytes(b"this is not a safetensors file")
     (tmp / "weights.bin").write_bytes(b"\0" * 16)
     save_file({"first_stage_model.decoder.conv_in.weight": torch.zeros(2)}, tmp / "vae.safetensors")
-    save_file({"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight": torch.zeros(2)},
-              tmp / "transformer.safetensors")
+    save_file(
+        {"model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight": torch.zeros(2)},
+        tmp / "transformer.safetensors",
+    )
 
     run = tmp / "run"
     run.mkdir()
@@ -70,11 +74,16 @@ def prepare(tmp: Path) -> None:
     (_checkpoint(root, 3, {f"{Q}.lora_A.default.weight": torch.zeros(16, 32)}) / "state.json").write_text('{"iter')
     (_checkpoint(root, 4, {f"{Q}.lora_A.default.weight": torch.zeros(16, 32)}) / "optimizer.safetensors").unlink()
     _checkpoint(tmp / "full" / "checkpoints", 1, {"proj_out.weight": torch.zeros(16, 32)})
-    _checkpoint(tmp / "other" / "checkpoints", 1, {"transformer_blocks.0.attn.add_q_proj.lora_A.default.weight":
-                                                   torch.zeros(16, 32)})
+    _checkpoint(
+        tmp / "other" / "checkpoints",
+        1,
+        {"transformer_blocks.0.attn.add_q_proj.lora_A.default.weight": torch.zeros(16, 32)},
+    )
     _checkpoint(tmp / "orphan", 1, {f"{Q}.lora_A.default.weight": torch.zeros(16, 32)})
-    _flip_last_byte(_checkpoint(tmp / "allbad" / "checkpoints", 1, {"x.lora_A.default.weight": torch.zeros(1)})
-                    / "optimizer.safetensors")
+    _flip_last_byte(
+        _checkpoint(tmp / "allbad" / "checkpoints", 1, {"x.lora_A.default.weight": torch.zeros(1)})
+        / "optimizer.safetensors"
+    )
 
 
 SAMPLE = [
@@ -84,21 +93,28 @@ SAMPLE = [
     (["sample", "tiny-cpu", *P, "--out", "{tmp}/weights.bin"], "weights.bin' is a file; expected a folder"),
     (["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/nope"], "--checkpoint: no such folder "),
     (["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/weights.bin"], "is a file; expected a checkpoint folder"),
-    (["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/emptydir"],
-     "is not a complete flowrl checkpoint (no state.json)"),
+    (
+        ["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/emptydir"],
+        "is not a complete flowrl checkpoint (no state.json)",
+    ),
     (["sample", *P, "--checkpoint", "{tmp}/run"], "is a run folder; give one of its checkpoints, e.g. "),
     (["sample", *P, "--checkpoint", f"{CKPT}/iter-000001", "--ema"], "iter-000001 has no ema.safetensors"),
-    (["sample", *P, "--checkpoint", f"{CKPT}/iter-000002"],
-     "iter-000002: trainable.safetensors is corrupt or truncated (checksum mismatch)"),
+    (
+        ["sample", *P, "--checkpoint", f"{CKPT}/iter-000002"],
+        "iter-000002: trainable.safetensors is corrupt or truncated (checksum mismatch)",
+    ),
     (["sample", *P, "--checkpoint", f"{CKPT}/iter-000003"], "iter-000003: state.json is corrupt or truncated"),
     (["sample", *P, "--checkpoint", f"{CKPT}/iter-000004"], "iter-000004: optimizer.safetensors is missing"),
     (["sample", *P, "--checkpoint", "{tmp}/orphan/iter-000001"], "--checkpoint: no config.yaml in"),
-    (["sample", *P, "--checkpoint", f"{CKPT}/iter-000001"],
-     RANK),
-    (["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/full/checkpoints/iter-000001"],
-     "holds full-weight tensors but the model trains LoRA ones; check train.lora.enabled"),
-    (["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/other/checkpoints/iter-000001"],
-     "check train.lora.target_modules"),
+    (["sample", *P, "--checkpoint", f"{CKPT}/iter-000001"], RANK),
+    (
+        ["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/full/checkpoints/iter-000001"],
+        "holds full-weight tensors but the model trains LoRA ones; check train.lora.enabled",
+    ),
+    (
+        ["sample", "tiny-cpu", *P, "--checkpoint", "{tmp}/other/checkpoints/iter-000001"],
+        "check train.lora.target_modules",
+    ),
 ]
 
 MODEL_PATHS = [
@@ -117,18 +133,21 @@ MODEL_PATHS = [
     (T + ["model.path={tmp}/weights.bin"], "is a file; expected a diffusers folder, a hub id or a .safetensors"),
     (T + ["model.path={tmp}/garbage.safetensors"], "is not a readable .safetensors checkpoint"),
     (T + ["model.path={tmp}/vae.safetensors"], "holds no SD3 transformer weights"),
-    (T + ["model.path={tmp}/transformer.safetensors"],
-     "lacks text_encoder, text_encoder_2, text_encoder_3, vae; set model.config_path"),
+    (
+        T + ["model.path={tmp}/transformer.safetensors"],
+        "lacks text_encoder, text_encoder_2, text_encoder_3, vae; set model.config_path",
+    ),
     (T + ["model.path=someone/some-sd3-model"], "not a local folder and the hub is offline"),  # a hub id: allowed
 ]
 
 RESUME = [
-    (T + [f"resume={CKPT}/iter-000002"],
-     "iter-000002: trainable.safetensors is corrupt or truncated (checksum mismatch)"),
+    (
+        T + [f"resume={CKPT}/iter-000002"],
+        "iter-000002: trainable.safetensors is corrupt or truncated (checksum mismatch)",
+    ),
     (T + [f"resume={CKPT}/iter-000003"], "iter-000003: state.json is corrupt or truncated (not valid JSON"),
     (T + [f"resume={CKPT}/iter-000004"], "iter-000004: optimizer.safetensors is missing"),
-    (T + [f"resume={CKPT}/iter-000001"],
-     RANK),
+    (T + [f"resume={CKPT}/iter-000001"], RANK),
     (T + ["resume={tmp}/full/checkpoints/iter-000001"], "check train.lora.enabled"),
 ]
 

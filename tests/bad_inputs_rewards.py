@@ -22,8 +22,10 @@ def _serve(*args: str) -> list[str]:
 
 CASES = [
     # constructor arguments the reward does not take, with the closest one
-    (RT + ["ocr", "backnd=tesseract"],
-     "ocr takes no argument 'backnd'; it takes backend, target_key, backend_kwargs; did you mean 'backend'?"),
+    (
+        RT + ["ocr", "backnd=tesseract"],
+        "ocr takes no argument 'backnd'; it takes backend, target_key, backend_kwargs; did you mean 'backend'?",
+    ),
     (RT + ["jpeg_compressibility", "qualty=80"], "jpeg_compressibility takes no argument 'qualty'; it takes quality"),
     (_serve("ocr", "backnd=tesseract"), "ocr takes no argument 'backnd'"),
     (_serve("jpeg_compressibility", "qualty=80"), "did you mean 'quality'?"),
@@ -57,13 +59,19 @@ CASES = [
 TRAIN = ["train", "train.iterations=1", "output_dir={tmp}/run"]
 TRAIN_CASES = [
     (TRAIN + ["reward={remote: 1.0}"], "reward_args.remote.url: remote needs argument 'url'"),
-    (TRAIN + ["reward={remote: 1.0}", "reward_args={remote: {url: 'http://127.0.0.1:9', tmeout: 3}}"],
-     "reward_args.remote.tmeout: remote takes no argument 'tmeout'"),
+    (
+        TRAIN + ["reward={remote: 1.0}", "reward_args={remote: {url: 'http://127.0.0.1:9', tmeout: 3}}"],
+        "reward_args.remote.tmeout: remote takes no argument 'tmeout'",
+    ),
     (TRAIN + ["reward_args.jpeg_compressibility.qualty=80"], "did you mean 'quality'?"),
-    (TRAIN + ["reward={'fault_rewards:brightness': 1.0}", "reward_args={'fault_rewards:brightness': {scale: 2}}"],
-     "reward_args.fault_rewards:brightness.scale: fault_rewards:brightness takes no argument 'scale'"),
-    (TRAIN + ["reward={'fault_rewards:FailAt': 1.0}", "reward_args={'fault_rewards:FailAt': {hw: hang}}"],
-     "did you mean 'how'?"),
+    (
+        TRAIN + ["reward={'fault_rewards:brightness': 1.0}", "reward_args={'fault_rewards:brightness': {scale: 2}}"],
+        "reward_args.fault_rewards:brightness.scale: fault_rewards:brightness takes no argument 'scale'",
+    ),
+    (
+        TRAIN + ["reward={'fault_rewards:FailAt': 1.0}", "reward_args={'fault_rewards:FailAt': {hw: hang}}"],
+        "did you mean 'how'?",
+    ),
     (TRAIN + ["reward={'broken_rewards:redness': 1.0}"], "importing module 'broken_rewards' raised SyntaxError"),
     (["validate", "reward={remote: 1.0}"], "reward_args.remote.url: remote needs argument 'url'"),
 ]

@@ -54,8 +54,11 @@ def test_the_default_keeps_today_s_attention_and_a_backend_gives_the_same_veloci
     cfg = _cfg(tmp_path, [])
     default = SD3Adapter.from_config(cfg.model, seed=cfg.seed)
     assert cfg.model.attention_backend is None and _processors(default) == {JointAttnProcessor2_0}
-    today = SD3Adapter(build_tiny_sd3_pipeline(cfg.model.resolution, cfg.model.tiny_size, seed=cfg.seed),
-                       cfg.model.resolution, cfg.model.max_sequence_length)  # as built before the option
+    today = SD3Adapter(
+        build_tiny_sd3_pipeline(cfg.model.resolution, cfg.model.tiny_size, seed=cfg.seed),
+        cfg.model.resolution,
+        cfg.model.max_sequence_length,
+    )  # as built before the option
     v = _velocity(default)
     assert torch.equal(v, _velocity(today))
 
@@ -77,12 +80,28 @@ def test_the_dispatched_processor_matches_sd3_s_with_qk_norm_and_dual_attention(
     from diffusers import SD3Transformer2DModel
 
     torch.manual_seed(0)
-    model = SD3Transformer2DModel(sample_size=8, patch_size=2, in_channels=4, out_channels=4, num_layers=2,
-                                  attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32,
-                                  caption_projection_dim=32, pooled_projection_dim=16, pos_embed_max_size=8,
-                                  qk_norm="rms_norm", dual_attention_layers=(0,)).eval()
-    inputs = {"hidden_states": torch.randn(2, 4, 8, 8), "encoder_hidden_states": torch.randn(2, 5, 32),
-                  "pooled_projections": torch.randn(2, 16), "timestep": torch.tensor([500.0, 100.0]), "return_dict": False}
+    model = SD3Transformer2DModel(
+        sample_size=8,
+        patch_size=2,
+        in_channels=4,
+        out_channels=4,
+        num_layers=2,
+        attention_head_dim=16,
+        num_attention_heads=2,
+        joint_attention_dim=32,
+        caption_projection_dim=32,
+        pooled_projection_dim=16,
+        pos_embed_max_size=8,
+        qk_norm="rms_norm",
+        dual_attention_layers=(0,),
+    ).eval()
+    inputs = {
+        "hidden_states": torch.randn(2, 4, 8, 8),
+        "encoder_hidden_states": torch.randn(2, 5, 32),
+        "pooled_projections": torch.randn(2, 16),
+        "timestep": torch.tensor([500.0, 100.0]),
+        "return_dict": False,
+    }
     with torch.no_grad():
         expected = model(**inputs)[0]
         model.set_attn_processor(DispatchedJointAttention())

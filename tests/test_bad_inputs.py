@@ -110,18 +110,28 @@ CASES = [
     (V + ["eval_reward.nope=1"], "eval_reward.nope: unknown reward 'nope'"),
     (V + ["method.name=flow_grp"], "method.name: unknown method 'flow_grp'; did you mean 'flow_grpo'"),
     # method options (tiny-cpu: 6 steps, groups of 8)
-    (V + ["method.name=g2rpo", "method.options.granularities=[0]"],
-     "method.options.granularities: [0] must be distinct integers >= 1"),
-    (V + ["method.name=g2rpo", "method.options.trained_steps=[0,20]"],
-     "method.options.trained_steps: 20 is past the last step of sample.num_steps=6"),
+    (
+        V + ["method.name=g2rpo", "method.options.granularities=[0]"],
+        "method.options.granularities: [0] must be distinct integers >= 1",
+    ),
+    (
+        V + ["method.name=g2rpo", "method.options.trained_steps=[0,20]"],
+        "method.options.trained_steps: 20 is past the last step of sample.num_steps=6",
+    ),
     (V + ["method.name=g2rpo", "method.options.sde_type=ode"], "method.options.sde_type: 'ode' is not one of"),
     (V + ["method.name=g2rpo", "sample.batch_size=6"], "every rollout batch must hold whole groups"),
-    (V + ["method.name=g2rpo", "method.options.granularity=[1]"],
-     "unknown key 'method.options.granularity'; did you mean 'method.options.granularities'"),
-    (V + ["method.name=e_grpo", "method.options.merge_lengths=[2]"],
-     "method.options.merge_lengths: 1 lengths for 3 active steps"),
-    (V + ["method.name=e_grpo", "method.options.merge_lengths=5"],
-     "method.options.merge_lengths: a step merged from 2 over 5 ends past sample.num_steps=6"),
+    (
+        V + ["method.name=g2rpo", "method.options.granularity=[1]"],
+        "unknown key 'method.options.granularity'; did you mean 'method.options.granularities'",
+    ),
+    (
+        V + ["method.name=e_grpo", "method.options.merge_lengths=[2]"],
+        "method.options.merge_lengths: 1 lengths for 3 active steps",
+    ),
+    (
+        V + ["method.name=e_grpo", "method.options.merge_lengths=5"],
+        "method.options.merge_lengths: a step merged from 2 over 5 ends past sample.num_steps=6",
+    ),
     (V + ["method.name=e_grpo", "method.options.sde_type=cps"], "adaptive merging needs flow_sde"),
     (V + ["method.name=e_grpo", "method.options.entropy=total"], "method.options.entropy: 'total' is not one of"),
     (V + ["method.name=e_grpo", "method.options.trained_steps=[0]"], "e_grpo's branches start at active_steps"),
@@ -146,17 +156,27 @@ CASES = [
     # CLI arguments and run-time inputs
     (["sample", "tiny-cpu", "--prompt", "a cat", "--num", "0"], "--num: must be at least 1"),
     (["train", "resume={tmp}/notckpt", "train.iterations=1"], "not a complete flowrl checkpoint"),
-    (["train", "resume=latest", "output_dir={tmp}/fresh", "train.iterations=1"], "resume=latest: no complete checkpoint"),
+    (
+        ["train", "resume=latest", "output_dir={tmp}/fresh", "train.iterations=1"],
+        "resume=latest: no complete checkpoint",
+    ),
     (["train", "model.path={tmp}/no-model", "train.iterations=1"], "model.path: no such file or folder"),
     (["rewards", "test", "no_such_reward"], "unknown reward 'no_such_reward'"),
     # the run folder: never mix two runs, never write where it cannot (all before a model is built)
-    (["train", "output_dir={tmp}/oldrun"], "already holds a run (0 checkpoint(s), 1 metrics row(s)): continue it with "
-                                           "resume=latest, train into a new folder with run_name=auto"),
-    (["train", "output_dir={tmp}/userdir", "overwrite=true"],
-     "output_dir '{tmp}/userdir' holds 'config.yaml', which flowrl did not write there (no .flowrl-run marker)"),
-    (["train", "output_dir={tmp}/marked", "overwrite=true"],
-     "overwrite=true: output_dir '{tmp}/marked' holds 'samples/holiday.png', which flowrl did not write; nothing was "
-     "removed"),
+    (
+        ["train", "output_dir={tmp}/oldrun"],
+        "already holds a run (0 checkpoint(s), 1 metrics row(s)): continue it with "
+        "resume=latest, train into a new folder with run_name=auto",
+    ),
+    (
+        ["train", "output_dir={tmp}/userdir", "overwrite=true"],
+        "output_dir '{tmp}/userdir' holds 'config.yaml', which flowrl did not write there (no .flowrl-run marker)",
+    ),
+    (
+        ["train", "output_dir={tmp}/marked", "overwrite=true"],
+        "overwrite=true: output_dir '{tmp}/marked' holds 'samples/holiday.png', which flowrl did not write; nothing was "
+        "removed",
+    ),
     (["train", "output_dir={tmp}/empty.txt"], "output_dir: '{tmp}/empty.txt' is a file, not a folder"),
     (["train", "output_dir={tmp}/empty.txt/run"], "output_dir: '{tmp}/empty.txt' is a file, not a folder"),
     (["train", "output_dir=/proc/flowrl-run"], "output_dir: cannot write to '/proc/flowrl-run'"),
@@ -174,62 +194,109 @@ CASES = [
     (V + ["train.clip_range=.nan"], "train.clip_range: expected a finite number"),
     (["validate", "{tmp}/floats.yaml"], "train.iterations: expected an integer, got '1e3'"),
     # rules naming a metric the run does not log
-    (V + ["log.stop_if=['reward/meen<0']"], "names 'reward/meen', which this run does not log; did you mean 'reward/mean'"),
+    (
+        V + ["log.stop_if=['reward/meen<0']"],
+        "names 'reward/meen', which this run does not log; did you mean 'reward/mean'",
+    ),
     (V + ["log.stop_if=['eval/reward/mean<0']"], "names 'eval/reward/mean', which this run does not log"),
     (V + ["log.stop_if=['monitor/diversity/ingroup<0.1']"], "did you mean 'monitor/diversity/in_group'"),
     (V + ["log.monitors=false", "log.stop_if=['monitor/diversity/in_group<0.1']"], "which this run does not log"),
     # files a command would write over: refused, naming the file, unless --force
-    (["eval", "geneval", "--write-prompts", "{tmp}/empty.txt"],
-     "--write-prompts: '{tmp}/empty.txt' already exists; pass --force to replace it, or name a new file"),
-    (["eval", "geneval", "--write-prompts", "{tmp}/new.jsonl", "--prompts-txt", "{tmp}/empty.txt"],
-     "--prompts-txt: '{tmp}/empty.txt' already exists; pass --force"),
+    (
+        ["eval", "geneval", "--write-prompts", "{tmp}/empty.txt"],
+        "--write-prompts: '{tmp}/empty.txt' already exists; pass --force to replace it, or name a new file",
+    ),
+    (
+        ["eval", "geneval", "--write-prompts", "{tmp}/new.jsonl", "--prompts-txt", "{tmp}/empty.txt"],
+        "--prompts-txt: '{tmp}/empty.txt' already exists; pass --force",
+    ),
     (["eval", "geneval", "--write-prompts", "{tmp}/notckpt"], "--write-prompts: '{tmp}/notckpt' is a folder"),
-    (["eval", "geneval", "--score", "{tmp}/notckpt", "--out", "{tmp}/scored"],
-     "--out: '{tmp}/scored/results.jsonl' already exists; pass --force"),
-    (["eval", "geneval", "--summary", "{tmp}/scored", "--out", "{tmp}/scored"],
-     "--out: '{tmp}/scored/summary.json' already exists; pass --force"),
-    (["eval", "geneval", "--generate", "tiny-cpu", "--out", "{tmp}/g", "--force"],
-     "--force applies to --write-prompts"),
-    (["eval", "toy", "--run", "{tmp}/oldrun", "--out", "{tmp}/toyout"],
-     "--out: '{tmp}/toyout/toy_eval.json' already exists; pass --force"),
-    (["eval", "toy-av", "--run", "{tmp}/oldrun", "--out", "{tmp}/toyout"],
-     "--out: '{tmp}/toyout/toy_av_eval.json' already exists; pass --force"),
+    (
+        ["eval", "geneval", "--score", "{tmp}/notckpt", "--out", "{tmp}/scored"],
+        "--out: '{tmp}/scored/results.jsonl' already exists; pass --force",
+    ),
+    (
+        ["eval", "geneval", "--summary", "{tmp}/scored", "--out", "{tmp}/scored"],
+        "--out: '{tmp}/scored/summary.json' already exists; pass --force",
+    ),
+    (
+        ["eval", "geneval", "--generate", "tiny-cpu", "--out", "{tmp}/g", "--force"],
+        "--force applies to --write-prompts",
+    ),
+    (
+        ["eval", "toy", "--run", "{tmp}/oldrun", "--out", "{tmp}/toyout"],
+        "--out: '{tmp}/toyout/toy_eval.json' already exists; pass --force",
+    ),
+    (
+        ["eval", "toy-av", "--run", "{tmp}/oldrun", "--out", "{tmp}/toyout"],
+        "--out: '{tmp}/toyout/toy_av_eval.json' already exists; pass --force",
+    ),
     (["eval", "toy", "--run", "{tmp}/oldrun", "--force"], "--force applies to --pretrain (train the cached model"),
-    (["report", "{tmp}/oldrun", "-o", "{tmp}/empty.txt"],
-     "report: -o: '{tmp}/empty.txt' already exists; pass --force to replace it"),
+    (
+        ["report", "{tmp}/oldrun", "-o", "{tmp}/empty.txt"],
+        "report: -o: '{tmp}/empty.txt' already exists; pass --force to replace it",
+    ),
     # an image reward on a video recipe: the reward the user chose is named, not the recipe's reward_args.video
-    (["validate", "tiny-wan", "reward={jpeg_compressibility: 1.0}"],
-     ("reward 'jpeg_compressibility' scores image media, but model.pipeline=wan makes video; to score each frame "
-      "with it, use the video reward instead: reward.video=<weight> with "
-      "reward_args.video.reward=jpeg_compressibility")),
-    (["validate", "tiny-wan", "eval_reward={aesthetic: 1.0}"],
-     "reward 'aesthetic' scores image media, but model.pipeline=wan makes video; to score each frame with it"),
-    (["validate", "tiny-cpu", "reward={band_energy: 1.0}", "reward_args={band_energy: {low_hz: 10, high_hz: 50}}"],
-     "reward 'band_energy' scores audio media, but model.pipeline=sd3 makes image; choose a reward that scores image"),
-    (["validate", "sd35m-ocr", "reward={pickscore: 1.0}", "reward_args.ocr.backend=x"],
-     "reward_args.ocr: no reward named 'ocr' is configured (reward: pickscore); add reward.ocr=<weight>"),
+    (
+        ["validate", "tiny-wan", "reward={jpeg_compressibility: 1.0}"],
+        (
+            "reward 'jpeg_compressibility' scores image media, but model.pipeline=wan makes video; to score each frame "
+            "with it, use the video reward instead: reward.video=<weight> with "
+            "reward_args.video.reward=jpeg_compressibility"
+        ),
+    ),
+    (
+        ["validate", "tiny-wan", "eval_reward={aesthetic: 1.0}"],
+        "reward 'aesthetic' scores image media, but model.pipeline=wan makes video; to score each frame with it",
+    ),
+    (
+        ["validate", "tiny-cpu", "reward={band_energy: 1.0}", "reward_args={band_energy: {low_hz: 10, high_hz: 50}}"],
+        "reward 'band_energy' scores audio media, but model.pipeline=sd3 makes image; choose a reward that scores image",
+    ),
+    (
+        ["validate", "sd35m-ocr", "reward={pickscore: 1.0}", "reward_args.ocr.backend=x"],
+        "reward_args.ocr: no reward named 'ocr' is configured (reward: pickscore); add reward.ocr=<weight>",
+    ),
     # prompt files that are not UTF-8 text
-    (V + ["data.prompts={tmp}/latin1.txt"],
-     "data.prompts: '{tmp}/latin1.txt' is not UTF-8 text (byte 0xe9 at offset 9, line 2); save it as UTF-8"),
-    (V + ["data.prompts={tmp}/image.txt"],
-     "data.prompts: '{tmp}/image.txt' is a binary file, not prompt text (a NUL byte at offset 8)"),
+    (
+        V + ["data.prompts={tmp}/latin1.txt"],
+        "data.prompts: '{tmp}/latin1.txt' is not UTF-8 text (byte 0xe9 at offset 9, line 2); save it as UTF-8",
+    ),
+    (
+        V + ["data.prompts={tmp}/image.txt"],
+        "data.prompts: '{tmp}/image.txt' is a binary file, not prompt text (a NUL byte at offset 8)",
+    ),
     (V + ["data.eval_prompts={tmp}/latin1.txt"], "data.eval_prompts: '{tmp}/latin1.txt' is not UTF-8 text"),
     # a toy recipe before its base model is made: the command that makes it
-    (["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "validate", "toy-flow-grpo"],
-     ("model.path: no such file or folder '~/.cache/flowrl/toy/default'; the toy GenEval base model is not made yet: "
-      "create it with `flowrl eval toy --pretrain`")),
-    (["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "train", "toy-av-flow-grpo", "output_dir={tmp}/r"],
-     "the toy audio-video base model is not made yet: create it with `flowrl eval toy-av --pretrain`"),
-    (["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE={tmp}/cache", "validate", "toy-flow-grpo"],
-     "the toy GenEval base model is in $FLOWRL_CACHE: set model.path={tmp}/cache/toy/default"),
+    (
+        ["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "validate", "toy-flow-grpo"],
+        (
+            "model.path: no such file or folder '~/.cache/flowrl/toy/default'; the toy GenEval base model is not made yet: "
+            "create it with `flowrl eval toy --pretrain`"
+        ),
+    ),
+    (
+        ["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "train", "toy-av-flow-grpo", "output_dir={tmp}/r"],
+        "the toy audio-video base model is not made yet: create it with `flowrl eval toy-av --pretrain`",
+    ),
+    (
+        ["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE={tmp}/cache", "validate", "toy-flow-grpo"],
+        "the toy GenEval base model is in $FLOWRL_CACHE: set model.path={tmp}/cache/toy/default",
+    ),
     # recipe files that resolve to something the user did not write
-    (["validate", "{tmp}/empty.yaml"],
-     "recipe '{tmp}/empty.yaml': the file holds no settings (empty or comments only)"),
+    (
+        ["validate", "{tmp}/empty.yaml"],
+        "recipe '{tmp}/empty.yaml': the file holds no settings (empty or comments only)",
+    ),
     (["validate", "{tmp}/comments.yaml"], "recipe '{tmp}/comments.yaml': the file holds no settings"),
-    (["validate", "{tmp}/twice.yaml"],
-     "recipe '{tmp}/twice.yaml': 'train' is given twice (lines 1 and 5): YAML keeps only the last"),
-    (["validate", "{tmp}/twice_key.yaml"],
-     "recipe '{tmp}/twice_key.yaml': 'train.iterations' is given twice (lines 2 and 4)"),
+    (
+        ["validate", "{tmp}/twice.yaml"],
+        "recipe '{tmp}/twice.yaml': 'train' is given twice (lines 1 and 5): YAML keeps only the last",
+    ),
+    (
+        ["validate", "{tmp}/twice_key.yaml"],
+        "recipe '{tmp}/twice_key.yaml': 'train.iterations' is given twice (lines 2 and 4)",
+    ),
     (["validate", "{tmp}/latin1.yaml"], "recipe '{tmp}/latin1.yaml': not UTF-8 text (byte 0xe9 at offset 3)"),
     # new settings' ranges
     (V + ["train.max_flat_iterations=0"], "train.max_flat_iterations: must be > 0"),
@@ -277,10 +344,14 @@ def test_the_table_is_large_enough():
 INERT = [
     (["train.ema_decay=0.99"], "train.ema_decay=0.99: no effect, train.ema is false (set train.ema=true"),
     (["train.ema_every=2", "train.ema_decay=0.5"], "train.ema_decay=0.5 and train.ema_every=2: no effect"),
-    (["train.lr_min_ratio=0.1"],
-     "train.lr_min_ratio=0.1: no effect, train.lr_schedule is constant (set train.lr_schedule=cosine or linear"),
-    (["data.negative_prompt=blurry", "sample.guidance_scale=1"],
-     "data.negative_prompt: no effect, sample.guidance_scale and sample.eval_guidance_scale are 1"),
+    (
+        ["train.lr_min_ratio=0.1"],
+        "train.lr_min_ratio=0.1: no effect, train.lr_schedule is constant (set train.lr_schedule=cosine or linear",
+    ),
+    (
+        ["data.negative_prompt=blurry", "sample.guidance_scale=1"],
+        "data.negative_prompt: no effect, sample.guidance_scale and sample.eval_guidance_scale are 1",
+    ),
 ]
 
 
@@ -292,8 +363,11 @@ def test_a_setting_without_effect_warns_in_one_line(overrides, message, caplog, 
     assert len(lines) == 1 and message in lines[0] and "\n" not in lines[0], lines
     # the same setting where it counts: no warning
     caplog.clear()
-    on = {"train.ema_": "train.ema=true", "train.lr_": "train.lr_schedule=cosine",
-          "data.neg": "sample.guidance_scale=2"}
+    on = {
+        "train.ema_": "train.ema=true",
+        "train.lr_": "train.lr_schedule=cosine",
+        "data.neg": "sample.guidance_scale=2",
+    }
     fix = next(v for k, v in on.items() if overrides[0].startswith(k) or overrides[-1].startswith(k))
     with caplog.at_level(logging.WARNING, logger="flowrl"):
         assert main(["validate", "tiny-cpu", *overrides, fix]) == 0

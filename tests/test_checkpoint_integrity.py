@@ -15,8 +15,10 @@ FILES = ["trainable.safetensors", "optimizer.safetensors", "ema.safetensors", "r
 def _save(root, iteration: int):
     """A real checkpoint: tiny tensors, an AdamW that has stepped once, EMA."""
     torch.manual_seed(iteration)
-    params = {"block.lora_A.default.weight": torch.nn.Parameter(torch.randn(4, 8)),
-              "block.lora_B.default.weight": torch.nn.Parameter(torch.randn(8, 4))}
+    params = {
+        "block.lora_A.default.weight": torch.nn.Parameter(torch.randn(4, 8)),
+        "block.lora_B.default.weight": torch.nn.Parameter(torch.randn(8, 4)),
+    }
     opt = torch.optim.AdamW(list(params.values()), lr=1e-3)
     sum((p**2).sum() for p in params.values()).backward()
     opt.step()
@@ -38,8 +40,10 @@ def test_state_records_size_and_sha256_of_every_file(tmp_path):
         assert rec["bytes"] == (path / name).stat().st_size
         assert rec == ckpt.file_checksum(path / name)
     state = ckpt.load_checkpoint(path)
-    assert state["iteration"] == 2 and set(state["trainable"]) == {"block.lora_A.default.weight",
-                                                                   "block.lora_B.default.weight"}
+    assert state["iteration"] == 2 and set(state["trainable"]) == {
+        "block.lora_A.default.weight",
+        "block.lora_B.default.weight",
+    }
 
 
 @pytest.mark.parametrize("name", FILES)
@@ -57,8 +61,12 @@ def test_damage_is_named_and_latest_falls_back(tmp_path, caplog, name, damage):
         target.write_bytes(target.read_bytes()[:-7])
     else:
         target.unlink()
-    expected = {"flip": "is corrupt or truncated (checksum mismatch)", "flip_header": "checksum mismatch",
-                "truncate": "is corrupt or truncated (", "delete": "is missing"}[damage]
+    expected = {
+        "flip": "is corrupt or truncated (checksum mismatch)",
+        "flip_header": "checksum mismatch",
+        "truncate": "is corrupt or truncated (",
+        "delete": "is missing",
+    }[damage]
     with pytest.raises(ckpt.CheckpointError) as info:
         ckpt.load_checkpoint(newest)
     assert str(info.value).startswith(f"checkpoint {newest}: {name} ")
@@ -87,8 +95,10 @@ def test_nothing_intact_gives_none_and_every_reason(tmp_path):
     for it in (1, 2):
         _flip_byte(_save(root, it) / "trainable.safetensors")
     path, skipped = ckpt.latest_intact_checkpoint(root)
-    assert path is None and [s.split(":")[0] for s in skipped] == [f"checkpoint {root / 'iter-000002'}",
-                                                                    f"checkpoint {root / 'iter-000001'}"]
+    assert path is None and [s.split(":")[0] for s in skipped] == [
+        f"checkpoint {root / 'iter-000002'}",
+        f"checkpoint {root / 'iter-000001'}",
+    ]
 
 
 def test_checkpoints_without_checksums_still_load(tmp_path):
@@ -131,8 +141,10 @@ def test_a_copied_checkpoint_verifies_in_its_new_place(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------ tensors vs model
-LORA = {"blocks.0.attn.to_q.lora_A.default.weight": torch.zeros(4, 32),
-        "blocks.0.attn.to_q.lora_B.default.weight": torch.zeros(32, 4)}
+LORA = {
+    "blocks.0.attn.to_q.lora_A.default.weight": torch.zeros(4, 32),
+    "blocks.0.attn.to_q.lora_B.default.weight": torch.zeros(32, 4),
+}
 
 
 def test_matching_tensors_pass():
@@ -151,8 +163,11 @@ def test_lora_shape_mismatch_names_tensor_shapes_and_rank():
 
 def test_missing_and_extra_lora_tensors_point_at_target_modules():
     more = {**LORA, "blocks.0.attn.to_k.lora_A.default.weight": torch.zeros(4, 32)}
-    with pytest.raises(ckpt.CheckpointError, match=r"lacks 1 of the model's trainable tensors \(e.g. "
-                       r"'blocks.0.attn.to_k.lora_A.default.weight'\); check train.lora.target_modules"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"lacks 1 of the model's trainable tensors \(e.g. "
+        r"'blocks.0.attn.to_k.lora_A.default.weight'\); check train.lora.target_modules",
+    ):
         ckpt.check_trainable_against(LORA, more, "c")
     with pytest.raises(ckpt.CheckpointError, match=r"holds 1 tensors the model does not train .*target_modules"):
         ckpt.check_trainable_against(more, LORA, "c")
@@ -160,9 +175,13 @@ def test_missing_and_extra_lora_tensors_point_at_target_modules():
 
 def test_full_weight_mismatches_point_at_the_model_and_lora_switch():
     full = {"proj_out.weight": torch.zeros(16, 32)}
-    with pytest.raises(ckpt.CheckpointError, match=r"'proj_out.weight' has shape \(16, 32\) in the checkpoint but "
-                       r"\(16, 64\) in the model; check model.path"):
+    with pytest.raises(
+        ckpt.CheckpointError,
+        match=r"'proj_out.weight' has shape \(16, 32\) in the checkpoint but "
+        r"\(16, 64\) in the model; check model.path",
+    ):
         ckpt.check_trainable_against(full, {"proj_out.weight": torch.zeros(16, 64)}, "c")
-    with pytest.raises(ckpt.CheckpointError, match="holds full-weight tensors but the model trains LoRA ones; "
-                       "check train.lora.enabled"):
+    with pytest.raises(
+        ckpt.CheckpointError, match="holds full-weight tensors but the model trains LoRA ones; check train.lora.enabled"
+    ):
         ckpt.check_trainable_against(full, LORA, "c")

@@ -38,8 +38,10 @@ def test_ls_and_validate(capsys):
         (["train", "train.learnig_rate=1"], "unknown key 'train.learnig_rate'; did you mean 'train.learning_rate'?"),
         (["validate", "nope-recipe"], "unknown recipe 'nope-recipe'"),
         (["sample", "tiny-cpu", "--prompt", "a cat", "--num", "0"], "--num: must be at least 1, got 0"),
-        (["train", "model.path=stabilityai/stable-diffusion-3.5-medium", "train.iterations=1"],
-         "model.path='stabilityai/stable-diffusion-3.5-medium': not a local folder and the hub is offline"),
+        (
+            ["train", "model.path=stabilityai/stable-diffusion-3.5-medium", "train.iterations=1"],
+            "model.path='stabilityai/stable-diffusion-3.5-medium': not a local folder and the hub is offline",
+        ),
     ],
 )
 def test_user_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
@@ -53,13 +55,36 @@ def test_user_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
 def test_console_script_train_then_sample(tmp_path):
     """The real entry point: a 1-iteration run, then sampling from its folder with its LoRA."""
     run = tmp_path / "run"
-    cmd = [sys.executable, "-m", "flowrl", "train", f"output_dir={run}", "train.iterations=1",
-           "sample.num_steps=2", "sample.group_size=2", "sample.prompts_per_iteration=2", "sample.batch_size=4"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowrl",
+        "train",
+        f"output_dir={run}",
+        "train.iterations=1",
+        "sample.num_steps=2",
+        "sample.group_size=2",
+        "sample.prompts_per_iteration=2",
+        "sample.batch_size=4",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "done: 1 iterations" in done.stdout
-    cmd = [sys.executable, "-m", "flowrl", "sample", str(run), "--prompt", "a red cat", "--num", "2",
-           "--steps", "2", "--out", str(tmp_path / "imgs")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowrl",
+        "sample",
+        str(run),
+        "--prompt",
+        "a red cat",
+        "--num",
+        "2",
+        "--steps",
+        "2",
+        "--out",
+        str(tmp_path / "imgs"),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded LoRA" in done.stdout

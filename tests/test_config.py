@@ -21,9 +21,18 @@ def test_defaults_follow_the_spec():
 
 
 def test_overrides_are_typed():
-    cfg = resolve_config(None, ["train.iterations=3", "train.learning_rate=1e-4", "sample.window_size=2",
-                                "sample.window_range=[0, 4]", "reward.jpeg_incompressibility=0.5",
-                                "train.lora.target_modules=[attn.to_q]", "seed=7"])
+    cfg = resolve_config(
+        None,
+        [
+            "train.iterations=3",
+            "train.learning_rate=1e-4",
+            "sample.window_size=2",
+            "sample.window_range=[0, 4]",
+            "reward.jpeg_incompressibility=0.5",
+            "train.lora.target_modules=[attn.to_q]",
+            "seed=7",
+        ],
+    )
     assert cfg.train.iterations == 3 and cfg.train.learning_rate == 1e-4 and cfg.seed == 7
     assert cfg.sample.window_range == [0, 4]
     assert cfg.reward == {"jpeg_compressibility": 1.0, "jpeg_incompressibility": 0.5}
@@ -112,8 +121,10 @@ def test_group_sampler_deals_complete_groups():
 def test_a_recipe_can_start_from_a_base_recipe(tmp_path):
     """``base:``: sections update the base's key by key; rewards replace the base's whole; cycles are refused."""
     child = tmp_path / "child.yaml"
-    child.write_text("base: tiny-cpu\nsample:\n  num_steps: 3\nreward:\n  jpeg_incompressibility: 1.0\n"
-                     "method:\n  name: g2rpo\n  options:\n    granularities: [1]\n")
+    child.write_text(
+        "base: tiny-cpu\nsample:\n  num_steps: 3\nreward:\n  jpeg_incompressibility: 1.0\n"
+        "method:\n  name: g2rpo\n  options:\n    granularities: [1]\n"
+    )
     cfg = resolve_config(str(child))
     base = resolve_config("tiny-cpu")
     assert cfg.sample.num_steps == 3 and cfg.sample.group_size == base.sample.group_size

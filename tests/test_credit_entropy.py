@@ -243,9 +243,20 @@ def _e_grpo(*overrides):
     from flowrl.methods import build_method
 
     # T = 4: merged branches at n = 0, 1 (K = 2), one granularity; rewards a (weight 1) and b (weight 0.5)
-    return build_method(resolve_config("tiny-cpu", [
-        "method.name=e_grpo", "sample.num_steps=4", "sample.group_size=3", "sample.prompts_per_iteration=2",
-        "sample.batch_size=3", "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}", *overrides]))
+    return build_method(
+        resolve_config(
+            "tiny-cpu",
+            [
+                "method.name=e_grpo",
+                "sample.num_steps=4",
+                "sample.group_size=3",
+                "sample.prompts_per_iteration=2",
+                "sample.batch_size=3",
+                "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}",
+                *overrides,
+            ],
+        )
+    )
 
 
 def _two_reward_columns():
@@ -254,9 +265,14 @@ def _two_reward_columns():
     a = torch.tensor([[1.0, 3.0], [2.0, 5.0], [3.0, 1.0], [1.0, 0.0], [2.0, 1.0]])
     b = torch.tensor([[0.0, 4.0], [1.0, 0.0], [5.0, 2.0], [2.0, 0.0], [0.0, 0.0]])
     s = a + 0.5 * b
-    columns = {"final": s[:, 0], "branch": s[:, 1:], "final/jpeg_compressibility": a[:, 0],
-               "branch/jpeg_compressibility": a[:, 1:], "final/jpeg_incompressibility": b[:, 0],
-               "branch/jpeg_incompressibility": b[:, 1:]}
+    columns = {
+        "final": s[:, 0],
+        "branch": s[:, 1:],
+        "final/jpeg_compressibility": a[:, 0],
+        "branch/jpeg_compressibility": a[:, 1:],
+        "final/jpeg_incompressibility": b[:, 0],
+        "branch/jpeg_incompressibility": b[:, 1:],
+    }
     return columns, torch.tensor([0, 0, 0, 1, 1])
 
 

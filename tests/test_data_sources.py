@@ -16,14 +16,18 @@ datasets.disable_progress_bars()
 def saved_dict(tmp_path):
     """A DatasetDict with train and test splits, as ``save_to_disk`` writes it."""
     folder = tmp_path / "dd"
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({
-            "prompt": ["a red cube", "a blue ball", "a green cone"],
-            "tag": ["colors", "colors", "shapes"],
-            "negative_prompt": ["blurry", None, ""],
-        }),
-        "test": datasets.Dataset.from_dict({"prompt": ["a yellow star"], "tag": ["colors"]}),
-    }).save_to_disk(str(folder))
+    datasets.DatasetDict(
+        {
+            "train": datasets.Dataset.from_dict(
+                {
+                    "prompt": ["a red cube", "a blue ball", "a green cone"],
+                    "tag": ["colors", "colors", "shapes"],
+                    "negative_prompt": ["blurry", None, ""],
+                }
+            ),
+            "test": datasets.Dataset.from_dict({"prompt": ["a yellow star"], "tag": ["colors"]}),
+        }
+    ).save_to_disk(str(folder))
     return folder
 
 
@@ -39,7 +43,9 @@ def test_a_saved_dataset_dict_trains_on_train_and_holds_out_test(saved_dict):
     assert [it.negative_prompt for it in items] == ["blurry", "low quality", ""]
     assert all("negative_prompt" not in it.metadata for it in items)
     # another split trains; another held-out split, or none
-    assert [it.prompt for it in load_train_prompts(DataConfig(prompts=str(saved_dict), split="test"))] == ["a yellow star"]
+    assert [it.prompt for it in load_train_prompts(DataConfig(prompts=str(saved_dict), split="test"))] == [
+        "a yellow star"
+    ]
     assert load_eval_prompts(DataConfig(prompts=str(saved_dict), eval_split="validation")) is None
 
 
@@ -48,8 +54,10 @@ def test_a_single_saved_dataset_is_used_whole_with_its_own_prompt_column(tmp_pat
     datasets.Dataset.from_dict({"caption": ["a cat", "a dog"], "id": [1, 2]}).save_to_disk(str(folder))
     data = DataConfig(prompts=f"hf:{folder}", prompt_column="caption")
     items = load_train_prompts(data)
-    assert [(it.prompt, it.metadata, it.negative_prompt) for it in items] == [("a cat", {"id": 1}, ""),
-                                                                             ("a dog", {"id": 2}, "")]
+    assert [(it.prompt, it.metadata, it.negative_prompt) for it in items] == [
+        ("a cat", {"id": 1}, ""),
+        ("a dog", {"id": 2}, ""),
+    ]
     assert load_eval_prompts(data) is None  # a single Dataset has no test split of its own
 
 
@@ -82,7 +90,9 @@ def test_a_bad_dataset_is_one_line_naming_what_exists(saved_dict, tmp_path):
         load_prompts(f"hf:{empty}")
     _one_line(info)
     numbers = tmp_path / "numbers"
-    datasets.Dataset.from_dict({"prompt": ["a cat", "a dog"], "negative_prompt": [None, None]}).save_to_disk(str(numbers))
+    datasets.Dataset.from_dict({"prompt": ["a cat", "a dog"], "negative_prompt": [None, None]}).save_to_disk(
+        str(numbers)
+    )
     assert [it.negative_prompt for it in load_prompts(str(numbers))] == [None, None]
     datasets.Dataset.from_dict({"prompt": [1, 2]}).save_to_disk(str(tmp_path / "ints"))
     with pytest.raises(ConfigError, match=r"row 0: column 'prompt' must be a string, got int") as info:

@@ -25,8 +25,9 @@ pytestmark = pytest.mark.skipif(
 
 
 def _run(command: list[str], out: Path, *extra: str) -> list[dict]:
-    done = subprocess.run([*command, f"output_dir={out}", *OVERRIDES, *extra], env=ENV, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run(
+        [*command, f"output_dir={out}", *OVERRIDES, *extra], env=ENV, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
@@ -70,8 +71,11 @@ def test_fsdp_shards_match_one_process_and_resume_exactly(tmp_path, one_process)
     assert a.keys() == b.keys()
     for key in a:
         torch.testing.assert_close(a[key], b[key], rtol=1e-4, atol=1e-5)
-    resumed = _run([*TORCHRUN, str(TESTS / "_fsdp_train.py")], tmp_path / "resumed",
-                   f"resume={tmp_path / 'fsdp' / 'checkpoints' / 'iter-000001'}")
+    resumed = _run(
+        [*TORCHRUN, str(TESTS / "_fsdp_train.py")],
+        tmp_path / "resumed",
+        f"resume={tmp_path / 'fsdp' / 'checkpoints' / 'iter-000001'}",
+    )
     assert [r["iteration"] for r in resumed] == [1]
     assert {k: resumed[0][k] for k in KEYS} == {k: fsdp[1][k] for k in KEYS}
 

@@ -26,8 +26,14 @@ from flowrl.config import (
 from flowrl.config_reference import reference
 
 DOCS = Path(__file__).parent.parent / "docs"
-SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000"]
+SMALL = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+]
 
 
 def _doc(name: str) -> str:
@@ -37,7 +43,7 @@ def _doc(name: str) -> str:
 def _section(text: str, heading: str) -> str:
     """The text under ``heading`` up to the next heading of the same or a higher level (outside code)."""
     level = len(heading.split(" ")[0])
-    lines = text[text.index(heading + "\n") + len(heading) + 1:].splitlines(keepends=True)
+    lines = text[text.index(heading + "\n") + len(heading) + 1 :].splitlines(keepends=True)
     out, fenced = [], False
     for line in lines:
         fenced ^= line.startswith("```")
@@ -77,7 +83,7 @@ def _commands(text: str) -> list[list[str]]:
             while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
                 words = words[1:]
             if words[:2] == ["accelerate", "launch"]:
-                words = words[words.index("-m") + 1:]
+                words = words[words.index("-m") + 1 :]
             if words and words[0] == "flowrl":
                 out.append(words[1:])
     return out
@@ -92,8 +98,10 @@ def _parsed(argv: list[str]):
 # ------------------------------------------------------------------------------------------- config keys
 KNOWN = set(re.findall(r"^\| `([^`]+)` \|", reference(), flags=re.MULTILINE))
 GROUPS = {k.rsplit(".", 1)[0] for k in KNOWN if "." in k} | {"model", "data", "sample", "train", "method", "log"}
-KEYLIKE = re.compile(r"^(output_dir|run_name|seed|resume|resume_allow_changes|overwrite|reward|reward_args|eval_reward|"
-                     r"model|data|sample|train|method|log)(\.[A-Za-z0-9_:]+)*(=.*)?$")
+KEYLIKE = re.compile(
+    r"^(output_dir|run_name|seed|resume|resume_allow_changes|overwrite|reward|reward_args|eval_reward|"
+    r"model|data|sample|train|method|log)(\.[A-Za-z0-9_:]+)*(=.*)?$"
+)
 
 
 def _key_exists(key: str) -> bool:
@@ -157,8 +165,10 @@ def test_the_read_as_table_is_what_an_override_gives():
 
 
 def test_quoted_overrides_from_the_guide_parse():
-    cfg = resolve_config("tiny-cpu", ["train.adam_betas=[0.9, 0.95]", "reward={pickscore: 1.0}",
-                                      'log.stop_if=["monitor/diversity/in_group<0.01"]'])
+    cfg = resolve_config(
+        "tiny-cpu",
+        ["train.adam_betas=[0.9, 0.95]", "reward={pickscore: 1.0}", 'log.stop_if=["monitor/diversity/in_group<0.01"]'],
+    )
     assert cfg.train.adam_betas == [0.9, 0.95] and cfg.reward == {"pickscore": 1.0}
     assert cfg.log.stop_if == ["monitor/diversity/in_group<0.01"]
     assert resolve_config("tiny-cpu", ["train.iterations=5", "train.iterations=9"]).train.iterations == 9
@@ -170,10 +180,17 @@ def test_quoted_overrides_from_the_guide_parse():
 
 def test_a_dotted_key_sets_one_entry_and_a_mapping_replaces_the_whole_value():
     text = _section(_doc("recipes.md"), "### A dotted key sets one entry; a mapping replaces the whole value")
-    for example in ("reward.ocr=1.0", "reward={ocr: 1.0}", "train.lora.rank=8", "train.lora={rank: 8}",
-                    "method.options.eps1=1.5", "method.options={calibrate: false}",
-                    "train.lora.target_modules=[attn.to_q,attn.to_v]", "train.adam_betas.0=0.8",
-                    "reward_args.jpeg_compressibility.quality=80"):
+    for example in (
+        "reward.ocr=1.0",
+        "reward={ocr: 1.0}",
+        "train.lora.rank=8",
+        "train.lora={rank: 8}",
+        "method.options.eps1=1.5",
+        "method.options={calibrate: false}",
+        "train.lora.target_modules=[attn.to_q,attn.to_v]",
+        "train.adam_betas.0=0.8",
+        "reward_args.jpeg_compressibility.quality=80",
+    ):
         assert f"`{example}`" in text, example
     tiny = resolve_config("tiny-cpu")
     assert resolve_config("tiny-cpu", ["reward.ocr=1.0"]).reward == {"jpeg_compressibility": 1.0, "ocr": 1.0}
@@ -186,9 +203,11 @@ def test_a_dotted_key_sets_one_entry_and_a_mapping_replaces_the_whole_value():
     one = resolve_config("sd35m-dense-grpo", ["method.options.eps1=1.5"]).method.options
     assert one == {**dense, "eps1": 1.5} and len(dense) > 1
     assert resolve_config("sd35m-dense-grpo", ["method.options={calibrate: false}"]).method.options == {
-        "calibrate": False}
-    assert resolve_config("tiny-cpu", ["train.lora.target_modules=[attn.to_q,attn.to_v]"]).train.lora.target_modules \
-        == ["attn.to_q", "attn.to_v"]
+        "calibrate": False
+    }
+    assert resolve_config(
+        "tiny-cpu", ["train.lora.target_modules=[attn.to_q,attn.to_v]"]
+    ).train.lora.target_modules == ["attn.to_q", "attn.to_v"]
     with pytest.raises(ConfigError, match="not a group of settings"):
         resolve_config("tiny-cpu", ["train.adam_betas.0=0.8"])
     assert "`'reward={\"my_pkg.rewards:score\": 1.0}'`" in text
@@ -213,8 +232,9 @@ def test_the_yaml_float_rules(tmp_path, monkeypatch):
         assert got == want and type(got) is type(want), written
     monkeypatch.chdir(tmp_path)
     # float-typed keys take the numeric string, in a recipe file and on the command line
-    Path("floats.yaml").write_text("base: tiny-cpu\ntrain:\n  learning_rate: 1e-4\n"
-                                   "method:\n  name: dense_grpo\n  options: {eps2: 1e-2}\n")
+    Path("floats.yaml").write_text(
+        "base: tiny-cpu\ntrain:\n  learning_rate: 1e-4\nmethod:\n  name: dense_grpo\n  options: {eps2: 1e-2}\n"
+    )
     cfg = resolve_config("floats.yaml")
     assert cfg.train.learning_rate == 1e-4 and isinstance(cfg.train.learning_rate, float)
     from flowrl.methods import build_method
@@ -222,8 +242,10 @@ def test_the_yaml_float_rules(tmp_path, monkeypatch):
     assert build_method(cfg).options.eps2 == 0.01
     assert resolve_config("tiny-cpu", ["train.learning_rate=1e-4"]).train.learning_rate == 1e-4
     remote = ["reward={remote: 1.0}", "reward_args.remote.url=http://127.0.0.1:1"]
-    assert resolve_config("tiny-cpu", [*remote, "reward_args.remote.timeout=1e2"]).reward_args["remote"][
-        "timeout"] == 100.0
+    assert (
+        resolve_config("tiny-cpu", [*remote, "reward_args.remote.timeout=1e2"]).reward_args["remote"]["timeout"]
+        == 100.0
+    )
     assert "`train.iterations: expected an integer, got 1000.0`" in text
     with pytest.raises(ConfigError, match=r"^train.iterations: expected an integer, got 1000.0$"):
         resolve_config("tiny-cpu", ["train.iterations=1e3"])
@@ -236,8 +258,10 @@ def test_the_yaml_float_rules(tmp_path, monkeypatch):
     from flowrl.reward_models import RewardError, check_reward_args
 
     for written, ok in (("1e2", False), ("1.0e+2", True), ("100.0", True)):
-        Path("r.yaml").write_text(f"base: tiny-cpu\nreward: {{remote: 1.0}}\nreward_args:\n"
-                                  f"  remote: {{url: 'http://127.0.0.1:1', timeout: {written}}}\n")
+        Path("r.yaml").write_text(
+            f"base: tiny-cpu\nreward: {{remote: 1.0}}\nreward_args:\n"
+            f"  remote: {{url: 'http://127.0.0.1:1', timeout: {written}}}\n"
+        )
         args = resolve_config("r.yaml").reward_args["remote"]
         if ok:
             check_reward_args("remote", args)
@@ -342,8 +366,9 @@ def test_every_metric_the_guide_names_is_logged_and_every_logged_one_is_explaine
 
     logged = set()
     for method in list_methods():
-        cfg = resolve_config("tiny-cpu", ["log.eval_every=1", "eval_reward={jpeg_incompressibility: 1.0}",
-                                          f"method.name={method}"])
+        cfg = resolve_config(
+            "tiny-cpu", ["log.eval_every=1", "eval_reward={jpeg_incompressibility: 1.0}", f"method.name={method}"]
+        )
         logged |= logged_metric_names(cfg)
     for recipe in ("tiny-wan", "tiny-audio"):  # the monitors of video and audio media
         logged |= logged_metric_names(resolve_config(recipe))
@@ -361,11 +386,21 @@ def test_a_tiny_run_logs_the_guide_s_metrics_with_the_exact_values_it_states(tmp
     each one's calls are logged too."""
     from flowrl.trainer import Trainer
 
-    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "train.iterations=2", "train.beta=0.01",
-                                      "train.optimizer_steps_per_iteration=1", "log.eval_every=1",
-                                      "reward.jpeg_incompressibility=0.5",
-                                      "log.eval_num_prompts=2", "sample.eval_num_steps=2",
-                                      "eval_reward={jpeg_incompressibility: 1.0}"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=2",
+            "train.beta=0.01",
+            "train.optimizer_steps_per_iteration=1",
+            "log.eval_every=1",
+            "reward.jpeg_incompressibility=0.5",
+            "log.eval_num_prompts=2",
+            "sample.eval_num_steps=2",
+            "eval_reward={jpeg_incompressibility: 1.0}",
+        ],
+    )
     rows = Trainer(cfg).train()
     trained = [r for r in rows if "reward/mean" in r]
     assert len(trained) == 2
@@ -373,12 +408,18 @@ def test_a_tiny_run_logs_the_guide_s_metrics_with_the_exact_values_it_states(tmp
     logged = {_normalise(n, rewards) for r in rows for n in r}
     from flowrl.media import monitor_names
 
-    other_media = {_normalise(m, rewards) for m in (monitor_names("video") | monitor_names("audio")) - monitor_names("image")}
+    other_media = {
+        _normalise(m, rewards) for m in (monitor_names("video") | monitor_names("audio")) - monitor_names("image")
+    }
     expected = {_normalise(m, rewards) for m in _doc_metrics() if not m.startswith("method/") and m != "skipped"}
     expected -= other_media  # an image run watches images only
     assert expected <= logged, sorted(expected - logged)
     s = cfg.sample
-    n, steps, trained_steps = s.prompts_per_iteration * s.group_size, s.num_steps, int(s.num_steps * s.timestep_fraction)
+    n, steps, trained_steps = (
+        s.prompts_per_iteration * s.group_size,
+        s.num_steps,
+        int(s.num_steps * s.timestep_fraction),
+    )
     for r in trained:
         assert r["policy/clip_frac"] == 0 and r["policy/approx_kl"] == 0 and r["policy/ratio_mean"] == 1
         assert r["policy/onpolicy_logp_diff"] == 0
@@ -436,8 +477,10 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
     assert not Path("/models/sd35n").exists()
     assert main(["validate", "model.path=/models/sd35n"]) == 2
     err = capsys.readouterr().err
-    assert "`model.path: no such file or folder '/models/sd35n'`" in text and \
-        "model.path: no such file or folder '/models/sd35n'" in err
+    assert (
+        "`model.path: no such file or folder '/models/sd35n'`" in text
+        and "model.path: no such file or folder '/models/sd35n'" in err
+    )
 
     def refused(path: Path, **kw) -> str:
         cfg = resolve_config("tiny-cpu", [f"model.path={path}", *[f"model.{k}={v}" for k, v in kw.items()]]).model
@@ -455,8 +498,13 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
     (folder / "transformer").mkdir()
     (folder / "transformer" / "config.json").write_text("{}")
     assert "a config.json but no weights" in refused(folder)
-    for quoted in ("is empty", "has no model_index.json", "lacks transformer/, which its model_index.json lists",
-                   "a config.json but no weights", "holds no SD3 transformer weights"):
+    for quoted in (
+        "is empty",
+        "has no model_index.json",
+        "lacks transformer/, which its model_index.json lists",
+        "a config.json but no weights",
+        "holds no SD3 transformer weights",
+    ):
         assert f"`{quoted}`" in text, quoted
     save_file({"something.else": torch.zeros(1)}, tmp_path / "other.safetensors")
     assert "holds no SD3 transformer weights" in refused(tmp_path / "other.safetensors")
@@ -464,8 +512,9 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
     message = refused(tmp_path / "tuned.safetensors")
     quoted = "lacks text_encoder, text_encoder_2, text_encoder_3, vae; set model.config_path"
     assert quoted in message and f"`{quoted} ...`" in text
-    cfg = resolve_config("tiny-cpu", [f"model.path={tmp_path / 'tuned.safetensors'}",
-                                      f"model.config_path={tmp_path / 'nowhere'}"]).model
+    cfg = resolve_config(
+        "tiny-cpu", [f"model.path={tmp_path / 'tuned.safetensors'}", f"model.config_path={tmp_path / 'nowhere'}"]
+    ).model
     with pytest.raises(FileNotFoundError, match="model.config_path: no such file or folder"):
         check_model_path(cfg)
 
@@ -485,10 +534,15 @@ def test_offline_errors_are_the_ones_the_guide_quotes(monkeypatch, capsys):
     assert re.sub(r"download it first \(.*?\) or", "download it first (...) or", line) == quoted
     with pytest.raises(RewardError) as exc:
         build_reward("pickscore", model="nobody/flowrl-docs-no-pickscore")
-    assert re.fullmatch(r"pickscore: cannot load the model 'nobody/flowrl-docs-no-pickscore' \(.*\); download it "
-                        r"first .* or pass a local folder", str(exc.value)), exc.value
-    assert "`pickscore: cannot load the model 'yuvalkirstain/PickScore_v1' (...); download it first ... or pass\na " \
-           "local folder`" in text
+    assert re.fullmatch(
+        r"pickscore: cannot load the model 'nobody/flowrl-docs-no-pickscore' \(.*\); download it "
+        r"first .* or pass a local folder",
+        str(exc.value),
+    ), exc.value
+    assert (
+        "`pickscore: cannot load the model 'yuvalkirstain/PickScore_v1' (...); download it first ... or pass\na "
+        "local folder`" in text
+    )
     pytest.importorskip("open_clip")
     with pytest.raises(RewardError, match="hpsv2: cannot get the checkpoint 'f.pt' from 'nobody/flowrl-docs'"):
         build_reward("hpsv2", checkpoint="nobody/flowrl-docs::f.pt")
@@ -506,8 +560,10 @@ def test_the_local_recipe_and_commands_of_the_guide(tmp_path, monkeypatch, capsy
     Path("sd35m-pickscore-local.yaml").write_text(block)
     cfg = resolve_config("sd35m-pickscore-local.yaml")
     assert cfg.model.path == "/models/sd35m" and cfg.reward == {"pickscore": 1.0}
-    assert cfg.reward_args["pickscore"] == {"model": "/models/PickScore_v1",
-                                            "processor": "/models/CLIP-ViT-H-14-laion2B-s32B-b79K"}
+    assert cfg.reward_args["pickscore"] == {
+        "model": "/models/PickScore_v1",
+        "processor": "/models/CLIP-ViT-H-14-laion2B-s32B-b79K",
+    }
     check_reward_args("pickscore", cfg.reward_args["pickscore"])
     assert cfg.train == resolve_config("sd35m-pickscore").train
     commands = _commands(text)
@@ -575,8 +631,10 @@ def test_the_remote_examples_resolve_and_redact_the_token(tmp_path, monkeypatch)
     args = resolve_config("remote.yaml").reward_args["remote"]
     check_reward_args("remote", args)
     assert args == {"url": "http://10.0.0.5:18085", "timeout": 60.0, "retries": 5, "batch_size": 32}
-    secret = resolve_config("tiny-cpu", ["reward={remote: 1.0}", "reward_args.remote.url=http://127.0.0.1:1",
-                                         "reward_args.remote.token=s3cret"])
+    secret = resolve_config(
+        "tiny-cpu",
+        ["reward={remote: 1.0}", "reward_args.remote.url=http://127.0.0.1:1", "reward_args.remote.token=s3cret"],
+    )
     dumped = dump_config(secret)
     assert "s3cret" not in dumped and "<redacted>" in dumped
 

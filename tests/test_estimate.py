@@ -278,17 +278,49 @@ TINY_FAMILIES = {
 }
 # the built-in table's published architectures (model.path unreadable offline), at small sample sizes
 PUBLISHED = {
-    "FLUX.1-dev": ("tiny-flux", ["model.path=black-forest-labs/FLUX.1-dev", "model.resolution=512",
-                                 "model.max_sequence_length=512", "train.lora.target_modules=null"]),
-    "Wan2.1-1.3B": ("tiny-wan", ["model.path=Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "model.height=480",
-                                 "model.width=832", "model.num_frames=81", "model.max_sequence_length=512",
-                                 "train.lora.target_modules=null", "sample.batch_size=1"]),
-    "Wan2.1-14B": ("tiny-wan", ["model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers", "model.resolution=256",
-                                "model.num_frames=17", "train.lora.target_modules=null"]),
-    "Wan2.2-A14B": ("tiny-wan", ["model.path=Wan-AI/Wan2.2-T2V-A14B-Diffusers", "model.resolution=256",
-                                 "model.num_frames=17", "train.lora.target_modules=null"]),
-    "SA3-medium": ("tiny-audio", ["model.path=stabilityai/stable-audio-3-medium", "model.duration_s=null",
-                                  "train.lora.target_modules=null"]),
+    "FLUX.1-dev": (
+        "tiny-flux",
+        [
+            "model.path=black-forest-labs/FLUX.1-dev",
+            "model.resolution=512",
+            "model.max_sequence_length=512",
+            "train.lora.target_modules=null",
+        ],
+    ),
+    "Wan2.1-1.3B": (
+        "tiny-wan",
+        [
+            "model.path=Wan-AI/Wan2.1-T2V-1.3B-Diffusers",
+            "model.height=480",
+            "model.width=832",
+            "model.num_frames=81",
+            "model.max_sequence_length=512",
+            "train.lora.target_modules=null",
+            "sample.batch_size=1",
+        ],
+    ),
+    "Wan2.1-14B": (
+        "tiny-wan",
+        [
+            "model.path=Wan-AI/Wan2.1-T2V-14B-Diffusers",
+            "model.resolution=256",
+            "model.num_frames=17",
+            "train.lora.target_modules=null",
+        ],
+    ),
+    "Wan2.2-A14B": (
+        "tiny-wan",
+        [
+            "model.path=Wan-AI/Wan2.2-T2V-A14B-Diffusers",
+            "model.resolution=256",
+            "model.num_frames=17",
+            "train.lora.target_modules=null",
+        ],
+    ),
+    "SA3-medium": (
+        "tiny-audio",
+        ["model.path=stabilityai/stable-audio-3-medium", "model.duration_s=null", "train.lora.target_modules=null"],
+    ),
 }
 
 
@@ -318,12 +350,18 @@ def test_published_family_parameter_counts():
     1.45B with the T5Gemma-B encoder (0.28B) and SAME-L (107.5M). Tokens: FLUX 1024 image + 512 text at 512 px,
     Wan 21 x 30 x 52 = 32,760 video tokens at 81 x 480 x 832, SA3 10 s = 108 latent frames + 64 memory tokens."""
     flux = model_size(_family_cfg(*PUBLISHED["FLUX.1-dev"]))
-    assert (flux.transformer_params, flux.text_encoder_params, flux.vae_params) == (11_901_408_320, 4_885_371_136,
-                                                                                    83_819_683)
+    assert (flux.transformer_params, flux.text_encoder_params, flux.vae_params) == (
+        11_901_408_320,
+        4_885_371_136,
+        83_819_683,
+    )
     assert (flux.image_tokens, flux.text_tokens, flux.hidden, flux.layers, flux.passes) == (1024, 512, 3072, 57, 1)
     wan = model_size(_family_cfg(*PUBLISHED["Wan2.1-1.3B"]))
-    assert (wan.transformer_params, wan.text_encoder_params, wan.vae_params) == (1_418_996_800, 5_680_910_336,
-                                                                                 126_892_531)
+    assert (wan.transformer_params, wan.text_encoder_params, wan.vae_params) == (
+        1_418_996_800,
+        5_680_910_336,
+        126_892_531,
+    )
     assert (wan.image_tokens, wan.text_tokens, wan.passes, wan.experts) == (32_760, 512, 2, 1)
     assert wan.latent_elems == 16 * 21 * 60 * 104 and wan.media_bytes == 4 * 81 * 3 * 480 * 832
     big = model_size(_family_cfg(*PUBLISHED["Wan2.1-14B"]))
@@ -367,18 +405,25 @@ def test_tiny_family_counts_equal_the_built_modules(name):
         return sum(p.numel() for p in module.parameters())
 
     experts = [pipe.transformer] + ([pipe.transformer_2] if getattr(pipe, "transformer_2", None) is not None else [])
-    encoders = [pipe.components[k] for k in ("text_encoder", "text_encoder_2", "duration_embedder")
-                if pipe.components.get(k) is not None]
+    encoders = [
+        pipe.components[k]
+        for k in ("text_encoder", "text_encoder_2", "duration_embedder")
+        if pipe.components.get(k) is not None
+    ]
     assert m.transformer_params == sum(count(e) for e in experts)
     assert m.text_encoder_params == sum(count(e) for e in encoders)
     assert m.vae_params == count(pipe.vae)
     assert m.experts == len(experts)
     assert m.latent_elems == math.prod(adapter.initial_noise(1, torch.Generator().manual_seed(0)).shape[1:])
     # FLOPs: the estimate's meta forward (fused attention) against a CPU forward (math attention: visible matmuls)
-    grid = {"flux": lambda: (cfg.model.resolution // 16,) * 2, "wan": lambda: tuple(adapter.latent_shape[1:]),
-            "stable_audio": lambda: (adapter.latent_length,)}[cfg.model.pipeline]()
-    inputs = _family_inputs(cfg.model.pipeline, pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"),
-                            torch.float32)
+    grid = {
+        "flux": lambda: (cfg.model.resolution // 16,) * 2,
+        "wan": lambda: tuple(adapter.latent_shape[1:]),
+        "stable_audio": lambda: (adapter.latent_length,),
+    }[cfg.model.pipeline]()
+    inputs = _family_inputs(
+        cfg.model.pipeline, pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"), torch.float32
+    )
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         pipe.transformer(**inputs, return_dict=False)
     assert m.flops_per_row == counter.get_total_flops()
@@ -394,8 +439,10 @@ def test_family_decode_flops_and_working_set_on_meta_match_the_cpu():
     from flowrl.estimate import _LiveBytes, _meta_decode_cost
     from flowrl.pipelines.tiny_families import build_tiny_stable_audio, build_tiny_wan
 
-    for pipeline, vae, latent in (("wan", build_tiny_wan().vae, (16, 3, 8, 8)),
-                                  ("stable_audio", build_tiny_stable_audio().vae, (8, 32))):
+    for pipeline, vae, latent in (
+        ("wan", build_tiny_wan().vae, (16, 3, 8, 8)),
+        ("stable_audio", build_tiny_stable_audio().vae, (8, 32)),
+    ):
         flops, peak = _meta_decode_cost(pipeline, json.dumps(dict(vae.config), default=list), latent)
         z = torch.randn(1, *latent)
         with torch.no_grad(), FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
@@ -420,8 +467,15 @@ def test_live_bytes_counts_each_storage_once_and_frees():
 
 
 _WIDE = {  # 4x the probe's width, other token counts
-    "flux": {"num_attention_heads": 4, "attention_head_dim": 64, "joint_attention_dim": 32, "pooled_projection_dim": 32,
-                 "axes_dims_rope": (16, 24, 24), "num_layers": 2, "num_single_layers": 3},
+    "flux": {
+        "num_attention_heads": 4,
+        "attention_head_dim": 64,
+        "joint_attention_dim": 32,
+        "pooled_projection_dim": 32,
+        "axes_dims_rope": (16, 24, 24),
+        "num_layers": 2,
+        "num_single_layers": 3,
+    },
     "wan": {"num_attention_heads": 4, "attention_head_dim": 64, "ffn_dim": 512, "text_dim": 32, "num_layers": 3},
     "stable_audio": {"embed_dim": 256, "num_heads": 4, "cond_token_dim": 32, "global_cond_dim": 32, "depth": 3},
 }
@@ -446,8 +500,11 @@ def test_family_activation_probe_scales_to_other_widths(name, lora):
     from flowrl.pipelines.base import adapter_class
 
     recipe, overrides = TINY_FAMILIES[name]
-    precision = ["model.dtype=bf16", "train.mixed_precision=bf16", "train.lora.rank=8"] if lora else \
-        ["train.lora.enabled=false"]
+    precision = (
+        ["model.dtype=bf16", "train.mixed_precision=bf16", "train.lora.rank=8"]
+        if lora
+        else ["train.lora.enabled=false"]
+    )
     cfg = _family_cfg(recipe, overrides, *precision)
     pipeline = cfg.model.pipeline
     base = dict(_family_parts(pipeline, cfg.model.path, None).experts[0].config)  # the tiny model's config
@@ -472,8 +529,11 @@ def test_family_activation_probe_scales_to_other_widths(name, lora):
     width = _family_width(pipeline, model.config)[0]
     assert width == 4 * 64
     predicted = per_row + width / 64 * (per_main * _grid_tokens(pipeline, model.config, grid) + per_txt * n_txt)
-    measured = _saved_bytes(model, _family_inputs(pipeline, model.config, grid, n_txt, torch.device("cpu"), weights),
-                            torch.bfloat16 if lora else None)
+    measured = _saved_bytes(
+        model,
+        _family_inputs(pipeline, model.config, grid, n_txt, torch.device("cpu"), weights),
+        torch.bfloat16 if lora else None,
+    )
     assert predicted == pytest.approx(measured, rel=0.05)
 
 
@@ -494,15 +554,19 @@ def test_wan_two_experts_weights_resident_optimizer_state_of_the_trained_only():
     assert high.model.trained_transitions + low.model.trained_transitions == both.model.trained_transitions
     assert high.model.forward_only_transitions == low.model.trained_transitions
     # full fine-tuning of the high-noise expert: it in fp32, the low-noise one frozen at model.dtype
-    full = estimate(_family_cfg(recipe, overrides, "model.trained_experts=high_noise", "train.lora.enabled=false"),
-                    device="cpu", flops=1e12)
+    full = estimate(
+        _family_cfg(recipe, overrides, "model.trained_experts=high_noise", "train.lora.enabled=false"),
+        device="cpu",
+        flops=1e12,
+    )
     expert = full.model.expert_params
     assert full.memory_gib["transformer (trainable, fp32)"] == pytest.approx(4 * expert / 2**30)
     assert full.memory_gib["frozen expert"] == pytest.approx(4 * expert / 2**30)  # fp32 model.dtype
     assert full.memory_gib["AdamW moments"] == pytest.approx(8 * expert / 2**30)
     # the published A14B: 2 x 14.29B frozen in bf16, LoRA moments of one expert
-    a14b = estimate(_family_cfg(*PUBLISHED["Wan2.2-A14B"], "model.trained_experts=high_noise", "model.dtype=bf16"),
-                    flops=1e15)
+    a14b = estimate(
+        _family_cfg(*PUBLISHED["Wan2.2-A14B"], "model.trained_experts=high_noise", "model.dtype=bf16"), flops=1e15
+    )
     assert a14b.memory_gib["2 experts (frozen)"] == pytest.approx(2 * 2 * 14_288_491_584 / 2**30)
     assert a14b.model.trained_experts == 1 and a14b.model.experts == 2
 
@@ -510,6 +574,7 @@ def test_wan_two_experts_weights_resident_optimizer_state_of_the_trained_only():
 def test_guidance_passes_follow_the_adapters():
     """Rows per sample and velocity, from each adapter's guidance(): FLUX.1-dev's embedded guidance 1 at any
     scale; Wan CFG 2 (1 at scale 1); Stable Audio 3 CFG only above 1."""
+
     def passes(name, scale):
         recipe, overrides = TINY_FAMILIES[name]
         return model_size(_family_cfg(recipe, overrides, f"sample.guidance_scale={scale}")).passes
@@ -521,7 +586,8 @@ def test_guidance_passes_follow_the_adapters():
     cfg2 = estimate(_family_cfg(recipe, overrides), device="cpu", flops=1e12)
     cfg1 = estimate(_family_cfg(recipe, overrides, "sample.guidance_scale=1.0"), device="cpu", flops=1e12)
     assert cfg2.flops_per_iteration - cfg2.model.vae_decode_flops * 32 == pytest.approx(
-        2 * (cfg1.flops_per_iteration - cfg1.model.vae_decode_flops * 32))
+        2 * (cfg1.flops_per_iteration - cfg1.model.vae_decode_flops * 32)
+    )
 
 
 def test_video_states_kept_only_for_trained_transitions():
@@ -546,8 +612,16 @@ def test_family_folder_configs_are_read(tmp_path):
     from_folder = model_size(_family_cfg(recipe, [f"model.path={tmp_path}"], *extra))
     preset = model_size(_family_cfg(recipe, overrides, *extra))
     assert from_folder.source == f"configs of {tmp_path}" and from_folder.experts == 2
-    for key in ("transformer_params", "text_encoder_params", "vae_params", "trainable_params", "flops_per_row",
-                "trained_transitions", "forward_only_transitions", "latent_elems"):
+    for key in (
+        "transformer_params",
+        "text_encoder_params",
+        "vae_params",
+        "trainable_params",
+        "flops_per_row",
+        "trained_transitions",
+        "forward_only_transitions",
+        "latent_elems",
+    ):
         assert getattr(from_folder, key) == getattr(preset, key), key
 
 

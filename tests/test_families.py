@@ -11,8 +11,12 @@ from flowrl.media import media_kind
 from flowrl.pipelines.base import Guidance, adapter_class, list_pipelines
 from flowrl.trainer import preflight
 
-FAMILIES = {"sd3": ("tiny-cpu", "image"), "flux": ("tiny-flux", "image"), "wan": ("tiny-wan", "video"),
-            "stable_audio": ("tiny-audio", "audio")}
+FAMILIES = {
+    "sd3": ("tiny-cpu", "image"),
+    "flux": ("tiny-flux", "image"),
+    "wan": ("tiny-wan", "video"),
+    "stable_audio": ("tiny-audio", "audio"),
+}
 
 
 def test_every_family_is_listed_with_its_media_kind():
@@ -23,8 +27,10 @@ def test_every_family_is_listed_with_its_media_kind():
 
 @pytest.fixture(scope="module")
 def adapters():
-    return {name: adapter_class(name).from_config(resolve_config(recipe).model, seed=0)
-            for name, (recipe, _) in FAMILIES.items()}
+    return {
+        name: adapter_class(name).from_config(resolve_config(recipe).model, seed=0)
+        for name, (recipe, _) in FAMILIES.items()
+    }
 
 
 def test_guidance_objects_and_the_rows_they_cost(adapters):
@@ -38,7 +44,8 @@ def test_guidance_objects_and_the_rows_they_cost(adapters):
             assert adapter.guidance(1.0).passes == 1
         rows = []
         handle = adapter.transformer.register_forward_pre_hook(
-            lambda m, a, k: rows.append(int(k["hidden_states"].shape[0])), with_kwargs=True)
+            lambda m, a, k: rows.append(int(k["hidden_states"].shape[0])), with_kwargs=True
+        )
         try:
             noise = adapter.initial_noise(2, torch.Generator(adapter.device).manual_seed(0))
             inputs = adapter.model_inputs(adapter.encode_prompts(["a red cat", "a blue dog"]), 4.5)
@@ -62,15 +69,26 @@ def test_a_reward_of_another_media_kind_is_refused_in_one_line():
     message = str(err.value)
     assert "\n" not in message and "reward 'jpeg_compressibility' scores image media" in message
     assert "model.pipeline=wan makes video" in message and "reward.video" in message
-    with pytest.raises(ConfigError, match="reward 'band_energy' scores audio media, but model.pipeline=sd3 makes image"):
-        preflight(resolve_config("tiny-cpu", ["reward={band_energy: 1.0}",
-                                              "reward_args={band_energy: {low_hz: 10, high_hz: 50}}"]))
+    with pytest.raises(
+        ConfigError, match="reward 'band_energy' scores audio media, but model.pipeline=sd3 makes image"
+    ):
+        preflight(
+            resolve_config(
+                "tiny-cpu", ["reward={band_energy: 1.0}", "reward_args={band_energy: {low_hz: 10, high_hz: 50}}"]
+            )
+        )
     preflight(resolve_config("tiny-wan"))  # the per-frame video reward fits
     preflight(resolve_config("tiny-audio"))
     # audio-video media: a video or an audio reward reads its own modality of the mapping; an image one does not
-    preflight(resolve_config("tiny-ltx2", ["reward={video: 1.0, band_energy: 1.0}",
-                                           "reward_args={video: {reward: jpeg_compressibility}, "
-                                           "band_energy: {low_hz: 100, high_hz: 1000}}"]))
+    preflight(
+        resolve_config(
+            "tiny-ltx2",
+            [
+                "reward={video: 1.0, band_energy: 1.0}",
+                "reward_args={video: {reward: jpeg_compressibility}, band_energy: {low_hz: 100, high_hz: 1000}}",
+            ],
+        )
+    )
     with pytest.raises(ConfigError, match="scores image media, but model.pipeline=ltx2 makes audio_video"):
         preflight(resolve_config("tiny-ltx2", ["reward={jpeg_compressibility: 1.0}", "reward_args={}"]))
 

@@ -15,8 +15,14 @@ from flowrl.reward_models import RewardError
 from flowrl.trainer import Trainer
 
 TESTS = Path(__file__).parent
-SMALL = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.sample_every=1000", "train.beta=0.01"]
+SMALL = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.sample_every=1000",
+    "train.beta=0.01",
+]
 
 
 def _cfg(tmp_path, *extra):
@@ -35,8 +41,14 @@ def _cfg(tmp_path, *extra):
 def test_a_failing_reward_stops_the_run_and_keeps_its_progress(tmp_path, how, args, message):
     # the reward is called once per rollout batch (2 an iteration): call 2 is iteration 1's first
     kwargs = ", ".join(f"{k}: {v}" for k, v in {"how": how, "at": 2, **args}.items())
-    cfg = _cfg(tmp_path, "train.iterations=3", "log.save_every=100", "reward={'fault_rewards:FailAt': 1.0}",
-               f"reward_args={{'fault_rewards:FailAt': {{{kwargs}}}}}", "train.reward_timeout_s=0.5")
+    cfg = _cfg(
+        tmp_path,
+        "train.iterations=3",
+        "log.save_every=100",
+        "reward={'fault_rewards:FailAt': 1.0}",
+        f"reward_args={{'fault_rewards:FailAt': {{{kwargs}}}}}",
+        "train.reward_timeout_s=0.5",
+    )
     with pytest.raises(RewardError) as info:
         Trainer(cfg).train()
     assert message in str(info.value)
@@ -45,8 +57,13 @@ def test_a_failing_reward_stops_the_run_and_keeps_its_progress(tmp_path, how, ar
 
 
 def test_skip_policy_skips_the_iteration(tmp_path):
-    cfg = _cfg(tmp_path, "train.iterations=3", "reward={'fault_rewards:FailAt': 1.0}",
-               "reward_args={'fault_rewards:FailAt': {at: 2}}", "train.on_reward_error=skip")
+    cfg = _cfg(
+        tmp_path,
+        "train.iterations=3",
+        "reward={'fault_rewards:FailAt': 1.0}",
+        "reward_args={'fault_rewards:FailAt': {at: 2}}",
+        "train.on_reward_error=skip",
+    )
     rows = Trainer(cfg).train()
     assert [r.get("skipped", 0) for r in rows] == [0, 1, 0]
     assert "reward/mean" not in rows[1] and "policy/loss" in rows[2]

@@ -19,8 +19,15 @@ from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 
 PROMPTS = ["a red cat", "a blue dog"]
-SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0"]
+SMALL = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 
 
@@ -80,8 +87,15 @@ def test_sigmas_are_the_pipelines(one_thread, resolution, steps):
     adapter = FluxAdapter(pipe, resolution=resolution, max_sequence_length=16)
     sigmas = adapter.sigmas(steps)
     assert adapter.mu() == pytest.approx(flux_mu(resolution, resolution))
-    pipe(prompt="a cat", num_inference_steps=steps, height=resolution, width=resolution, max_sequence_length=16,
-         output_type="latent", generator=torch.Generator().manual_seed(0))
+    pipe(
+        prompt="a cat",
+        num_inference_steps=steps,
+        height=resolution,
+        width=resolution,
+        max_sequence_length=16,
+        output_type="latent",
+        generator=torch.Generator().manual_seed(0),
+    )
     assert sigmas.shape == (steps + 1,) and sigmas[0].item() == 1.0 and sigmas[-1].item() == 0.0
     assert torch.equal(sigmas, pipe.scheduler.sigmas.float())
 
@@ -91,8 +105,16 @@ def test_ode_rollout_is_the_pipelines_output(adapter, one_thread):
     traj = rollout(adapter, adapter.encode_prompts(PROMPTS), ode_plan(adapter.sigmas(4)), x, torch.arange(2), 3.5)
     assert traj.states.shape == (2, 5, 4, 64) and torch.all(traj.log_probs == 0)
     pipe = build_tiny_flux(seed=0)
-    ref = pipe(prompt=PROMPTS, num_inference_steps=4, height=32, width=32, guidance_scale=3.5, max_sequence_length=16,
-               latents=x.clone(), output_type="latent").images
+    ref = pipe(
+        prompt=PROMPTS,
+        num_inference_steps=4,
+        height=32,
+        width=32,
+        guidance_scale=3.5,
+        max_sequence_length=16,
+        latents=x.clone(),
+        output_type="latent",
+    ).images
     torch.testing.assert_close(traj.final, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -131,8 +153,17 @@ def _method_overrides(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", list_methods("image"))
 def test_every_method_runs_an_iteration(tmp_path, one_thread, name):
-    cfg = resolve_config("tiny-flux", [f"output_dir={tmp_path}", *SMALL, "sample.num_steps=4", "train.iterations=1",
-                                       f"method.name={name}", *_method_overrides(name)])
+    cfg = resolve_config(
+        "tiny-flux",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "sample.num_steps=4",
+            "train.iterations=1",
+            f"method.name={name}",
+            *_method_overrides(name),
+        ],
+    )
     rows = Trainer(cfg).train()
     assert len(rows) == 1 and "skipped" not in rows[0]
     assert rows[0].get("policy/onpolicy_logp_diff", 0.0) <= 1e-4

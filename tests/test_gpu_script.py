@@ -48,7 +48,9 @@ def fresh_accelerate_state():
 def test_smoke_in_bf16_autocast(fresh_accelerate_state):
     """The GPU run's dtype plumbing (16-bit weights, fp32 LoRA, autocast through accelerate, Wan's
     fp32-kept modules), here in bf16 on the CPU."""
-    rows = gpu.main(["--smoke", "--precision", "bf16", "--iterations", "1", "--repeats", "1", "--overhead-repeats", "0"])
+    rows = gpu.main(
+        ["--smoke", "--precision", "bf16", "--iterations", "1", "--repeats", "1", "--overhead-repeats", "0"]
+    )
     assert "bf16" in rows[0]["setting"] and rows[0]["seconds"] > 0
     assert all(r["seconds"] > 0 for r in rows[1:])
 
@@ -138,10 +140,15 @@ def test_smoke_compares_attention_backends_and_compile(capsys):
     skipped with a note), torch.compile with today's attention and with the fastest backend."""
     rows = gpu.main(["--smoke", "--what", "attention", "--attention-backends", "native,_native_cudnn"])
     printed = capsys.readouterr().out
-    assert [r["model"] for r in rows] == [f"SD3.5-M attention {label}"
-                                          for label in ("today", "native", "compile", "native + compile")]
-    assert [(r["attention"], r["compile"]) for r in rows] == [("default", False), ("native", False),
-                                                             ("default", True), ("native", True)]
+    assert [r["model"] for r in rows] == [
+        f"SD3.5-M attention {label}" for label in ("today", "native", "compile", "native + compile")
+    ]
+    assert [(r["attention"], r["compile"]) for r in rows] == [
+        ("default", False),
+        ("native", False),
+        ("default", True),
+        ("native", True),
+    ]
     assert "attention _native_cudnn: skipped (model.attention_backend='_native_cudnn' cannot run on this cpu" in printed
     assert rows[0]["vs_today"] == 1.0 and all(r["vs_today"] == r["seconds"] / rows[0]["seconds"] for r in rows)
     assert all(r["seconds"] > 0 and r["first_seconds"] > 0 for r in rows)
@@ -163,12 +170,15 @@ def _adapter_importable(module: str) -> str | None:
     return None
 
 
-@pytest.mark.parametrize("what,model,module", [
-    ("flux", "FLUX.1-dev (flowrl iteration)", "flux"),
-    ("wan", "Wan2.1-1.3B (flowrl iteration)", "wan"),
-    ("audio", "SA3-medium (flowrl iteration)", "stable_audio"),
-    ("ltx2", "LTX-2 (AV-GRPO) (flowrl iteration)", "ltx2"),
-])
+@pytest.mark.parametrize(
+    "what,model,module",
+    [
+        ("flux", "FLUX.1-dev (flowrl iteration)", "flux"),
+        ("wan", "Wan2.1-1.3B (flowrl iteration)", "wan"),
+        ("audio", "SA3-medium (flowrl iteration)", "stable_audio"),
+        ("ltx2", "LTX-2 (AV-GRPO) (flowrl iteration)", "ltx2"),
+    ],
+)
 def test_smoke_family_iteration_next_to_its_estimate(what, model, module, capsys):
     """--what flux / wan / audio on the tiny models: one row of a flowrl iteration through the family's adapter
     (seconds, samples/s, peak) beside the estimate of the same config."""
@@ -204,10 +214,16 @@ def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
     def count(module):
         return sum(p.numel() for p in module.parameters())
 
-    expected = {"flux": (11_901_408_320, 4_885_371_136), "wan": (1_418_996_800, 5_680_910_336),
-                "stable_audio": (1_453_170_944, 281_777_664)}[name]
-    encoders = [pipe.components[k] for k in ("text_encoder", "text_encoder_2", "duration_embedder")
-                if pipe.components.get(k) is not None]
+    expected = {
+        "flux": (11_901_408_320, 4_885_371_136),
+        "wan": (1_418_996_800, 5_680_910_336),
+        "stable_audio": (1_453_170_944, 281_777_664),
+    }[name]
+    encoders = [
+        pipe.components[k]
+        for k in ("text_encoder", "text_encoder_2", "duration_embedder")
+        if pipe.components.get(k) is not None
+    ]
     assert (count(pipe.transformer), sum(count(m) for m in encoders)) == expected
     assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
     gpu._save_family_configs(pipe, tmp_path)

@@ -17,16 +17,30 @@ from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer
 
-RUN = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-       "train.iterations=6", "log.save_every=2", "log.sample_every=1000", "train.beta=0.01", "train.ema=true",
-       "train.ema_every=1", "log.eval_every=3", "log.eval_num_prompts=2", "sample.eval_num_steps=2"]
+RUN = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "train.iterations=6",
+    "log.save_every=2",
+    "log.sample_every=1000",
+    "train.beta=0.01",
+    "train.ema=true",
+    "train.ema_every=1",
+    "log.eval_every=3",
+    "log.eval_num_prompts=2",
+    "sample.eval_num_steps=2",
+]
 
 
 def _rows(run):
     if not (run / "metrics.jsonl").exists():  # interrupted before its first iteration ended
         return []
-    return [{k: v for k, v in r.items() if not k.startswith(("timing_s/", "throughput/", "memory/"))}
-            for r in read_metrics(run / "metrics.jsonl")]
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("timing_s/", "throughput/", "memory/"))}
+        for r in read_metrics(run / "metrics.jsonl")
+    ]
 
 
 def _train(run, *extra, interrupt_after: float | None = None, sig=signal.SIGTERM, timing: list | None = None):
@@ -93,8 +107,9 @@ def test_interrupts_at_random_instants_lose_nothing(tmp_path, one_thread, signal
         assert _rows(run) == reference, attempts
 
 
-def test_a_signal_during_the_update_finishes_the_iteration_then_saves(tmp_path, monkeypatch,
-                                                                       signals_ignored_outside_training):
+def test_a_signal_during_the_update_finishes_the_iteration_then_saves(
+    tmp_path, monkeypatch, signals_ignored_outside_training
+):
     """The case that lost work before: SIGTERM while the weights are being updated."""
     update = Trainer._update_unit
     calls = {"n": 0}
@@ -112,8 +127,9 @@ def test_a_signal_during_the_update_finishes_the_iteration_then_saves(tmp_path, 
     assert [r["iteration"] for r in _rows(tmp_path)] == [0, 1]
 
 
-def test_a_second_signal_stops_at_once_and_says_what_it_abandons(tmp_path, monkeypatch,
-                                                                  signals_ignored_outside_training):
+def test_a_second_signal_stops_at_once_and_says_what_it_abandons(
+    tmp_path, monkeypatch, signals_ignored_outside_training
+):
     update = Trainer._update_unit
     calls = {"n": 0}
 
@@ -133,8 +149,21 @@ def test_a_second_signal_stops_at_once_and_says_what_it_abandons(tmp_path, monke
 @pytest.mark.slow
 def test_sigterm_to_the_cli_prints_one_line_and_exits_130(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "flowrl", "train", f"output_dir={tmp_path}", *RUN,
-                             "train.iterations=400", "log.eval_every=0"], stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flowrl",
+            "train",
+            f"output_dir={tmp_path}",
+            *RUN,
+            "train.iterations=400",
+            "log.eval_every=0",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     deadline = time.time() + 120
     while not list_checkpoints(tmp_path / "checkpoints") and time.time() < deadline:
         time.sleep(0.2)

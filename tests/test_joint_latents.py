@@ -83,7 +83,10 @@ class ToyJointAdapter:
         return torch.linspace(1, 0, num_steps + 1)
 
     def initial_noise(self, n, generator):
-        return {"video": torch.randn((n, *VIDEO), generator=generator), "audio": torch.randn((n, *AUDIO), generator=generator)}
+        return {
+            "video": torch.randn((n, *VIDEO), generator=generator),
+            "audio": torch.randn((n, *AUDIO), generator=generator),
+        }
 
     def model_inputs(self, cond, guidance_scale):
         embeds = cond["prompt_embeds"]
@@ -97,18 +100,28 @@ class ToyJointAdapter:
         n = video.shape[0]
         if use_cfg:
             video, audio = torch.cat([video, video]), torch.cat([audio, audio])
-        t = torch.as_tensor(sigma, dtype=torch.float32).expand(n) if torch.as_tensor(sigma).numel() == 1 \
+        t = (
+            torch.as_tensor(sigma, dtype=torch.float32).expand(n)
+            if torch.as_tensor(sigma).numel() == 1
             else torch.as_tensor(sigma, dtype=torch.float32)
+        )
         t = torch.cat([t, t]) if use_cfg else t
-        v, a = (model or self.transformer)(hidden_states=video, audio_hidden_states=audio, timestep=t,
-                                           encoder_hidden_states=inputs["prompt_embeds"], return_dict=False)
+        v, a = (model or self.transformer)(
+            hidden_states=video,
+            audio_hidden_states=audio,
+            timestep=t,
+            encoder_hidden_states=inputs["prompt_embeds"],
+            return_dict=False,
+        )
         if use_cfg:
             (vu, vc), (au, ac) = v.chunk(2), a.chunk(2)
             v, a = vu + guidance_scale * (vc - vu), au + guidance_scale * (ac - au)
         return {"video": v.float(), "audio": a.float()}
 
     def decode(self, lat):
-        video = torch.sigmoid(lat["video"][:, :3].permute(0, 2, 1, 3, 4)).repeat_interleave(4, -1).repeat_interleave(4, -2)
+        video = (
+            torch.sigmoid(lat["video"][:, :3].permute(0, 2, 1, 3, 4)).repeat_interleave(4, -1).repeat_interleave(4, -2)
+        )
         audio = torch.tanh(lat["audio"].flatten(1))[:, None]  # (B, 1, 30)
         return {"video": video, "fps": 8.0, "audio": audio, "sample_rate": 30}
 
@@ -136,16 +149,32 @@ def test_the_joint_log_prob_is_the_flat_tensors():
     gen = torch.Generator().manual_seed(0)
     x = {"video": torch.randn(3, *VIDEO, generator=gen), "audio": torch.randn(3, *AUDIO, generator=gen)}
     v = {k: torch.randn_like(t) for k, t in x.items()}
-    out = joint_step({"video": "flow_sde", "audio": "flow_sde"}, v, x, 0.8, 0.6, {"video": 0.7, "audio": 0.7},
-                     ("video", "audio"), generator=torch.Generator().manual_seed(1))
+    out = joint_step(
+        {"video": "flow_sde", "audio": "flow_sde"},
+        v,
+        x,
+        0.8,
+        0.6,
+        {"video": 0.7, "audio": 0.7},
+        ("video", "audio"),
+        generator=torch.Generator().manual_seed(1),
+    )
     flat = lambda d: torch.cat([d["video"].flatten(1), d["audio"].flatten(1)], dim=1)  # noqa: E731
     ref = flow_sde(flat(v), flat(x), 0.8, 0.6, 0.7, x_next=flat(out.x_next))
     assert torch.allclose(out.log_prob, ref.log_prob, rtol=1e-6, atol=1e-6)
     g = flow_sde_g(0.8, 0.7)
     assert torch.allclose(out.std["audio"], torch.full((3,), g * math.sqrt(0.2)))
     # scoring what was drawn gives the drawn log-prob exactly
-    again = joint_step({"video": "flow_sde", "audio": "flow_sde"}, v, x, 0.8, 0.6, {"video": 0.7, "audio": 0.7},
-                       ("video", "audio"), x_next=out.x_next)
+    again = joint_step(
+        {"video": "flow_sde", "audio": "flow_sde"},
+        v,
+        x,
+        0.8,
+        0.6,
+        {"video": 0.7, "audio": 0.7},
+        ("video", "audio"),
+        x_next=out.x_next,
+    )
     assert torch.equal(again.log_prob, out.log_prob)
 
 
@@ -164,10 +193,17 @@ def test_per_modality_noise_levels_and_a_frozen_deterministic_modality(toy):
         x, x_next = traj.pair(j)
         out = transition(toy, two, j, x, inputs, 4.5, x_next=x_next)
         assert torch.allclose(out.log_prob, traj.log_probs[:, j], atol=1e-6)
-        assert torch.allclose(out.std["audio"], torch.full((2,), flow_sde_g(float(plan.sigma[j]), 0.3, plan.sigma_at_one)
-                                                            * math.sqrt(float(plan.sigma[j] - plan.sigma_next[j]))))
-    frozen = plan.__class__(**{**plan.__dict__, "modality_kinds": {"audio": ("ode",) * 4},
-                               "trained_modalities": ("video",)})
+        assert torch.allclose(
+            out.std["audio"],
+            torch.full(
+                (2,),
+                flow_sde_g(float(plan.sigma[j]), 0.3, plan.sigma_at_one)
+                * math.sqrt(float(plan.sigma[j] - plan.sigma_next[j])),
+            ),
+        )
+    frozen = plan.__class__(
+        **{**plan.__dict__, "modality_kinds": {"audio": ("ode",) * 4}, "trained_modalities": ("video",)}
+    )
     a = rollout(toy, cond, frozen, noise, torch.arange(2), 4.5, torch.Generator().manual_seed(1))
     x, x_next = a.pair(0)
     v = toy.velocity(x, float(plan.sigma[0]), inputs, 4.5)
@@ -177,8 +213,15 @@ def test_per_modality_noise_levels_and_a_frozen_deterministic_modality(toy):
     assert torch.equal(a.pair(0)[1]["audio"], b.pair(0)[1]["audio"])  # the same first audio step in every draw
     out = transition(toy, frozen, 0, x, inputs, 4.5, x_next=x_next)
     assert set(out.mean) == {"video"} and torch.allclose(out.log_prob, a.log_probs[:, 0], atol=1e-6)
-    video_only = flow_sde(v["video"], x["video"], float(plan.sigma[0]), float(plan.sigma_next[0]), 0.7,
-                          sigma_at_one=plan.sigma_at_one, x_next=x_next["video"])
+    video_only = flow_sde(
+        v["video"],
+        x["video"],
+        float(plan.sigma[0]),
+        float(plan.sigma_next[0]),
+        0.7,
+        sigma_at_one=plan.sigma_at_one,
+        x_next=x_next["video"],
+    )
     assert torch.allclose(out.log_prob, video_only.log_prob, atol=1e-6)
     with pytest.raises(ValueError, match="modality 'audio' trains, but some of its trained transitions are 'ode'"):
         plan.__class__(**{**plan.__dict__, "modality_kinds": {"audio": ("ode",) * 4}, "trained_modalities": ("audio",)})
@@ -186,11 +229,14 @@ def test_per_modality_noise_levels_and_a_frozen_deterministic_modality(toy):
 
 def test_trajectories_of_joint_states_keep_select_and_move(toy):
     cond = toy.encode_prompts(["a", "b", "c"])
-    plan = make_plan(toy.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4),
-                     rng=__import__("random").Random(0))
+    plan = make_plan(
+        toy.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=__import__("random").Random(0)
+    )
     noise = toy.initial_noise(3, torch.Generator().manual_seed(0))
     full = rollout(toy, cond, plan, noise, torch.arange(3), 1.0, torch.Generator().manual_seed(1))
-    lean = rollout(toy, cond, plan, noise, torch.arange(3), 1.0, torch.Generator().manual_seed(1), keep_all_states=False)
+    lean = rollout(
+        toy, cond, plan, noise, torch.arange(3), 1.0, torch.Generator().manual_seed(1), keep_all_states=False
+    )
     kept = full.trained_only()
     s = plan.trained_indices[0]
     assert kept.state_index == (s, s + 1, s + 2) and kept.states["video"].shape[1] == 3
@@ -212,11 +258,24 @@ def test_flow_grpo_trains_a_two_modality_model_end_to_end(tmp_path, monkeypatch,
     from flowrl.trainer import Trainer
 
     monkeypatch.setattr(trainer_module, "adapter_class", lambda name: ToyJointAdapter)
-    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "train.lora.enabled=false", "train.iterations=2",
-                                      "sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2",
-                                      "sample.batch_size=4", "train.learning_rate=1e-2", "train.beta=0.01",
-                                      "reward={'test_joint_latents:BrightAndLoud': 1.0}", "reward_args={}",
-                                      "log.save_every=1000", "log.eval_every=0"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={tmp_path}",
+            "train.lora.enabled=false",
+            "train.iterations=2",
+            "sample.num_steps=4",
+            "sample.group_size=4",
+            "sample.prompts_per_iteration=2",
+            "sample.batch_size=4",
+            "train.learning_rate=1e-2",
+            "train.beta=0.01",
+            "reward={'test_joint_latents:BrightAndLoud': 1.0}",
+            "reward_args={}",
+            "log.save_every=1000",
+            "log.eval_every=0",
+        ],
+    )
     tr = Trainer(cfg)
     before = {n: p.detach().clone() for n, p in tr.trainable.items()}
     rows = tr.train()
@@ -239,9 +298,19 @@ def test_flowrl_trains_the_tiny_ltx2_on_both_modalities(tmp_path, one_thread):
 
     from flowrl.trainer import Trainer
 
-    cfg = resolve_config("tiny-ltx2", [f"output_dir={tmp_path}", "train.iterations=1", "sample.num_steps=3",
-                                       "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-                                       "log.save_every=1000", "log.eval_every=0"])
+    cfg = resolve_config(
+        "tiny-ltx2",
+        [
+            f"output_dir={tmp_path}",
+            "train.iterations=1",
+            "sample.num_steps=3",
+            "sample.group_size=4",
+            "sample.prompts_per_iteration=2",
+            "sample.batch_size=4",
+            "log.save_every=1000",
+            "log.eval_every=0",
+        ],
+    )
     tr = Trainer(cfg)
     before = {n: p.detach().clone() for n, p in tr.trainable.items()}
     rows = tr.train()

@@ -9,8 +9,16 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.lr import lr_factor
 from flowrl.trainer import Trainer
 
-SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1", "log.sample_every=1000", "log.eval_every=0", "log.monitors=false"]
+SMALL = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+    "log.monitors=false",
+]
 
 
 def test_the_factor_by_hand():
@@ -30,8 +38,12 @@ def test_the_factor_by_hand():
 def test_the_trainer_follows_the_schedule_and_resumes_it(tmp_path, one_thread):
     """2 optimizer steps an iteration over 3 iterations: cosine over 6 steps after 1 of warm-up; the
     logged lr is the mean of the iteration's two; a resume from iteration 1 continues it exactly."""
-    opts = ["train.lr_schedule=cosine", "train.lr_warmup_steps=1", "train.learning_rate=0.01",
-            "train.optimizer_steps_per_iteration=2"]
+    opts = [
+        "train.lr_schedule=cosine",
+        "train.lr_warmup_steps=1",
+        "train.learning_rate=0.01",
+        "train.optimizer_steps_per_iteration=2",
+    ]
     full = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'full'}", *SMALL, *opts, "train.iterations=3"]))
     assert full.total_optimizer_steps == 6
     rows = full.train()
@@ -39,19 +51,29 @@ def test_the_trainer_follows_the_schedule_and_resumes_it(tmp_path, one_thread):
     for i, row in enumerate(rows):
         assert row["policy/lr"] == pytest.approx((expected[2 * i] + expected[2 * i + 1]) / 2)
     assert full.optimizer.param_groups[0]["lr"] == pytest.approx(expected[-1])
-    Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'part'}", *SMALL, *opts, "train.iterations=1"])).train()
-    resumed = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'part'}", *SMALL, *opts, "train.iterations=3",
-                                                  "resume=latest"])).train()
+    Trainer(
+        resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'part'}", *SMALL, *opts, "train.iterations=1"])
+    ).train()
+    resumed = Trainer(
+        resolve_config(
+            "tiny-cpu", [f"output_dir={tmp_path / 'part'}", *SMALL, *opts, "train.iterations=3", "resume=latest"]
+        )
+    ).train()
     skip = ("timing_s/", "throughput/", "memory/")
     for a, b in zip(rows[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(skip)} == {k: v for k, v in b.items() if not k.startswith(skip)}
+        assert {k: v for k, v in a.items() if not k.startswith(skip)} == {
+            k: v for k, v in b.items() if not k.startswith(skip)
+        }
 
 
-@pytest.mark.parametrize("override, message", [
-    ("train.lr_schedule=step", "train.lr_schedule"),
-    ("train.lr_warmup_steps=-1", "train.lr_warmup_steps: must be >= 0"),
-    ("train.lr_min_ratio=2", "train.lr_min_ratio: must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.lr_schedule=step", "train.lr_schedule"),
+        ("train.lr_warmup_steps=-1", "train.lr_warmup_steps: must be >= 0"),
+        ("train.lr_min_ratio=2", "train.lr_min_ratio: must be in [0, 1]"),
+    ],
+)
 def test_bad_schedule_settings_are_one_line_errors(override, message):
     with pytest.raises(ConfigError) as err:
         resolve_config("tiny-cpu", [override])

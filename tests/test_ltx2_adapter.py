@@ -38,8 +38,14 @@ def _offline_and_one_thread(monkeypatch):
 
 
 def _model(**overrides):
-    kwargs = {"pipeline": "ltx2", "path": "tiny", "height": H, "width": W, "num_frames": FRAMES,
-              "max_sequence_length": TEXT_LEN}
+    kwargs = {
+        "pipeline": "ltx2",
+        "path": "tiny",
+        "height": H,
+        "width": W,
+        "num_frames": FRAMES,
+        "max_sequence_length": TEXT_LEN,
+    }
     return ModelConfig(**{**kwargs, **overrides})
 
 
@@ -61,8 +67,17 @@ def _record(module):
 def _pipe_call(pipe, num_steps, output_type="latent", seed=0, prompts=PROMPTS, **guidance):
     kwargs = dict(LTX2_UNGUIDED_CALL_KWARGS)
     kwargs.update(guidance)
-    return pipe(prompt=list(prompts), height=H, width=W, num_frames=FRAMES, num_inference_steps=num_steps,
-                max_sequence_length=TEXT_LEN, output_type=output_type, generator=_gen(seed), **kwargs)
+    return pipe(
+        prompt=list(prompts),
+        height=H,
+        width=W,
+        num_frames=FRAMES,
+        num_inference_steps=num_steps,
+        max_sequence_length=TEXT_LEN,
+        output_type=output_type,
+        generator=_gen(seed),
+        **kwargs,
+    )
 
 
 @torch.no_grad()
@@ -236,22 +251,45 @@ def test_ode_on_both_modalities_is_the_pipelines_and_decode_is_its_decode(adapte
 def test_generate_is_the_pipelines_call(adapter):
     a = adapter
     out = a.generate(PROMPTS, 2, 3.0, _gen(4), negative_prompts=["", "blurry"])
-    ref = a.pipe(prompt=PROMPTS, negative_prompt=["", "blurry"], height=H, width=W, num_frames=FRAMES, frame_rate=24.0,
-                 num_inference_steps=2, max_sequence_length=TEXT_LEN, output_type="pt", generator=_gen(4),
-                 **dict(LTX2_UNGUIDED_CALL_KWARGS, guidance_scale=3.0, audio_guidance_scale=3.0))
+    ref = a.pipe(
+        prompt=PROMPTS,
+        negative_prompt=["", "blurry"],
+        height=H,
+        width=W,
+        num_frames=FRAMES,
+        frame_rate=24.0,
+        num_inference_steps=2,
+        max_sequence_length=TEXT_LEN,
+        output_type="pt",
+        generator=_gen(4),
+        **dict(LTX2_UNGUIDED_CALL_KWARGS, guidance_scale=3.0, audio_guidance_scale=3.0),
+    )
     assert torch.equal(out["video"], ref.frames) and torch.equal(out["audio"], ref.audio)
     assert out["video"].shape == (2, FRAMES, 3, H, W) and out["audio"].shape == (2, 2, 7920)
 
 
 @torch.no_grad()
 def test_stg_and_modality_guidance_options_reproduce_the_pipeline(adapter):
-    guided = LTX2Adapter(adapter.pipe, H, FRAMES, max_sequence_length=TEXT_LEN, audio_guidance_scale=5.0,
-                         stg_scale=1.0, audio_stg_scale=0.5, stg_blocks=[1], modality_scale=3.0,
-                         audio_modality_scale=2.0)
+    guided = LTX2Adapter(
+        adapter.pipe,
+        H,
+        FRAMES,
+        max_sequence_length=TEXT_LEN,
+        audio_guidance_scale=5.0,
+        stg_scale=1.0,
+        audio_stg_scale=0.5,
+        stg_blocks=[1],
+        modality_scale=3.0,
+        audio_modality_scale=2.0,
+    )
     assert guided.guidance(3.0).passes == 4 and guided.guidance(1.0).passes == 1
     kwargs = guided.call_guidance_kwargs(3.0)
     assert kwargs["guidance_rescale"] == kwargs["audio_guidance_rescale"] == 0.0
-    assert (kwargs["audio_guidance_scale"], kwargs["audio_stg_scale"], kwargs["audio_modality_scale"]) == (5.0, 0.5, 2.0)
+    assert (kwargs["audio_guidance_scale"], kwargs["audio_stg_scale"], kwargs["audio_modality_scale"]) == (
+        5.0,
+        0.5,
+        2.0,
+    )
     assert guided.call_guidance_kwargs(1.0) == LTX2_UNGUIDED_CALL_KWARGS
 
     x = guided.initial_noise(2, _gen(2))
@@ -282,17 +320,36 @@ def _prefix(name):
 
 # the module-name groups of build_tiny_ltx2's transformer (tests/test_tiny_ltx2.py), "*" = block index
 GROUPS = {
-    "video": ["caption_projection", "proj_in", "proj_out", "scale_shift_table", "time_embed",
-              "transformer_blocks.*.attn1", "transformer_blocks.*.attn2", "transformer_blocks.*.ff",
-              "transformer_blocks.*.scale_shift_table"],
-    "audio": ["audio_caption_projection", "audio_proj_in", "audio_proj_out", "audio_scale_shift_table",
-              "audio_time_embed", "transformer_blocks.*.audio_attn1", "transformer_blocks.*.audio_attn2",
-              "transformer_blocks.*.audio_ff", "transformer_blocks.*.audio_scale_shift_table"],
+    "video": [
+        "caption_projection",
+        "proj_in",
+        "proj_out",
+        "scale_shift_table",
+        "time_embed",
+        "transformer_blocks.*.attn1",
+        "transformer_blocks.*.attn2",
+        "transformer_blocks.*.ff",
+        "transformer_blocks.*.scale_shift_table",
+    ],
+    "audio": [
+        "audio_caption_projection",
+        "audio_proj_in",
+        "audio_proj_out",
+        "audio_scale_shift_table",
+        "audio_time_embed",
+        "transformer_blocks.*.audio_attn1",
+        "transformer_blocks.*.audio_attn2",
+        "transformer_blocks.*.audio_ff",
+        "transformer_blocks.*.audio_scale_shift_table",
+    ],
     "audio_to_video": ["av_cross_attn_video_a2v_gate", "transformer_blocks.*.audio_to_video_attn"],
     "video_to_audio": ["av_cross_attn_audio_v2a_gate", "transformer_blocks.*.video_to_audio_attn"],
-    "shared": ["av_cross_attn_audio_scale_shift", "av_cross_attn_video_scale_shift",
-               "transformer_blocks.*.audio_a2v_cross_attn_scale_shift_table",
-               "transformer_blocks.*.video_a2v_cross_attn_scale_shift_table"],
+    "shared": [
+        "av_cross_attn_audio_scale_shift",
+        "av_cross_attn_video_scale_shift",
+        "transformer_blocks.*.audio_a2v_cross_attn_scale_shift_table",
+        "transformer_blocks.*.video_a2v_cross_attn_scale_shift_table",
+    ],
 }
 
 
@@ -302,8 +359,10 @@ def test_tower_of_covers_every_parameter_in_its_documented_group(adapter):
     for name in names:
         found.setdefault(tower_of(name), set()).add(_prefix(name))
     assert {g: sorted(p) for g, p in found.items()} == {g: sorted(p) for g, p in GROUPS.items()}
-    assert LTX2Adapter.tower_of("module._orig_mod.transformer_blocks.1.audio_to_video_attn.to_q.lora_A.default.weight") \
+    assert (
+        LTX2Adapter.tower_of("module._orig_mod.transformer_blocks.1.audio_to_video_attn.to_q.lora_A.default.weight")
         == "audio_to_video"
+    )
     assert tower_of("transformer_blocks.0._fsdp_wrapped_module.audio_attn1.to_out.0.base_layer.weight") == "audio"
     towers = {t: tower_of(f"transformer_blocks.0.{t}.weight") for t in LTX2_LORA_TARGETS}
     assert sorted(set(towers.values())) == ["audio", "audio_to_video", "video", "video_to_audio"]
@@ -342,8 +401,10 @@ def test_lora_targets_export_and_load_into_a_fresh_pipeline(tmp_path):
     mine = a.to_pipeline_latents(_ode(a, PROMPTS, 2, 1.0))
     assert torch.allclose(mine["video"], after.frames, atol=1e-5, rtol=0)
     assert torch.allclose(mine["audio"], after.audio, atol=1e-5, rtol=0)
-    assert LTX2Adapter(build_tiny_ltx2(seed=0), H, FRAMES, max_sequence_length=TEXT_LEN).load_trained(
-        tmp_path / "nothing") is None
+    assert (
+        LTX2Adapter(build_tiny_ltx2(seed=0), H, FRAMES, max_sequence_length=TEXT_LEN).load_trained(tmp_path / "nothing")
+        is None
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- refusals

@@ -29,8 +29,11 @@ def test_media_kind_of_each_form_and_one_line_errors():
     assert M.media_kind(_video()) == "video" and M.media_kind(torch.rand(2, 4, 3, 8, 8)) == "video"
     assert M.media_kind(_audio()) == "audio" and M.media_kind(torch.rand(2, 100)) == "audio"
     assert M.media_kind({**_video(), **_audio()}) == "audio_video"
-    for bad, match in [({"fps": 8.0}, "neither 'video' nor 'audio'"), (torch.rand(8), "neither images"),
-                       ([1, 2], "tensor or a mapping")]:
+    for bad, match in [
+        ({"fps": 8.0}, "neither 'video' nor 'audio'"),
+        (torch.rand(8), "neither images"),
+        ([1, 2], "tensor or a mapping"),
+    ]:
         with pytest.raises(ValueError, match=match) as info:
             M.media_kind(bad)
         assert "\n" not in str(info.value)
@@ -100,7 +103,8 @@ def test_video_monitors_average_the_image_ones_and_measure_change():
     assert out == pytest.approx(image_monitors(still, groups), abs=1e-6)  # every frame alike: the image values
     ramp = torch.arange(6, dtype=torch.float32).view(1, 6, 1, 1, 1).expand(2, 6, 3, 8, 8) * 0.1  # +0.1 a frame
     assert M.media_monitors({"video": ramp, "fps": 8.0}, torch.tensor([0, 1]))[
-        "monitor/video/temporal_change"] == pytest.approx(0.1, abs=1e-6)
+        "monitor/video/temporal_change"
+    ] == pytest.approx(0.1, abs=1e-6)
     one = M.video_monitors(torch.rand(2, 1, 3, 8, 8), torch.tensor([0, 0]))
     assert one["monitor/video/temporal_change"] == 0.0
 
@@ -139,8 +143,10 @@ def test_audio_diversity_is_zero_for_identical_members_and_ignores_loudness():
     groups = torch.tensor([0, 0, 1, 1, 2, 2])
     spectra = M.log_spectra(wave)
     assert torch.isfinite(spectra).all() and spectra[4:].abs().max() == 0
-    by_group = {g: M.audio_diversity(wave[groups == g], torch.zeros(2, dtype=torch.long))
-                ["monitor/diversity/audio_in_group"] for g in range(3)}
+    by_group = {
+        g: M.audio_diversity(wave[groups == g], torch.zeros(2, dtype=torch.long))["monitor/diversity/audio_in_group"]
+        for g in range(3)
+    }
     assert by_group[2] == 0.0 and 0.0 < by_group[0] < 0.2 * by_group[1]  # log1p is not quite scale-free
     both = M.audio_diversity(wave, groups)
     assert both["monitor/diversity/groups"] == 3.0
@@ -155,8 +161,13 @@ def test_audio_video_has_both_and_names_per_kind():
     assert set(out) == M.monitor_names("audio_video") == M.monitor_names("video") | M.monitor_names("audio")
     assert M.monitor_names("image") == set(image_monitors(torch.rand(2, 3, 4, 4), torch.zeros(2, dtype=torch.long)))
     assert M.monitor_names("video") - M.monitor_names("image") == {"monitor/video/temporal_change"}
-    assert M.monitor_names("audio") == {"monitor/audio/rms", "monitor/audio/peak", "monitor/audio/clipped_frac",
-                                        "monitor/diversity/audio_in_group", "monitor/diversity/groups"}
+    assert M.monitor_names("audio") == {
+        "monitor/audio/rms",
+        "monitor/audio/peak",
+        "monitor/audio/clipped_frac",
+        "monitor/diversity/audio_in_group",
+        "monitor/diversity/groups",
+    }
     assert all(math.isfinite(v) for v in out.values())
     with pytest.raises(ValueError, match="unknown media kind"):
         M.monitor_names("smell")
@@ -179,7 +190,7 @@ def test_video_saves_mp4s_and_a_frame_sheet(tmp_path):
     # smooth clips (H.264 is lossy): video i is a horizontal ramp whose brightness grows with the frame
     b, f, h, w = 3, 10, 32, 48
     ramp = torch.linspace(0, 1, w).view(1, 1, 1, 1, w)
-    video = (ramp * torch.linspace(0.3, 1, f).view(1, f, 1, 1, 1) * torch.tensor([1.0, 0.7, 0.4]).view(b, 1, 1, 1, 1))
+    video = ramp * torch.linspace(0.3, 1, f).view(1, f, 1, 1, 1) * torch.tensor([1.0, 0.7, 0.4]).view(b, 1, 1, 1, 1)
     video = video.expand(b, f, 3, h, w).contiguous()
     written = M.save_media({"video": video, "fps": 16.0}, tmp_path / "samples" / "iter-000010", max_samples=2)
     folder = tmp_path / "samples" / "iter-000010"
@@ -195,7 +206,7 @@ def test_video_saves_mp4s_and_a_frame_sheet(tmp_path):
     with Image.open(written[0]) as sheet:  # 2 rows of 8 frames, 2 px padding
         assert sheet.size == (8 * (w + 2) + 2, 2 * (h + 2) + 2)
         pixels = np.asarray(sheet.convert("RGB"))
-    first, last = pixels[2: 2 + h, 2: 2 + w], pixels[2: 2 + h, 2 + 7 * (w + 2): 2 + 7 * (w + 2) + w]
+    first, last = pixels[2 : 2 + h, 2 : 2 + w], pixels[2 : 2 + h, 2 + 7 * (w + 2) : 2 + 7 * (w + 2) + w]
     assert first.mean() < last.mean()  # columns run through time
 
 

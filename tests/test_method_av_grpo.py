@@ -22,8 +22,16 @@ from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
 from flowrl.trainer import Trainer, preflight
 
-SMALL = ["train.iterations=1", "sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2",
-         "sample.batch_size=4", "log.save_every=1000", "log.eval_every=0", "method.options.steps_per_phase=2"]
+SMALL = [
+    "train.iterations=1",
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.eval_every=0",
+    "method.options.steps_per_phase=2",
+]
 
 
 def _trainer(tmp_path, *overrides):
@@ -63,15 +71,19 @@ def test_the_frozen_modality_is_the_anchor_at_every_step_in_every_member(tmp_pat
         code = min(0.02 * (s / max(1 - s, 1e-5)) ** 0.5 * (s - s_next) ** 0.5, 0.5)
         assert std == pytest.approx(code, rel=1e-6) and std <= 0.5 * (1 + 1e-6)
     assert float(plan.sigma[0]) == 1.0 and flow_sde_g(1.0, float(plan.noise_levels[0]), plan.sigma_at_one) * (
-        1 - float(plan.sigma_next[0])) ** 0.5 == pytest.approx(0.5, rel=1e-6)
+        1 - float(plan.sigma_next[0])
+    ) ** 0.5 == pytest.approx(0.5, rel=1e-6)
 
 
 @pytest.mark.parametrize("phase", ["video", "audio"])
 def test_a_phase_leaves_the_other_tower_and_its_cross_attention_bit_identical(tmp_path, one_thread, phase):
     overrides = [f"method.options.start={phase}", f"method.options.{phase}_rewards=[video]"]
     if phase == "audio":  # a reward the audio changes: the share of energy above 1 kHz (tiny, but it moves)
-        overrides += ["reward={video: 1.0, band_energy: 1.0}", "method.options.audio_rewards=[band_energy]",
-                      "reward_args={video: {reward: jpeg_compressibility}, band_energy: {low_hz: 1000, high_hz: 12000}}"]
+        overrides += [
+            "reward={video: 1.0, band_energy: 1.0}",
+            "method.options.audio_rewards=[band_energy]",
+            "reward_args={video: {reward: jpeg_compressibility}, band_energy: {low_hz: 1000, high_hz: 12000}}",
+        ]
     tr = _trainer(tmp_path, *overrides)
     before = {n: p.detach().clone() for n, p in tr.trainable.items()}
     rows = tr.train()
@@ -115,8 +127,9 @@ def test_phases_alternate_on_the_same_prompts_and_clear_the_optimizer(tmp_path, 
     state = tr.method.state_dict()["phases"]
     assert state["phase"] == "audio" and state["step_in_phase"] == 1 and state["cycle"] == 0
     # the phase travels in checkpoints: a resumed run picks it up
-    again = Trainer(resolve_config("tiny-ltx2-av-grpo", [f"output_dir={tmp_path}", *SMALL, "train.iterations=4",
-                                                          "resume=latest"]))
+    again = Trainer(
+        resolve_config("tiny-ltx2-av-grpo", [f"output_dir={tmp_path}", *SMALL, "train.iterations=4", "resume=latest"])
+    )
     assert again.method.state_dict()["phases"] == state
 
 
@@ -143,7 +156,8 @@ def test_refusals_in_one_line():
         preflight(resolve_config("tiny-cpu", ["method.name=av_grpo"]))
     with pytest.raises(ConfigError, match="method.options.video_rewards: 'clap' is not a configured reward"):
         resolve_config("tiny-ltx2-av-grpo", ["method.options.video_rewards=[clap]"]) and preflight(
-            resolve_config("tiny-ltx2-av-grpo", ["method.options.video_rewards=[clap]"]))
+            resolve_config("tiny-ltx2-av-grpo", ["method.options.video_rewards=[clap]"])
+        )
     with pytest.raises(ConfigError, match="method.options.start: 'both' is not one of video, audio"):
         preflight(resolve_config("tiny-ltx2-av-grpo", ["method.options.start=both"]))
 
@@ -194,8 +208,9 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
     assert passes == [(1, [k], g) for _ in range(4) for k in range(3) for g in (0, 1)]  # one row, one transition
     assert set(rates) == {tr.cfg.train.learning_rate} and rows[0]["policy/lr"] == pytest.approx(rates[0], rel=1e-12)
     # flowrl's grouping instead, as a named option: train.optimizer_steps_per_iteration steps over the batches
-    other = _trainer(tmp_path / "other", "method.options.optimizer_steps=train",
-                     "train.optimizer_steps_per_iteration=1")
+    other = _trainer(
+        tmp_path / "other", "method.options.optimizer_steps=train", "train.optimizer_steps_per_iteration=1"
+    )
     assert other.method.schedule(2) == [[(0, None), (1, None)]] and other.total_optimizer_steps == 1
 
 
@@ -203,8 +218,14 @@ def test_the_first_av_grpo_step_runs_at_the_first_rate_then_the_schedule_per_av_
     """The code: the first AV-GRPO step at the yaml's rate (1e-5), never 0; then 1e-6 with one warm-up step and a
     cosine to 0 over the run, counted in AV-GRPO steps; every optimizer step of one AV-GRPO step at its rate.
     flowrl's own cosine with one warm-up step counted in optimizer steps would start at 0."""
-    tr = _trainer(tmp_path, "train.iterations=3", "train.lr_schedule=cosine", "train.lr_warmup_steps=1",
-                  "train.learning_rate=1e-3", "method.options.first_learning_rate=1e-2")
+    tr = _trainer(
+        tmp_path,
+        "train.iterations=3",
+        "train.lr_schedule=cosine",
+        "train.lr_warmup_steps=1",
+        "train.learning_rate=1e-3",
+        "method.options.first_learning_rate=1e-2",
+    )
     rows = tr.train()
     # AV-GRPO step n >= 1 of 3: 1e-3 * 0.5 (1 + cos(π (n - 1) / 2)): n = 1 -> 1e-3, n = 2 -> 0.5e-3
     assert [r["policy/lr"] for r in rows] == pytest.approx([1e-2, 1e-3, 0.5e-3], rel=1e-12)
@@ -252,41 +273,75 @@ def test_a_promptless_sync_reward_alone_in_a_phase_is_refused_unless_allowed(rew
     it is refused as a phase's only reward (one line), unless explicitly allowed; beside a reward that reads the
     prompt it is fine."""
     args = "{}" if reward == "av_sync" else "{checkpoint: /nonexistent.pth}"
-    base = [f"reward={{video: 1.0, {reward}: 1.0}}", f"reward_args={{video: {{reward: jpeg_compressibility}}, "
-            f"{reward}: {args}}}"]
+    base = [
+        f"reward={{video: 1.0, {reward}: 1.0}}",
+        f"reward_args={{video: {{reward: jpeg_compressibility}}, {reward}: {args}}}",
+    ]
     from flowrl.methods.av_grpo import AVGRPO
 
-    with pytest.raises(ConfigError, match=rf"^method.options.audio_rewards: the audio phase's only rewards "
-                                          rf"\['{reward}'\] are audio-video scores that never read the prompt"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^method.options.audio_rewards: the audio phase's only rewards "
+        rf"\['{reward}'\] are audio-video scores that never read the prompt",
+    ):
         AVGRPO(resolve_config("tiny-ltx2-av-grpo", [*base, f"method.options.audio_rewards=[{reward}]"]))
-    AVGRPO(resolve_config("tiny-ltx2-av-grpo", [*base, f"method.options.audio_rewards=[{reward}]",
-                                                "method.options.allow_promptless_phase_reward=true"]))
+    AVGRPO(
+        resolve_config(
+            "tiny-ltx2-av-grpo",
+            [*base, f"method.options.audio_rewards=[{reward}]", "method.options.allow_promptless_phase_reward=true"],
+        )
+    )
     AVGRPO(resolve_config("tiny-ltx2-av-grpo", [*base, f"method.options.audio_rewards=[video, {reward}]"]))
     with pytest.raises(ConfigError, match=r"^reward: the video phase's only rewards"):
-        AVGRPO(resolve_config("tiny-ltx2-av-grpo", [f"reward={{{reward}: 1.0}}", f"reward_args={{{reward}: {args}}}",
-                                                    "method.options.video_rewards=[]",
-                                                    "method.options.audio_rewards=[]"]))
+        AVGRPO(
+            resolve_config(
+                "tiny-ltx2-av-grpo",
+                [
+                    f"reward={{{reward}: 1.0}}",
+                    f"reward_args={{{reward}: {args}}}",
+                    "method.options.video_rewards=[]",
+                    "method.options.audio_rewards=[]",
+                ],
+            )
+        )
 
 
 # ------------------------------------------------------------------------- processes, signals and resume
 # one phase per iteration: video, then audio (on the video phase's prompts), then video again
 RUN = [*SMALL, "method.options.steps_per_phase=1", "log.sample_every=1000"]
-KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
-        "policy/clip_frac", "policy/grad_norm", "policy/lr", "cost/optimizer_steps"]
+KEYS = [
+    "reward/mean",
+    "reward/std",
+    "adv/abs_mean",
+    "policy/loss",
+    "policy/kl",
+    "policy/approx_kl",
+    "policy/clip_frac",
+    "policy/grad_norm",
+    "policy/lr",
+    "cost/optimizer_steps",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29563"]
 
 
 def _cli(command: list[str], out: Path, *extra: str) -> list[dict]:
-    done = subprocess.run([*command, "tiny-ltx2-av-grpo", f"output_dir={out}", *RUN, "train.iterations=2", *extra],
-                          env=ENV, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [*command, "tiny-ltx2-av-grpo", f"output_dir={out}", *RUN, "train.iterations=2", *extra],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-                    reason="torchrun not installed")
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="torchrun not installed",
+)
 @pytest.mark.parametrize("frozen_input", ["anchor", "dropped"])
 def test_two_processes_give_one_process_metrics(tmp_path, frozen_input):
     """One prompt group per process: each per-(sample, transition) optimizer step joins one row of each process
@@ -314,14 +369,16 @@ def signals_ignored_outside_training():
 
 
 def _train_rows(run: Path, *extra: str) -> list[dict]:
-    cfg = resolve_config("tiny-ltx2-av-grpo", [f"output_dir={run}", *RUN, "train.iterations=3", "log.save_every=1",
-                                              *extra])
+    cfg = resolve_config(
+        "tiny-ltx2-av-grpo", [f"output_dir={run}", *RUN, "train.iterations=3", "log.save_every=1", *extra]
+    )
     Trainer(cfg).train()
     return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
 
 
-def test_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one_thread, monkeypatch,
-                                                               signals_ignored_outside_training):
+def test_sigterm_during_the_update_then_resume_repeats_the_run(
+    tmp_path, one_thread, monkeypatch, signals_ignored_outside_training
+):
     """A SIGTERM between two of the update's per-(sample, transition) optimizer steps: the iteration finishes and
     is saved (phase, AV-GRPO step count and optimizer state with it); resuming gives the uninterrupted run."""
     reference = _train_rows(tmp_path / "clean")
@@ -349,8 +406,13 @@ def test_the_ltx2_recipe_carries_the_authors_settings():
 
     cfg = resolve_config("ltx2-av-grpo")
     t = cfg.train
-    assert (t.weight_decay, t.learning_rate, t.lr_schedule, t.lr_warmup_steps, t.iterations) == (0.01, 1e-6, "cosine",
-                                                                                                  1, 1440)
+    assert (t.weight_decay, t.learning_rate, t.lr_schedule, t.lr_warmup_steps, t.iterations) == (
+        0.01,
+        1e-6,
+        "cosine",
+        1,
+        1440,
+    )
     assert cfg.data.negative_prompt == NEGATIVE_PROMPT
     assert NEGATIVE_PROMPT == "worst quality, inconsistent motion, blurry, jittery, distorted"
     method = AVGRPO(cfg)

@@ -16,8 +16,15 @@ from flowrl.methods.grpo_guard import ratio_norm_log_ratio
 from flowrl.trainer import Trainer
 
 # 2 prompts x 4 members, 4 steps, CFG 4.5 (2 transformer rows a sample): one group per rollout batch
-SMALL = ["sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0"]
+SMALL = [
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 
 
@@ -35,7 +42,9 @@ def test_group_rows_finds_each_groups_first_row():
     assert rows.tolist() == [1, 1, 0, 0, 0, 2]
 
 
-@pytest.mark.parametrize("method, extra", [("g2rpo", []), ("e_grpo", []), ("e_grpo", ["method.options.merge_lengths=2"])])
+@pytest.mark.parametrize(
+    "method, extra", [("g2rpo", []), ("e_grpo", []), ("e_grpo", ["method.options.merge_lengths=2"])]
+)
 def test_branches_share_their_anchor_and_the_update_recomputes_their_log_probs(tmp_path, one_thread, method, extra):
     """§3 oracle: all G members of a step-k group have bitwise-identical inputs a_k; their branch ends differ.
     The shared-input forward (one row per group) gives the log-prob a per-row forward gives, and the
@@ -71,8 +80,9 @@ def test_branches_share_their_anchor_and_the_update_recomputes_their_log_probs(t
 def test_e_grpo_with_unit_merges_is_g2rpo_bitwise(tmp_path, one_thread):
     """§4 oracle: a merged step of length 1 is the Flow-GRPO step (here G²RPO's branch) bitwise."""
     g2 = _trainer(tmp_path / "g2", "method.name=g2rpo").collect(0)[0]
-    e1 = _trainer(tmp_path / "e1", "method.name=e_grpo", "method.options.merge_lengths=1",
-                  "method.options.granularities=[1,2]").collect(0)[0]
+    e1 = _trainer(
+        tmp_path / "e1", "method.name=e_grpo", "method.options.merge_lengths=1", "method.options.granularities=[1,2]"
+    ).collect(0)[0]
     for a, b in zip(g2, e1, strict=True):
         assert torch.equal(a.traj.states, b.traj.states) and torch.equal(a.traj.next_states, b.traj.next_states)
         assert torch.equal(a.traj.log_probs, b.traj.log_probs)
@@ -86,14 +96,17 @@ def _branch_nfes(num_steps, pairs, granularities, groups, members, cfg_rows=2) -
     return cfg_rows * groups * (num_steps + len(pairs) + members * tails)
 
 
-@pytest.mark.parametrize("method, extra, pairs, lams, rollout_nfe, calls", [
-    # T = 4, M = {0, 1}, Λ = {1, 2}: tails from 1: [1,2,3] and [1,2]; from 2: [2,3] and [2] -> 8 a member;
-    # per group 4 + 2 + 4 * 8 = 38, 2 groups, 2 CFG rows: 152. Calls: 8 samples * 2 branches * 2 λ = 32.
-    ("g2rpo", [], [(0, 1), (1, 2)], [1, 2], 152, 32),
-    # E-GRPO, l = 2 fixed, Λ = {1}: branches 0 -> 2 and 1 -> 3, tails [2, 3] and [3] -> 3 a member;
-    # per group 4 + 2 + 4 * 3 = 18, times 2 groups and 2 rows: 72. Calls: 8 * 2 = 16.
-    ("e_grpo", ["method.options.merge_lengths=2"], [(0, 2), (1, 3)], [1], 72, 16),
-])
+@pytest.mark.parametrize(
+    "method, extra, pairs, lams, rollout_nfe, calls",
+    [
+        # T = 4, M = {0, 1}, Λ = {1, 2}: tails from 1: [1,2,3] and [1,2]; from 2: [2,3] and [2] -> 8 a member;
+        # per group 4 + 2 + 4 * 8 = 38, 2 groups, 2 CFG rows: 152. Calls: 8 samples * 2 branches * 2 λ = 32.
+        ("g2rpo", [], [(0, 1), (1, 2)], [1, 2], 152, 32),
+        # E-GRPO, l = 2 fixed, Λ = {1}: branches 0 -> 2 and 1 -> 3, tails [2, 3] and [3] -> 3 a member;
+        # per group 4 + 2 + 4 * 3 = 18, times 2 groups and 2 rows: 72. Calls: 8 * 2 = 16.
+        ("e_grpo", ["method.options.merge_lengths=2"], [(0, 2), (1, 3)], [1], 72, 16),
+    ],
+)
 def test_branch_methods_cost_what_the_spec_counts(tmp_path, one_thread, method, extra, pairs, lams, rollout_nfe, calls):
     assert _branch_nfes(4, pairs, lams, groups=2, members=4) == rollout_nfe
     tr = _trainer(tmp_path, f"method.name={method}", "train.iterations=1", *extra)
@@ -121,8 +134,13 @@ def test_g2rpo_credit_sums_weighted_zscores_over_granularities_and_rewards():
     method = build_method(cfg)
     a = torch.tensor([[1.0, 2.0, 3.0, 4.0], [2.0, 2.0, 5.0, 4.0], [3.0, 2.0, 1.0, 4.0]])  # (N, K*L)
     b = torch.tensor([[0.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [2.0, 1.0, 1.0, 1.0]])
-    rewards = {"final": torch.zeros(3), "final/jpeg_compressibility": a[:, 0], "branch/jpeg_compressibility": a[:, 1:],
-               "final/jpeg_incompressibility": b[:, 0], "branch/jpeg_incompressibility": b[:, 1:]}
+    rewards = {
+        "final": torch.zeros(3),
+        "final/jpeg_compressibility": a[:, 0],
+        "branch/jpeg_compressibility": a[:, 1:],
+        "final/jpeg_incompressibility": b[:, 0],
+        "branch/jpeg_incompressibility": b[:, 1:],
+    }
     adv = method.credit(rewards, torch.zeros(3, dtype=torch.long))
 
     def z(col):  # unbiased std, + 1e-8; a flat column is exactly 0
@@ -174,8 +192,9 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, meth
     resumed = _trainer(tmp_path / "part", *opts, "train.iterations=3", "resume=latest").train()
     assert len(resumed) == 2
     for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {k: v for k, v in b.items()
-                                                                            if not k.startswith(SKIP)}
+        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
+            k: v for k, v in b.items() if not k.startswith(SKIP)
+        }
     if method == "e_grpo":
         assert "method/e_grpo/merge_length_mean" in full[0]
         state = json.loads((tmp_path / "full" / "checkpoints" / "iter-000001" / "state.json").read_text())
@@ -191,5 +210,8 @@ def test_the_context_swaps_in_the_ema_weights_and_restores_the_policy(tmp_path):
     with ctx.ema_weights():
         assert all(torch.equal(p, tr.ema.shadow[k]) for k, p in tr.trainable.items())
     assert all(torch.equal(p, policy[k]) for k, p in tr.trainable.items())
-    with pytest.raises(RuntimeError, match="set train.ema=true"), _trainer(tmp_path / "no-ema").context(0).ema_weights():
+    with (
+        pytest.raises(RuntimeError, match="set train.ema=true"),
+        _trainer(tmp_path / "no-ema").context(0).ema_weights(),
+    ):
         pass

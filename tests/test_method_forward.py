@@ -16,8 +16,16 @@ from flowrl.methods.ram import ram_target
 from flowrl.trainer import ParamAverage, Trainer
 
 # 2 prompts x 4 members, 4 ODE steps with CFG 4.5, K = 2 noisings: one group per rollout batch
-SMALL = ["sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0", "method.options.num_noisings=2"]
+SMALL = [
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+    "method.options.num_noisings=2",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 
 
@@ -77,8 +85,9 @@ def test_ram_advantages_centre_each_group_and_ignore_affine_changes():
     assert float(adv[:4].sum()) == pytest.approx(0, abs=1e-6) and float(adv[4:].sum()) == pytest.approx(0, abs=1e-6)
     torch.testing.assert_close(group_zscore(3 * r + 7, groups, eps=1e-4 * 3, global_std=True), adv)
     one = torch.zeros(4, dtype=torch.long)
-    torch.testing.assert_close(group_zscore(r[:4], one, eps=1e-4, global_std=True),
-                               (r[:4] - r[:4].mean()) / (r[:4].std(unbiased=False) + 1e-4))
+    torch.testing.assert_close(
+        group_zscore(r[:4], one, eps=1e-4, global_std=True), (r[:4] - r[:4].mean()) / (r[:4].std(unbiased=False) + 1e-4)
+    )
 
 
 def test_nft_weights_and_the_balanced_loss():
@@ -153,8 +162,9 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, meth
     resumed = _trainer(tmp_path / "part", *opts, "train.iterations=3", "resume=latest").train()
     assert len(resumed) == 2
     for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {k: v for k, v in b.items()
-                                                                            if not k.startswith(SKIP)}
+        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
+            k: v for k, v in b.items() if not k.startswith(SKIP)
+        }
 
 
 def test_endpoints_come_from_the_lagged_policy(tmp_path, one_thread):
@@ -179,17 +189,23 @@ def test_full_fine_tuning_keeps_a_reference_for_ram_without_kl(tmp_path, one_thr
     assert tr.ref_model is not None
 
 
-@pytest.mark.parametrize("override, message", [
-    ("method.options.endpoint_policy=new", "method.options.endpoint_policy: 'new'; allowed: old, current"),
-    ("method.options.std_scope=batch", "method.options.std_scope: 'batch'; allowed: iteration, group"),
-    ("method.options.reward_multiplier=0", "method.options.reward_multiplier: must be > 0"),
-    ("method.options.num_noisings=0", "method.options.num_noisings: must be >= 1"),
-    ("method.options.time_alpha=-1", "method.options.time_alpha: must be > -1"),
-    ("method.options.old_decay_max=1", "method.options.old_decay_max: must be in [0, 1)"),
-    ("method.options.target_velocity=ref", "method.options.target_velocity: 'ref'; allowed: old, current"),
-    ("method.options.clip=1", "method.options.clip"),
-    ("sample.same_noise_in_group=true", "sample.same_noise_in_group=true would make every member of a group the same"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("method.options.endpoint_policy=new", "method.options.endpoint_policy: 'new'; allowed: old, current"),
+        ("method.options.std_scope=batch", "method.options.std_scope: 'batch'; allowed: iteration, group"),
+        ("method.options.reward_multiplier=0", "method.options.reward_multiplier: must be > 0"),
+        ("method.options.num_noisings=0", "method.options.num_noisings: must be >= 1"),
+        ("method.options.time_alpha=-1", "method.options.time_alpha: must be > -1"),
+        ("method.options.old_decay_max=1", "method.options.old_decay_max: must be in [0, 1)"),
+        ("method.options.target_velocity=ref", "method.options.target_velocity: 'ref'; allowed: old, current"),
+        ("method.options.clip=1", "method.options.clip"),
+        (
+            "sample.same_noise_in_group=true",
+            "sample.same_noise_in_group=true would make every member of a group the same",
+        ),
+    ],
+)
 def test_bad_ram_options_are_one_line_errors(tmp_path, override, message):
     with pytest.raises(ConfigError, match=None) as err:
         _trainer(tmp_path, "method.name=ram", override)
@@ -197,9 +213,11 @@ def test_bad_ram_options_are_one_line_errors(tmp_path, override, message):
 
 
 def test_bad_nft_options_are_one_line_errors(tmp_path):
-    for override, message in (("method.options.beta=0", "method.options.beta: must be > 0"),
-                              ("method.options.kl_beta=-1", "method.options.kl_beta: must be >= 0"),
-                              ("method.options.reward_multiplier=5", "method.options.reward_multiplier")):
+    for override, message in (
+        ("method.options.beta=0", "method.options.beta: must be > 0"),
+        ("method.options.kl_beta=-1", "method.options.kl_beta: must be >= 0"),
+        ("method.options.reward_multiplier=5", "method.options.reward_multiplier"),
+    ):
         with pytest.raises(ConfigError) as err:
             _trainer(tmp_path, "method.name=diffusion_nft", override)
         assert message in str(err.value) and "\n" not in str(err.value)
@@ -234,8 +252,13 @@ def test_nft_policy_term_is_scaled_by_adv_clip_max():
     method = DiffusionNFT(resolve_config("tiny-cpu", ["method.name=diffusion_nft"]))
     assert method.cfg.train.adv_clip_max == 5.0
     zero = torch.zeros(1, 1, 2)
-    unit = Endpoints(torch.zeros(1, 2), torch.tensor([[0.5]]), torch.tensor([[[1.0, -1.0]]]), torch.zeros(1),
-                     velocities={"old": zero, "ref": zero})
+    unit = Endpoints(
+        torch.zeros(1, 2),
+        torch.tensor([[0.5]]),
+        torch.tensor([[[1.0, -1.0]]]),
+        torch.zeros(1),
+        velocities={"old": zero, "ref": zero},
+    )
     tl = method.transition_loss(_FixedVelocity(torch.tensor([[0.2, 0.2]])), unit, 0, {}, torch.tensor([2.5]))
     assert float(tl.policy_loss) == pytest.approx(2.6, rel=1e-6)
     assert float(tl.kl) == pytest.approx(0.04, rel=1e-6)
@@ -294,27 +317,45 @@ def test_the_old_policy_decay_of_the_authors_configs():
 
     ocr = ramp_decay(0.0075, 0.999, 75)
     assert [ocr(0), ocr(74), ocr(75), ocr(76), ocr(100), ocr(208), ocr(209), ocr(10**4)] == pytest.approx(
-        [0.0, 0.0, 0.0, 0.0075, 0.1875, 0.9975, 0.999, 0.999])
-    cfg = resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=2",
-                                      "method.options.old_decay_rate=0.0075", "method.options.old_decay_max=0.999",
-                                      "method.options.old_decay_flat=75"])
+        [0.0, 0.0, 0.0, 0.0075, 0.1875, 0.9975, 0.999, 0.999]
+    )
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            "method.name=diffusion_nft",
+            "train.optimizer_steps_per_iteration=2",
+            "method.options.old_decay_rate=0.0075",
+            "method.options.old_decay_max=0.999",
+            "method.options.old_decay_flat=75",
+        ],
+    )
     d = DiffusionNFT(cfg).averages()["old"]
     assert [d(37), d(38), d(50), d(105)] == pytest.approx([0.0, 0.0075, 0.1875, 0.999])
     d = DiffusionNFT(resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=1"]))
     assert [d.averages()["old"](k) for k in (1, 250, 500, 501)] == pytest.approx([0.001, 0.25, 0.5, 0.5])
-    per_update = resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=2",
-                                             "method.options.old_decay_unit=update"])
+    per_update = resolve_config(
+        "tiny-cpu",
+        ["method.name=diffusion_nft", "train.optimizer_steps_per_iteration=2", "method.options.old_decay_unit=update"],
+    )
     assert DiffusionNFT(per_update).averages()["old"](10) == pytest.approx(0.01)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("method.options.time_law=uniform", "method.options.time_law: 'uniform'; allowed: power, grid"),
-    ("method.options.endpoint_solver=rk4", "method.options.endpoint_solver: 'rk4'; allowed: euler, dpm2"),
-    ("method.options.num_noisings=5", "method.options.num_noisings: 5 distinct grid times, but the sampling grid "
-                                      "has sample.num_steps=4"),
-    ("method.options.old_decay_flat=-1", "method.options.old_decay_flat: must be >= 0"),
-    ("method.options.old_decay_unit=epoch", "method.options.old_decay_unit: 'epoch'; allowed: update, optimizer_step"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("method.options.time_law=uniform", "method.options.time_law: 'uniform'; allowed: power, grid"),
+        ("method.options.endpoint_solver=rk4", "method.options.endpoint_solver: 'rk4'; allowed: euler, dpm2"),
+        (
+            "method.options.num_noisings=5",
+            "method.options.num_noisings: 5 distinct grid times, but the sampling grid has sample.num_steps=4",
+        ),
+        ("method.options.old_decay_flat=-1", "method.options.old_decay_flat: must be >= 0"),
+        (
+            "method.options.old_decay_unit=epoch",
+            "method.options.old_decay_unit: 'epoch'; allowed: update, optimizer_step",
+        ),
+    ],
+)
 def test_bad_nft_schedule_options_are_one_line_errors(tmp_path, override, message):
     with pytest.raises(ConfigError) as err:
         _trainer(tmp_path, "method.name=diffusion_nft", override)
@@ -326,11 +367,14 @@ def test_null_noisings_need_the_grid(tmp_path):
         _trainer(tmp_path, "method.name=ram", "method.options.num_noisings=null")
 
 
-@pytest.mark.parametrize("task, reward, beta, flat, rate, cap, steps", [
-    ("geneval", "geneval", 1.0, 0, 0.001, 0.5, 1),
-    ("ocr", "ocr", 0.1, 75, 0.0075, 0.999, 2),
-    ("pickscore", "pickscore", 1.0, 0, 0.001, 0.5, 1),
-])
+@pytest.mark.parametrize(
+    "task, reward, beta, flat, rate, cap, steps",
+    [
+        ("geneval", "geneval", 1.0, 0, 0.001, 0.5, 1),
+        ("ocr", "ocr", 0.1, 75, 0.0075, 0.999, 2),
+        ("pickscore", "pickscore", 1.0, 0, 0.001, 0.5, 1),
+    ],
+)
 def test_the_sd35m_recipes_carry_the_released_configs(task, reward, beta, flat, rate, cap, steps):
     """config/nft.py sd3_<task> over config/base.py: SD3.5-M at 512 px, 10 dpm2 steps CFG-free (guidance 1),
     48 groups of 24, 9 per GPU, beta (0.1 for OCR), kl 1e-4, lr 3e-4, LoRA 32 / 64, decay type 1 (2 for OCR),
@@ -341,14 +385,28 @@ def test_the_sd35m_recipes_carry_the_released_configs(task, reward, beta, flat, 
     o = DiffusionNFT(cfg).options
     s, t = cfg.sample, cfg.train
     assert (cfg.model.resolution, s.num_steps, s.eval_num_steps, s.guidance_scale, s.eval_guidance_scale) == (
-        512, 10, 40, 1.0, 1.0)
+        512,
+        10,
+        40,
+        1.0,
+        1.0,
+    )
     assert (s.group_size, s.prompts_per_iteration, s.batch_size, s.same_noise_in_group) == (24, 48, 9, False)
     assert (o.beta, o.kl_beta, o.time_law, o.endpoint_solver, o.endpoint_policy) == (beta, 1e-4, "grid", "dpm2", "old")
     assert o.num_noisings in (None, 9)
-    assert (o.old_decay_flat, o.old_decay_rate, o.old_decay_max, o.old_decay_unit) == (flat, rate, cap,
-                                                                                       "optimizer_step")
+    assert (o.old_decay_flat, o.old_decay_rate, o.old_decay_max, o.old_decay_unit) == (
+        flat,
+        rate,
+        cap,
+        "optimizer_step",
+    )
     assert (t.learning_rate, t.weight_decay, t.max_grad_norm, t.adv_clip_max, t.optimizer_steps_per_iteration) == (
-        3e-4, 1e-4, 1.0, 5.0, steps)
+        3e-4,
+        1e-4,
+        1.0,
+        5.0,
+        steps,
+    )
     assert (t.lora.rank, t.lora.alpha, t.ema, t.ema_decay, t.ema_every, t.global_std) == (32, 64, True, 0.9, 1, True)
     assert dict(cfg.reward) == {reward: 1.0}
 
@@ -402,8 +460,9 @@ def test_nft_on_two_processes_matches_one(tmp_path):
     opts = [*SMALL, "method.name=diffusion_nft", "train.iterations=2", "train.optimizer_steps_per_iteration=2"]
 
     def run(command, out):
-        done = subprocess.run([*command, f"output_dir={out}", *opts], env=env, capture_output=True, text=True,
-                              timeout=600)
+        done = subprocess.run(
+            [*command, f"output_dir={out}", *opts], env=env, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 

@@ -18,8 +18,16 @@ from flowrl.methods.pref_grpo import score_win_rates
 from flowrl.reward_models.base import win_rates
 from flowrl.trainer import Trainer
 
-SMALL = ["sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0", "train.beta=0"]
+SMALL = [
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+    "train.beta=0",
+]
 PAIRWISE = ["reward={'pairwise_rewards:Brighter': 1.0}"]
 
 
@@ -37,10 +45,15 @@ def _pair_rates(scores: list[float]) -> torch.Tensor:
 @pytest.mark.parametrize("scores", [[0.3, 0.3, 0.9, 0.1, 0.3], [1, 2, 3, 4, 5, 6, 7, 8], [2.0] * 6])
 def test_win_rates_sum_to_half_the_group(scores):
     """§5 oracle: the rates of a group of G sum to G/2, ties included; pairwise and score-derived agree."""
-    for rates in (_pair_rates(scores), score_win_rates(torch.tensor(scores), torch.zeros(len(scores), dtype=torch.long))):
+    for rates in (
+        _pair_rates(scores),
+        score_win_rates(torch.tensor(scores), torch.zeros(len(scores), dtype=torch.long)),
+    ):
         assert float(rates.sum()) == pytest.approx(len(scores) / 2)
-    torch.testing.assert_close(_pair_rates(scores), score_win_rates(torch.tensor(scores, dtype=torch.float32),
-                                                                    torch.zeros(len(scores), dtype=torch.long)))
+    torch.testing.assert_close(
+        _pair_rates(scores),
+        score_win_rates(torch.tensor(scores, dtype=torch.float32), torch.zeros(len(scores), dtype=torch.long)),
+    )
 
 
 def test_a_strict_order_gives_a_permutation_of_the_grid():
@@ -62,7 +75,9 @@ def test_all_ties_give_zero_advantages_without_nan(tmp_path):
     method = build_method(_cfg(tmp_path, *PAIRWISE))
     method.pairwise_rewards = frozenset({"pairwise_rewards:Brighter"})
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    adv = method.credit({"final": torch.full((8,), 0.5), "final/pairwise_rewards:Brighter": torch.full((8,), 0.5)}, groups)
+    adv = method.credit(
+        {"final": torch.full((8,), 0.5), "final/pairwise_rewards:Brighter": torch.full((8,), 0.5)}, groups
+    )
     assert torch.equal(adv, torch.zeros(8))
     assert method.metrics() == {"pref/win_rate_mean": 0.5, "pref/win_rate_std": 0.0}
 
@@ -70,8 +85,11 @@ def test_all_ties_give_zero_advantages_without_nan(tmp_path):
 def test_credit_z_scores_each_component_with_the_sample_std(tmp_path):
     """Two rewards, one turned into score-derived win rates: A = w1 z(winrate(r1)) + w2 z(r2), each z
     within its group with the unbiased std and eps 1e-8, then clipped."""
-    cfg = _cfg(tmp_path, "reward={jpeg_compressibility: 2.0, aesthetic: 0.5}",
-               "method.options.win_rate_from=[jpeg_compressibility]")
+    cfg = _cfg(
+        tmp_path,
+        "reward={jpeg_compressibility: 2.0, aesthetic: 0.5}",
+        "method.options.win_rate_from=[jpeg_compressibility]",
+    )
     method = build_method(cfg)
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
     r1, r2 = torch.tensor([0.1, 0.4, 0.2, 5.0, 5.0, 1.0]), torch.tensor([1.0, 2.0, 4.0, 0.0, 1.0, 1.0])
@@ -92,8 +110,14 @@ def test_credit_z_scores_each_component_with_the_sample_std(tmp_path):
 def test_judge_calls_are_the_pairs_of_each_group(tmp_path, one_thread):
     """C(G, 2) comparisons per group (twice with both_orders), counted in cost/reward_calls."""
     for both, per_group in ((False, 6), (True, 12)):
-        tr = Trainer(_cfg(tmp_path / str(both), *PAIRWISE, "train.iterations=1",
-                          f"reward_args={{'pairwise_rewards:Brighter': {{both_orders: {str(both).lower()}}}}}"))
+        tr = Trainer(
+            _cfg(
+                tmp_path / str(both),
+                *PAIRWISE,
+                "train.iterations=1",
+                f"reward_args={{'pairwise_rewards:Brighter': {{both_orders: {str(both).lower()}}}}}",
+            )
+        )
         (row,) = tr.train()
         assert row["cost/reward_calls"] == 2 * per_group
         assert row["cost/reward_calls/pairwise_rewards:Brighter"] == 2 * per_group
@@ -114,8 +138,15 @@ def test_both_orders_cancel_a_position_bias():
 def test_each_sample_trains_its_own_subset_and_only_its_rows_are_forwarded(tmp_path, one_thread):
     """subset_fraction 0.5 of 4 transitions: every row trains exactly 2, drawn per row; the update's
     forwards are the trained (row, transition) pairs times the CFG rows, and its first update is on-policy."""
-    tr = Trainer(_cfg(tmp_path, "method.options.subset_fraction=0.5", "train.iterations=1",
-                      "reward={jpeg_compressibility: 1.0}", "train.optimizer_steps_per_iteration=1"))
+    tr = Trainer(
+        _cfg(
+            tmp_path,
+            "method.options.subset_fraction=0.5",
+            "train.iterations=1",
+            "reward={jpeg_compressibility: 1.0}",
+            "train.optimizer_steps_per_iteration=1",
+        )
+    )
     batches, group_ids = tr.collect(0, tr.context(0))
     masks = torch.cat([b.traj.row_mask for b in batches])
     assert masks.shape == (8, 4) and masks.sum(dim=1).tolist() == [2] * 8
@@ -124,23 +155,28 @@ def test_each_sample_trains_its_own_subset_and_only_its_rows_are_forwarded(tmp_p
     adv = tr.method.credit(scored.columns, group_ids)
     tr._nfe = 0
     upd = tr.update(batches, adv, first=True, ctx=tr.context(0))
-    kept = (adv != 0)
+    kept = adv != 0
     assert tr._nfe == 2 * int(masks[kept].sum())
     assert upd["onpolicy_logp_diff"] <= 1e-4
 
 
 def test_bad_options_are_one_line_errors(tmp_path):
-    for override, message in (("method.options.subset_fraction=0", "method.options.subset_fraction: must be in (0, 1]"),
-                              ("method.options.win_rate_from=[ocr]", "method.options.win_rate_from: 'ocr' is not a configured reward"),
-                              ("method.options.std_eps=0", "method.options.std_eps: must be > 0")):
+    for override, message in (
+        ("method.options.subset_fraction=0", "method.options.subset_fraction: must be in (0, 1]"),
+        ("method.options.win_rate_from=[ocr]", "method.options.win_rate_from: 'ocr' is not a configured reward"),
+        ("method.options.std_eps=0", "method.options.std_eps: must be > 0"),
+    ):
         with pytest.raises(ConfigError) as err:
             Trainer(_cfg(tmp_path, override))
         assert message in str(err.value) and "\n" not in str(err.value)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo on linux")
-@pytest.mark.parametrize("switches", [[], ["train.batch_renorm=true", "train.ratio_norm=true",
-                                           "sample.same_noise_in_group=true"]], ids=["plain", "authors-switches"])
+@pytest.mark.parametrize(
+    "switches",
+    [[], ["train.batch_renorm=true", "train.ratio_norm=true", "sample.same_noise_in_group=true"]],
+    ids=["plain", "authors-switches"],
+)
 def test_two_processes_give_one_processs_win_rates(tmp_path, switches):
     """The pairwise judge sees whole groups on each process: the same win rates, advantages and losses; with
     GDPO (over the gathered iteration), RatioNorm and shared initial noise as well."""
@@ -152,8 +188,9 @@ def test_two_processes_give_one_processs_win_rates(tmp_path, switches):
     common = [*SMALL, "method.name=pref_grpo", *PAIRWISE, "train.iterations=2", "log.monitors=false", *switches]
 
     def run(command, out):
-        done = subprocess.run([*command, f"output_dir={out}", *common], env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            [*command, f"output_dir={out}", *common], env=env, capture_output=True, text=True, timeout=300
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         import json
 
@@ -179,14 +216,17 @@ def _run(tmp_path, *overrides) -> list[dict]:
 def _same(a: list[dict], b: list[dict]) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b):
-        assert ({k: v for k, v in x.items() if not k.startswith(SKIP)}
-                == {k: v for k, v in y.items() if not k.startswith(SKIP)})
+        assert {k: v for k, v in x.items() if not k.startswith(SKIP)} == {
+            k: v for k, v in y.items() if not k.startswith(SKIP)
+        }
 
 
 def test_ratio_norm_on_flow_grpo_is_grpo_guard(tmp_path, one_thread):
     """``train.ratio_norm`` makes Flow-GRPO's loss GRPO-Guard's: the same run, metric for metric."""
-    _same(_run(tmp_path / "a", "method.name=flow_grpo", "train.ratio_norm=true"),
-          _run(tmp_path / "b", "method.name=grpo_guard"))
+    _same(
+        _run(tmp_path / "a", "method.name=flow_grpo", "train.ratio_norm=true"),
+        _run(tmp_path / "b", "method.name=grpo_guard"),
+    )
 
 
 @pytest.mark.parametrize("method", ["pref_grpo", "g2rpo"])
@@ -194,8 +234,9 @@ def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_t
     """The rollout keeps each transition's mean; on-policy the RatioNorm ratio is 1 and the loss is
     -mean(A) / |Δ_j| (CodeGoat24/Pref-GRPO fastvideo/train_flux.py --rationorm, commit 3e787f6: the bias per
     sample, the scale the step's std, the policy loss divided by sqrt(|dt|)^2)."""
-    tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, f"method.name={method}",
-                                             "train.ratio_norm=true"]))
+    tr = Trainer(
+        resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, f"method.name={method}", "train.ratio_norm=true"])
+    )
     ctx = tr.context(0)
     b = tr.collect(0, ctx)[0][0]
     assert b.traj.means is not None and b.traj.means.shape[:2] == b.traj.log_probs.shape
@@ -226,9 +267,16 @@ def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
     from flowrl.advantages import batch_zscore
 
     # a pairwise judge's win rates at 0.4 and a pointwise score at 0.6, as the authors' UR-Think 0.4 + CLIP 0.6
-    tr = Trainer(_cfg(tmp_path, "reward={'pairwise_rewards:Brighter': 0.4, jpeg_compressibility: 0.6}",
-                      "train.iterations=1",
-                      "train.batch_renorm=true", "train.ratio_norm=true", "sample.same_noise_in_group=true"))
+    tr = Trainer(
+        _cfg(
+            tmp_path,
+            "reward={'pairwise_rewards:Brighter': 0.4, jpeg_compressibility: 0.6}",
+            "train.iterations=1",
+            "train.batch_renorm=true",
+            "train.ratio_norm=true",
+            "sample.same_noise_in_group=true",
+        )
+    )
     seen = {}
     update, credit = tr.update, tr.method.credit
 
@@ -261,14 +309,21 @@ def test_shared_noise_is_one_draw_per_group_on_any_number_of_processes(tmp_path)
         members = noise[one.group_ids == g]
         assert all(torch.equal(members[0], m) for m in members[1:])
     assert not torch.equal(noise[one.group_ids == 0][0], noise[one.group_ids == 1][0])
-    shares = [GroupSampler(len(tr.prompts), s.prompts_per_iteration, s.group_size, tr.cfg.seed, 2, r).iteration(3)
-              for r in (0, 1)]
+    shares = [
+        GroupSampler(len(tr.prompts), s.prompts_per_iteration, s.group_size, tr.cfg.seed, 2, r).iteration(3)
+        for r in (0, 1)
+    ]
     assert torch.equal(torch.cat([tr._initial_noise(3, share) for share in shares]), noise)
 
 
 def test_resume_with_the_authors_switches_repeats_the_uninterrupted_run(tmp_path, one_thread):
-    switches = [*PAIRWISE, "train.batch_renorm=true", "train.ratio_norm=true", "sample.same_noise_in_group=true",
-                "log.save_every=1"]
+    switches = [
+        *PAIRWISE,
+        "train.batch_renorm=true",
+        "train.ratio_norm=true",
+        "sample.same_noise_in_group=true",
+        "log.save_every=1",
+    ]
     full = _run(tmp_path / "full", "method.name=pref_grpo", *switches, "train.iterations=3")
     _run(tmp_path / "part", "method.name=pref_grpo", *switches, "train.iterations=1")
     resumed = _run(tmp_path / "part", "method.name=pref_grpo", *switches, "train.iterations=3", "resume=latest")

@@ -27,9 +27,19 @@ def test_flow_grpo_on_the_seam_gives_the_metrics_of_the_trainer_before_it(tmp_pa
 
 def test_cost_counts_every_forward_and_reward_call(tmp_path):
     # 8 samples, 3 steps, CFG: 2 transformer rows a sample; timestep_fraction 0.99 trains int(3 * 0.99) = 2
-    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "sample.num_steps=3", "sample.group_size=4",
-                                      "sample.prompts_per_iteration=2", "sample.batch_size=4", "train.iterations=2",
-                                      "train.beta=0.01", "log.save_every=1000"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={tmp_path}",
+            "sample.num_steps=3",
+            "sample.group_size=4",
+            "sample.prompts_per_iteration=2",
+            "sample.batch_size=4",
+            "train.iterations=2",
+            "train.beta=0.01",
+            "log.save_every=1000",
+        ],
+    )
     rows = Trainer(cfg).train()
     # rollout: 8 samples x 3 steps x 2 CFG rows = 48; update: 8 x 2 trained x 2 rows x (policy + reference) = 64
     assert [r["cost/nfe"] for r in rows] == [112, 112]
@@ -66,8 +76,13 @@ def test_method_state_is_saved_and_restored(tmp_path, monkeypatch):
 
     monkeypatch.setattr(FlowGRPO, "state_dict", state_dict)
     monkeypatch.setattr(FlowGRPO, "load_state_dict", load_state_dict)
-    small = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-             "log.save_every=1"]
+    small = [
+        "sample.num_steps=2",
+        "sample.group_size=4",
+        "sample.prompts_per_iteration=2",
+        "sample.batch_size=4",
+        "log.save_every=1",
+    ]
     assert main(["train", f"output_dir={tmp_path}", "train.iterations=1", *small]) == 0
     state = json.loads((tmp_path / "checkpoints" / "iter-000001" / "state.json").read_text())
     assert state["method"] == {"psi": [0.5, 0.25], "calls": 0}
@@ -75,16 +90,26 @@ def test_method_state_is_saved_and_restored(tmp_path, monkeypatch):
     assert saved == {"psi": [0.5, 0.25], "calls": 0}
 
 
-DENSE = ["method.name=dense_grpo", "sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2",
-         "sample.batch_size=4", "method.options.calibration_max_rounds=2", "log.sample_every=1000"]
+DENSE = [
+    "method.name=dense_grpo",
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "method.options.calibration_max_rounds=2",
+    "log.sample_every=1000",
+]
 
 
 def test_dense_grpo_costs_what_the_spec_counts_and_resumes_exactly(tmp_path, one_thread):
     """T = 4, 8 samples, CFG: rollout 8*4*2 = 64 rows; DenseGRPO's extra T(T+1)/2 = 10 NFEs a sample (the
     pure ODE 4 + completions 3+2+1) = 160 rows; update 8 * 4 trained * 2 = 64 (beta 0). Reward calls: 8 final
     + 8 pure-ODE + 8 * 3 completions = 40 = 8 * (T + 1)."""
-    full = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'full'}", *DENSE, "train.iterations=3",
-                                               "log.save_every=1"])).train()
+    full = Trainer(
+        resolve_config(
+            "tiny-cpu", [f"output_dir={tmp_path / 'full'}", *DENSE, "train.iterations=3", "log.save_every=1"]
+        )
+    ).train()
     assert [r["cost/nfe"] for r in full] == [288] * 3
     assert [r["cost/reward_calls"] for r in full] == [40] * 3
     assert full[0]["policy/onpolicy_logp_diff"] == 0.0  # the recomputed log-prob is the rollout's
@@ -94,19 +119,32 @@ def test_dense_grpo_costs_what_the_spec_counts_and_resumes_exactly(tmp_path, one
     assert ckpt["method"] == state  # ψ is frozen after calibration and travels with every checkpoint
     # resume from iteration 1 (no calibration again: ψ comes from the checkpoint) repeats iterations 1 and 2
     part = tmp_path / "part"
-    Trainer(resolve_config("tiny-cpu", [f"output_dir={part}", *DENSE, "train.iterations=1", "log.save_every=1"])).train()
-    resumed = Trainer(resolve_config("tiny-cpu", [f"output_dir={part}", *DENSE, "train.iterations=3",
-                                                  "log.save_every=1", "resume=latest"])).train()
+    Trainer(
+        resolve_config("tiny-cpu", [f"output_dir={part}", *DENSE, "train.iterations=1", "log.save_every=1"])
+    ).train()
+    resumed = Trainer(
+        resolve_config(
+            "tiny-cpu", [f"output_dir={part}", *DENSE, "train.iterations=3", "log.save_every=1", "resume=latest"]
+        )
+    ).train()
     skip = ("timing_s/", "throughput/", "memory/")
     for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(skip)} == {k: v for k, v in b.items() if not k.startswith(skip)}
+        assert {k: v for k, v in a.items() if not k.startswith(skip)} == {
+            k: v for k, v in b.items() if not k.startswith(skip)
+        }
 
 
-@pytest.mark.parametrize("option, message", [
-    ("method.options.noise_level=-1", "method.options.noise_level: must be > 0"),
-    ("method.options.calibrat=false", "unknown key 'method.options.calibrat'; did you mean 'method.options.calibrate'"),
-    ("method.options.eps1=two", "method.options.eps1: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("method.options.noise_level=-1", "method.options.noise_level: must be > 0"),
+        (
+            "method.options.calibrat=false",
+            "unknown key 'method.options.calibrat'; did you mean 'method.options.calibrate'",
+        ),
+        ("method.options.eps1=two", "method.options.eps1: expected an integer"),
+    ],
+)
 def test_dense_grpo_options_are_one_line_errors(option, message, capsys):
     assert main(["validate", "method.name=dense_grpo", option]) == 2
     err = capsys.readouterr().err.strip()

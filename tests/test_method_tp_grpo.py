@@ -2,7 +2,6 @@
 latent, each batch's window in the (N, T) credit, the batch layout over processes, exact resume, and
 one-line option errors."""
 
-
 import pytest
 import torch
 
@@ -16,8 +15,15 @@ from flowrl.methods.tp_grpo import TPGRPO
 from flowrl.trainer import Trainer
 
 # T = 4, 2 prompts x 4 samples = 8 samples in 2 rollout batches of 4
-SMALL = ["method.name=tp_grpo", "sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2",
-         "sample.batch_size=4", "log.save_every=1000", "log.sample_every=1000"]
+SMALL = [
+    "method.name=tp_grpo",
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+]
 # a window of 2 that may start at 0, 1 or 2: the start differs between batches
 MOVING = ["method.options.window_size=2", "method.options.window_range=[0, 4]"]
 SKIP = ("timing_s/", "throughput/", "memory/")
@@ -121,9 +127,9 @@ def test_credit_puts_each_batch_window_at_its_own_transitions(tmp_path, one_thre
         want = clip_advantages(turning_point_credit(table, group_ids, pools=pools).advantages, 5.0)  # (8, 2)
         assert out.shape == (8, 4)
         for _, position, n, start in (b for b in seen if b[0] == it):
-            block = out[position:position + n]
-            assert torch.equal(block[:, start:start + 2], want[position:position + n])
-            assert not block[:, :start].any() and not block[:, start + 2:].any()
+            block = out[position : position + n]
+            assert torch.equal(block[:, start : start + 2], want[position : position + n])
+            assert not block[:, :start].any() and not block[:, start + 2 :].any()
 
 
 def test_credit_is_a_pure_function_of_the_gathered_columns():
@@ -132,13 +138,17 @@ def test_credit_is_a_pure_function_of_the_gathered_columns():
     cfg = resolve_config("tiny-cpu", [*SMALL, "sample.batch_size=3", *MOVING])
     torch.manual_seed(0)
     starts = torch.tensor([0, 0, 0, 2, 2, 2, 1, 1], dtype=torch.float32)
-    columns = {"final": torch.rand(8), "completion": torch.rand(8, 1), "pure_ode": torch.rand(8, 1),
-               "window_start": starts}
+    columns = {
+        "final": torch.rand(8),
+        "completion": torch.rand(8, 1),
+        "pure_ode": torch.rand(8, 1),
+        "window_start": starts,
+    }
     group_ids = torch.arange(2).repeat_interleave(4)
     outs = [build_method(cfg).credit(columns, group_ids) for _ in range(2)]
     assert torch.equal(outs[0], outs[1]) and outs[0].shape == (8, 4)
     for row, start in enumerate(starts.long().tolist()):
-        assert not outs[0][row, :start].any() and not outs[0][row, start + 2:].any()
+        assert not outs[0][row, :start].any() and not outs[0][row, start + 2 :].any()
 
 
 def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
@@ -152,21 +162,47 @@ def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
     Groups {a, b}, {c, e}, population std, eps 1e-4:
       k = 0: .3, .5 -> -+.1/.1001; .1, -.2 -> mean -.05, std .15 -> +-.15/.1501
       k = 1: .2, .3 -> -+.05/.0501; .05, -.1 -> mean -.025, std .075 -> +-.075/.0751"""
-    cfg = resolve_config("tiny-cpu", [*SMALL, "sample.batch_size=2", "sample.group_size=2",
-                                      "method.options.window_size=2", "train.global_std=false"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            *SMALL,
+            "sample.batch_size=2",
+            "sample.group_size=2",
+            "method.options.window_size=2",
+            "train.global_std=false",
+        ],
+    )
     table = torch.tensor([[0.5, 0.6, 0.8], [0.2, 0.4, 0.7], [0.5, 0.55, 0.6], [0.5, 0.4, 0.3]])  # R_0, R_1, R_2
-    columns = {"pure_ode": table[:, :1], "completion": table[:, 1:2], "final": table[:, 2],
-               "window_start": torch.zeros(4)}
+    columns = {
+        "pure_ode": table[:, :1],
+        "completion": table[:, 1:2],
+        "final": table[:, 2],
+        "window_start": torch.zeros(4),
+    }
     method = build_method(cfg)
     out = method.credit(columns, torch.tensor([0, 0, 1, 1]))  # (4, T = 4)
     assert method.last_credit.turning_points[:, 0].tolist() == [True] * 4
-    want = [[-0.1 / 0.1001, -0.05 / 0.0501], [0.1 / 0.1001, 0.05 / 0.0501],
-            [0.15 / 0.1501, 0.075 / 0.0751], [-0.15 / 0.1501, -0.075 / 0.0751]]
+    want = [
+        [-0.1 / 0.1001, -0.05 / 0.0501],
+        [0.1 / 0.1001, 0.05 / 0.0501],
+        [0.15 / 0.1501, 0.075 / 0.0751],
+        [-0.15 / 0.1501, -0.075 / 0.0751],
+    ]
     assert out[:, :2].tolist() == [pytest.approx(row, abs=1e-5) for row in want]
     assert not out[:, 2:].any()
-    pooled = build_method(resolve_config("tiny-cpu", [*SMALL, "sample.batch_size=2", "sample.group_size=2",
-                                                      "method.options.window_size=2", "train.global_std=false",
-                                                      "method.options.balance_pool=iteration"]))
+    pooled = build_method(
+        resolve_config(
+            "tiny-cpu",
+            [
+                *SMALL,
+                "sample.batch_size=2",
+                "sample.group_size=2",
+                "method.options.window_size=2",
+                "train.global_std=false",
+                "method.options.balance_pool=iteration",
+            ],
+        )
+    )
     pooled.credit(columns, torch.tensor([0, 0, 1, 1]))
     assert pooled.last_credit.turning_points[:, 0].tolist() == [False, True, False, True]
 
@@ -193,15 +229,23 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
     resumed = _train(tmp_path / "part", "train.iterations=3", "log.save_every=1", "resume=latest", *opts)
     assert len(resumed) == 2
     for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {k: v for k, v in b.items()
-                                                                           if not k.startswith(SKIP)}
+        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
+            k: v for k, v in b.items() if not k.startswith(SKIP)
+        }
 
 
 def test_default_options_are_the_released_settings():
     method = build_method(resolve_config("tiny-cpu", ["method.name=tp_grpo", "sample.num_steps=10"]))
     o = method.options
-    assert (o.sde_type, o.noise_level, o.eta, o.first_step, o.consistency, o.balance, o.drop_incremental) == \
-        ("cps", 0.7, 1.0, True, True, True, True)
+    assert (o.sde_type, o.noise_level, o.eta, o.first_step, o.consistency, o.balance, o.drop_incremental) == (
+        "cps",
+        0.7,
+        1.0,
+        True,
+        True,
+        True,
+        True,
+    )
     assert method.window_size == 9 and method.window_range == (0, 9)  # the released window (0, 9) at T = 10
     # the authors balance within each rollout batch (common_op3.sh, use_balanced_bonus on one process's batch)
     assert (o.baseline_noise, o.balance_pool) == ("shared", "batch")
@@ -221,21 +265,29 @@ def test_the_sd35m_recipe_carries_the_authors_launch_settings():
     assert (t.clip_range, t.global_std, t.learning_rate) == (1e-5, False, 3e-4)
 
 
-@pytest.mark.parametrize("option, message", [
-    ("method.options.eta=-1", "method.options.eta: must be > 0"),
-    ("method.options.noise_level=0", "method.options.noise_level: must be > 0"),
-    ("method.options.sde_type=ode", "method.options.sde_type: 'ode' is not one of cps, flow_sde, dance_sde"),
-    ("method.options.window_size=0", "method.options.window_size: must be >= 1"),
-    ("method.options.window_size=9", "method.options.window_size: 9 exceeds sample.num_steps=6"),
-    ("method.options.window_range=[0, 2]", "method.options.window_range: [0, 2] is shorter than window_size=5"),
-    ("method.options.window_range=[1, 7]", "method.options.window_range: [1, 7] ends past sample.num_steps=6"),
-    ("method.options.window_range=[3]", "method.options.window_range: [3] must be [lo, hi]"),
-    ("method.options.baseline_noise=fresh", "method.options.baseline_noise: 'fresh' is not one of shared, independent"),
-    ("method.options.balance_pool=gpu", "method.options.balance_pool: 'gpu' is not one of batch, iteration"),
-    ("method.options.consistency=maybe", "method.options.consistency: expected true or false"),
-    ("method.options.frist_step=true",
-     "unknown key 'method.options.frist_step'; did you mean 'method.options.first_step'"),
-])
+@pytest.mark.parametrize(
+    "option, message",
+    [
+        ("method.options.eta=-1", "method.options.eta: must be > 0"),
+        ("method.options.noise_level=0", "method.options.noise_level: must be > 0"),
+        ("method.options.sde_type=ode", "method.options.sde_type: 'ode' is not one of cps, flow_sde, dance_sde"),
+        ("method.options.window_size=0", "method.options.window_size: must be >= 1"),
+        ("method.options.window_size=9", "method.options.window_size: 9 exceeds sample.num_steps=6"),
+        ("method.options.window_range=[0, 2]", "method.options.window_range: [0, 2] is shorter than window_size=5"),
+        ("method.options.window_range=[1, 7]", "method.options.window_range: [1, 7] ends past sample.num_steps=6"),
+        ("method.options.window_range=[3]", "method.options.window_range: [3] must be [lo, hi]"),
+        (
+            "method.options.baseline_noise=fresh",
+            "method.options.baseline_noise: 'fresh' is not one of shared, independent",
+        ),
+        ("method.options.balance_pool=gpu", "method.options.balance_pool: 'gpu' is not one of batch, iteration"),
+        ("method.options.consistency=maybe", "method.options.consistency: expected true or false"),
+        (
+            "method.options.frist_step=true",
+            "unknown key 'method.options.frist_step'; did you mean 'method.options.first_step'",
+        ),
+    ],
+)
 def test_bad_options_are_one_line_errors(option, message, capsys):
     assert main(["validate", "method.name=tp_grpo", option]) == 2
     err = capsys.readouterr().err.strip()

@@ -12,7 +12,7 @@ DOC = Path(__file__).parent.parent / "docs" / "migration.md"
 
 def _section(heading: str) -> str:
     text = DOC.read_text()
-    rest = text[text.index(heading + "\n") + len(heading) + 1:]
+    rest = text[text.index(heading + "\n") + len(heading) + 1 :]
     end = re.search(r"^## ", rest, flags=re.MULTILINE)
     return rest[: end.start()] if end else rest
 
@@ -40,12 +40,30 @@ def test_each_table_is_complete_enough_and_names_real_keys():
 def test_the_flow_factory_values_convert_to_values_flowrl_takes():
     text = _section("## Flow-Factory")
     # the conversions the notes state, each applied to the key its row names
-    for overrides in (["model.pipeline=sd3"], ["method.name=flow_grpo"], ["method.name=grpo_guard"],
-                      ["sample.sde_type=flow_sde"], ["sample.sde_type=dance_sde"], ["sample.sde_type=cps"],
-                      ["train.lora.enabled=false"], ["log.trackers=[wandb]"], ["log.trackers=[tensorboard]"],
-                      ["log.trackers=[swanlab]"], ["log.trackers=[]"], ["train.ema=false"],
-                      ["sample.window_size=2", "sample.window_range=[1,6]"], ["reward={pickscore: 1.0}"]):
+    for overrides in (
+        ["model.pipeline=sd3"],
+        ["method.name=flow_grpo"],
+        ["method.name=grpo_guard"],
+        ["sample.sde_type=flow_sde"],
+        ["sample.sde_type=dance_sde"],
+        ["sample.sde_type=cps"],
+        ["train.lora.enabled=false"],
+        ["log.trackers=[wandb]"],
+        ["log.trackers=[tensorboard]"],
+        ["log.trackers=[swanlab]"],
+        ["log.trackers=[]"],
+        ["train.ema=false"],
+        ["sample.window_size=2", "sample.window_range=[1,6]"],
+        ["reward={pickscore: 1.0}"],
+    ):
         resolve_config("tiny-cpu", overrides)
-    for written in ("`sd3-5` is `sd3`", "`grpo` is `flow_grpo`", "`grpo-guard` is `grpo_guard`",
-                    "`Flow-SDE` is `flow_sde`", "`Dance-SDE` is `dance_sde`", "`CPS` is `cps`", "`none` is `[]`"):
+    for written in (
+        "`sd3-5` is `sd3`",
+        "`grpo` is `flow_grpo`",
+        "`grpo-guard` is `grpo_guard`",
+        "`Flow-SDE` is `flow_sde`",
+        "`Dance-SDE` is `dance_sde`",
+        "`CPS` is `cps`",
+        "`none` is `[]`",
+    ):
         assert written in text, written

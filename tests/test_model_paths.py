@@ -11,8 +11,17 @@ from flowrl.pipelines.sd3 import HubUnavailableError, SD3Adapter, load_sd3_pipel
 
 
 def _cfg(path, **kw):
-    return SimpleNamespace(pipeline="sd3", path=path, tiny_size="tiny", revision=None, dtype="fp32", resolution=32,
-                           max_sequence_length=16, prompt_cache=16, **kw)
+    return SimpleNamespace(
+        pipeline="sd3",
+        path=path,
+        tiny_size="tiny",
+        revision=None,
+        dtype="fp32",
+        resolution=32,
+        max_sequence_length=16,
+        prompt_cache=16,
+        **kw,
+    )
 
 
 def test_hub_ids_tiny_and_pipeline_folders_pass(tmp_path, monkeypatch):
@@ -33,11 +42,15 @@ def sd3_to_original(sd: dict, num_layers: int) -> dict:
     """A diffusers SD3 transformer state dict in the original (MMDiT) single-file layout: the inverse of
     diffusers' ``convert_sd3_transformer_checkpoint_to_diffusers`` (no qk-norm, no dual attention)."""
     out = {"pos_embed": sd["pos_embed.pos_embed"]}
-    pairs = [("x_embedder.proj", "pos_embed.proj"), ("context_embedder", "context_embedder"),
-             ("t_embedder.mlp.0", "time_text_embed.timestep_embedder.linear_1"),
-             ("t_embedder.mlp.2", "time_text_embed.timestep_embedder.linear_2"),
-             ("y_embedder.mlp.0", "time_text_embed.text_embedder.linear_1"),
-             ("y_embedder.mlp.2", "time_text_embed.text_embedder.linear_2"), ("final_layer.linear", "proj_out")]
+    pairs = [
+        ("x_embedder.proj", "pos_embed.proj"),
+        ("context_embedder", "context_embedder"),
+        ("t_embedder.mlp.0", "time_text_embed.timestep_embedder.linear_1"),
+        ("t_embedder.mlp.2", "time_text_embed.timestep_embedder.linear_2"),
+        ("y_embedder.mlp.0", "time_text_embed.text_embedder.linear_1"),
+        ("y_embedder.mlp.2", "time_text_embed.text_embedder.linear_2"),
+        ("final_layer.linear", "proj_out"),
+    ]
     for s in ("weight", "bias"):
         out.update({f"{a}.{s}": sd[f"{b}.{s}"] for a, b in pairs})
         out[f"final_layer.adaLN_modulation.1.{s}"] = _swap(sd[f"norm_out.linear.{s}"])
@@ -109,8 +122,11 @@ def test_a_single_file_without_config_offline_says_what_it_needs(single_file, tm
         sd[f"text_encoders.{prefix}.transformer.x"] = torch.zeros(1)  # marks the part as present
     save_file(sd, tmp_path / "all.safetensors")
     check_model_path(_cfg(str(tmp_path / "all.safetensors")))  # every part present: allowed without a config
-    with pytest.raises(HubUnavailableError, match=r"the single file's pipeline configs and tokenizers come from the "
-                       r"hub id diffusers guessed from its keys, which could not be loaded \(.*set model.config_path"):
+    with pytest.raises(
+        HubUnavailableError,
+        match=r"the single file's pipeline configs and tokenizers come from the "
+        r"hub id diffusers guessed from its keys, which could not be loaded \(.*set model.config_path",
+    ):
         load_sd3_pipeline(str(tmp_path / "all.safetensors"))
 
 

@@ -56,8 +56,10 @@ def test_no_negative_is_the_empty_prompt_bitwise(adapter):
     assert torch.equal(with_empty["negative_prompt_embeds"], empty["prompt_embeds"])
     assert torch.equal(adapter.velocity(x, sigma, adapter.model_inputs(with_empty, w), w), v)
     # without CFG there is no negative branch
-    assert torch.equal(adapter.model_inputs(adapter.encode_prompts(PROMPTS, NEGATIVES), 1.0)["prompt_embeds"],
-                       adapter.model_inputs(cond, 1.0)["prompt_embeds"])
+    assert torch.equal(
+        adapter.model_inputs(adapter.encode_prompts(PROMPTS, NEGATIVES), 1.0)["prompt_embeds"],
+        adapter.model_inputs(cond, 1.0)["prompt_embeds"],
+    )
 
 
 @torch.no_grad()
@@ -80,8 +82,15 @@ def test_the_ode_rollout_matches_the_diffusers_pipeline_given_negative_prompts(a
     noise = _noise(adapter, 3, seed=1)
     cond = adapter.encode_prompts(PROMPTS, NEGATIVES)
     traj = rollout(adapter, cond, ode_plan(adapter.sigmas(4)), noise, torch.arange(3), 4.5)
-    ref = adapter.pipe(prompt=PROMPTS, negative_prompt=NEGATIVES, latents=noise.clone(), num_inference_steps=4,
-                       guidance_scale=4.5, max_sequence_length=8, output_type="latent").images
+    ref = adapter.pipe(
+        prompt=PROMPTS,
+        negative_prompt=NEGATIVES,
+        latents=noise.clone(),
+        num_inference_steps=4,
+        guidance_scale=4.5,
+        max_sequence_length=8,
+        output_type="latent",
+    ).images
     torch.testing.assert_close(traj.final, ref, rtol=1e-4, atol=1e-4)
 
 
@@ -104,8 +113,9 @@ def test_select_and_concat_keep_each_row_with_its_negative(adapter):
 def test_rollout_and_recomputed_log_probs_agree_with_negatives(adapter):
     cond = adapter.encode_prompts(PROMPTS, NEGATIVES)
     gen = torch.Generator().manual_seed(0)
-    traj = rollout(adapter, cond, make_plan(adapter.sigmas(3), "flow_sde", 0.7), _noise(adapter, 3), torch.arange(3),
-                   4.5, gen)
+    traj = rollout(
+        adapter, cond, make_plan(adapter.sigmas(3), "flow_sde", 0.7), _noise(adapter, 3), torch.arange(3), 4.5, gen
+    )
     inputs = adapter.model_inputs(cond, 4.5)
     for j in traj.plan.trained_indices:
         out = transition(adapter, traj.plan, j, traj.states[:, j], inputs, 4.5, x_next=traj.states[:, j + 1])
@@ -114,8 +124,12 @@ def test_rollout_and_recomputed_log_probs_agree_with_negatives(adapter):
 
 def test_jsonl_negative_prompts_and_the_default(tmp_path):
     path = tmp_path / "p.jsonl"
-    rows = [{"prompt": "a cat", "negative_prompt": "a dog", "tag": "x"}, {"prompt": "a cow"},
-            {"prompt": "a hen", "negative_prompt": None}, {"prompt": "an owl", "negative_prompt": ""}]
+    rows = [
+        {"prompt": "a cat", "negative_prompt": "a dog", "tag": "x"},
+        {"prompt": "a cow"},
+        {"prompt": "a hen", "negative_prompt": None},
+        {"prompt": "an owl", "negative_prompt": ""},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert [it.negative_prompt for it in load_prompts(str(path))] == ["a dog", None, None, ""]
     assert load_prompts(str(path))[0].metadata == {"tag": "x"}
@@ -138,8 +152,9 @@ def test_a_bad_negative_prompt_is_one_line_with_file_and_line(tmp_path, capsys):
 
 def test_changing_the_negative_prompt_is_a_change_of_the_math():
     changed = resolve_config("tiny-cpu", ["data.negative_prompt=a dog"]).to_dict()
-    assert any(c.startswith("data.negative_prompt ") for c in math_changes(resolve_config("tiny-cpu").to_dict(),
-                                                                           changed))
+    assert any(
+        c.startswith("data.negative_prompt ") for c in math_changes(resolve_config("tiny-cpu").to_dict(), changed)
+    )
     assert Config().data.negative_prompt == ""
 
 
@@ -148,12 +163,28 @@ def test_the_trainer_rolls_out_and_trains_each_row_with_its_own_negative(tmp_pat
     from flowrl.trainer import Trainer
 
     path = tmp_path / "p.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"prompt": PROMPTS[0], "negative_prompt": NEGATIVES[0]}, {"prompt": PROMPTS[1]},
-        {"prompt": PROMPTS[2], "negative_prompt": NEGATIVES[2]}]))
+    path.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"prompt": PROMPTS[0], "negative_prompt": NEGATIVES[0]},
+                {"prompt": PROMPTS[1]},
+                {"prompt": PROMPTS[2], "negative_prompt": NEGATIVES[2]},
+            ]
+        )
+    )
     run = tmp_path / "run"
-    cfg = resolve_config("tiny-cpu", [f"output_dir={run}", f"data.prompts={path}", "data.negative_prompt=a red car",
-                                      *tiny_cfg_overrides, "train.iterations=1", "sample.batch_size=3"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={run}",
+            f"data.prompts={path}",
+            "data.negative_prompt=a red car",
+            *tiny_cfg_overrides,
+            "train.iterations=1",
+            "sample.batch_size=3",
+        ],
+    )
     tr = Trainer(cfg)
     own = {PROMPTS[0]: NEGATIVES[0], PROMPTS[1]: "a red car", PROMPTS[2]: NEGATIVES[2]}
     batches, _ = tr.collect(0)

@@ -16,8 +16,14 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.report import load_run, sections, series_of, write_report
 from flowrl.trainer import Trainer
 
-TRAIN = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=1", "sample.batch_size=4",
-         "log.save_every=1000", "log.num_sample_images=4"]
+TRAIN = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=1",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.num_sample_images=4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,12 +35,34 @@ def runs(tmp_path_factory):
     torch.set_num_threads(1)
     try:
         a, b = root / "run_a", root / "run_b"
-        Trainer(resolve_config("tiny-cpu", [f"output_dir={a}", *TRAIN, "train.iterations=3", "log.sample_every=1",
-                                            "log.eval_every=2", "log.eval_num_prompts=2",
-                                            "sample.eval_num_steps=2"])).train()
-        Trainer(resolve_config("tiny-cpu", [f"output_dir={b}", *TRAIN, "train.iterations=2", "seed=3",
-                                            "train.learning_rate=3e-2", "log.monitors=false",
-                                            "log.sample_every=2"])).train()
+        Trainer(
+            resolve_config(
+                "tiny-cpu",
+                [
+                    f"output_dir={a}",
+                    *TRAIN,
+                    "train.iterations=3",
+                    "log.sample_every=1",
+                    "log.eval_every=2",
+                    "log.eval_num_prompts=2",
+                    "sample.eval_num_steps=2",
+                ],
+            )
+        ).train()
+        Trainer(
+            resolve_config(
+                "tiny-cpu",
+                [
+                    f"output_dir={b}",
+                    *TRAIN,
+                    "train.iterations=2",
+                    "seed=3",
+                    "train.learning_rate=3e-2",
+                    "log.monitors=false",
+                    "log.sample_every=2",
+                ],
+            )
+        ).train()
     finally:
         torch.set_num_threads(threads)
     return a, b
@@ -75,10 +103,24 @@ def _render(page, tmp_path):
     if exe is None:
         pytest.skip(f"{why}: the page is not rendered in a browser")
     proc = subprocess.run(
-        [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
-         "--enable-logging=stderr", "--v=0", f"--user-data-dir={tmp_path / 'chromium-profile'}",
-         "--no-first-run", "--dump-dom", page.as_uri()],
-        check=False, capture_output=True, text=True, timeout=180)
+        [
+            exe,
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--virtual-time-budget=5000",
+            "--enable-logging=stderr",
+            "--v=0",
+            f"--user-data-dir={tmp_path / 'chromium-profile'}",
+            "--no-first-run",
+            "--dump-dom",
+            page.as_uri(),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     body = re.search(r"<body[^>]*>", proc.stdout)
     assert body, f"chromium dumped no page: {proc.stdout[:500]!r} {proc.stderr[-1000:]}"
@@ -113,8 +155,18 @@ def test_one_run_page_is_self_contained_and_holds_the_metrics(runs):
     rows = [json.loads(line) for line in (a / "metrics.jsonl").read_text().splitlines()]
     assert [p[0] for p in series["reward/mean"]] == [0, 1, 2]
     assert all(math.isclose(p[1], r["reward/mean"]) for p, r in zip(series["reward/mean"], rows))
-    for key in ("reward/std", "eval/reward/mean", "policy/clip_frac", "policy/approx_kl", "policy/ratio_mean",
-                "policy/loss", "policy/kl", "monitor/diversity/in_group", "timing_s/rollout", "cost/nfe_total"):
+    for key in (
+        "reward/std",
+        "eval/reward/mean",
+        "policy/clip_frac",
+        "policy/approx_kl",
+        "policy/ratio_mean",
+        "policy/loss",
+        "policy/kl",
+        "monitor/diversity/in_group",
+        "timing_s/rollout",
+        "cost/nfe_total",
+    ):
         assert key in series, key
     assert [p[0] for p in series["eval/reward/mean"]] == [0, 2, 3]  # before 0 and 2, and the final evaluation
     charts = {c["key"]: c for s in data["sections"] for c in s["charts"]}
@@ -161,8 +213,17 @@ def test_a_damaged_or_running_run_still_renders(tmp_path):
     no config and no samples; the page says what it left out and draws the rest."""
     run = tmp_path / "partial"
     run.mkdir()
-    rows = [{"iteration": i, "reward/mean": 0.1 * i, "reward/std": 0.05, "policy/loss": float("nan") if i == 1 else 1.0,
-             "custom/thing": float("inf") if i == 2 else i, "note": "text"} for i in range(4)]
+    rows = [
+        {
+            "iteration": i,
+            "reward/mean": 0.1 * i,
+            "reward/std": 0.05,
+            "policy/loss": float("nan") if i == 1 else 1.0,
+            "custom/thing": float("inf") if i == 2 else i,
+            "note": "text",
+        }
+        for i in range(4)
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"iteration": 4, "rew')
     loaded = load_run(run)
     assert len(loaded.rows) == 4 and loaded.bad_lines == 1 and loaded.config is None
@@ -203,11 +264,14 @@ def test_cli_writes_the_page(runs, tmp_path, capsys):
     assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'report.html'}")
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda p: None, "report: no run folder at '{p}'"),
-    (lambda p: p.write_text("x"), "report: '{p}' is a file, not a run folder"),
-    (lambda p: p.mkdir(), "report: '{p}' holds no run (no metrics.jsonl or config.yaml)"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: None, "report: no run folder at '{p}'"),
+        (lambda p: p.write_text("x"), "report: '{p}' is a file, not a run folder"),
+        (lambda p: p.mkdir(), "report: '{p}' holds no run (no metrics.jsonl or config.yaml)"),
+    ],
+)
 def test_a_bad_run_folder_is_one_line_naming_it(tmp_path, capsys, make, message):
     bad = tmp_path / "not-a-run"
     make(bad)

@@ -22,8 +22,13 @@ from flowrl.reward_models import RewardError, RewardOutput, WeightedReward, buil
 from flowrl.reward_models.remote import request_json
 
 TESTS = Path(__file__).parent
-SMALL = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.sample_every=1000"]
+SMALL = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.sample_every=1000",
+]
 PROGRESS = re.compile(r"^flowrl:\s+\d+%\|")  # the trainer's tqdm bar, also on stderr
 
 
@@ -99,9 +104,18 @@ def test_a_process_whose_reward_hung_exits_at_once():
 
 
 def test_a_hung_reward_ends_the_training_process_with_one_line(tmp_path):
-    cmd = [sys.executable, "-m", "flowrl", "train", f"output_dir={tmp_path / 'run'}", *SMALL, "train.iterations=2",
-           "reward={'fault_rewards:FailAt': 1.0}",
-           "reward_args={'fault_rewards:FailAt': {how: hang, at: 0, seconds: 600}}", "train.reward_timeout_s=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "flowrl",
+        "train",
+        f"output_dir={tmp_path / 'run'}",
+        *SMALL,
+        "train.iterations=2",
+        "reward={'fault_rewards:FailAt': 1.0}",
+        "reward_args={'fault_rewards:FailAt': {how: hang, at: 0, seconds: 600}}",
+        "train.reward_timeout_s=1",
+    ]
     env = {**os.environ, "PYTHONPATH": str(TESTS), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     start = time.monotonic()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=300, env=env, cwd=tmp_path)
@@ -171,24 +185,27 @@ def test_check_reward_args_of_a_function_skips_media_prompts_metadata():
 
 def test_check_reward_args_loads_no_weights():
     """Only the reward's module is imported: checking pickscore's arguments must not read a checkpoint."""
-    code = ("from flowrl.reward_models import check_reward_args; "
-            "check_reward_args('pickscore', {}); check_reward_args('vlm_judge', {}); print('ok')")
+    code = (
+        "from flowrl.reward_models import check_reward_args; "
+        "check_reward_args('pickscore', {}); check_reward_args('vlm_judge', {}); print('ok')"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=180,
-                          env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=180, env=env
+    )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
 # ---------------------------------------------------------------------------------------------- the working directory
 
-README_REWARD = '''\
+README_REWARD = """\
 # my_rewards.py
 import torch
 from flowrl.reward_models import RewardOutput
 
 def redness(images, prompts, metadata):
     return RewardOutput(scores=images[:, 0].mean(dim=(1, 2)) - images[:, 1:].mean(dim=(1, 2, 3)))
-'''
+"""
 
 
 def _console_script() -> str:
@@ -205,15 +222,25 @@ def test_the_readme_reward_works_with_the_installed_console_script(tmp_path):
     env["HF_HUB_OFFLINE"] = "1"
     script = _console_script()
     for argv in (["rewards", "test", "my_rewards:redness"], ["validate", 'reward={"my_rewards:redness": 1.0}']):
-        done = subprocess.run([script, *argv], capture_output=True, text=True, check=False, timeout=300, env=env,
-                              cwd=tmp_path)
+        done = subprocess.run(
+            [script, *argv], capture_output=True, text=True, check=False, timeout=300, env=env, cwd=tmp_path
+        )
         assert done.returncode == 0, (argv, done.stdout[-2000:], done.stderr[-2000:])
     assert "ok: tiny-cpu is valid" in done.stdout
-    missing = subprocess.run([script, "rewards", "test", "their_rewards:redness"], capture_output=True, text=True,
-                             check=False, timeout=300, env=env, cwd=tmp_path)
+    missing = subprocess.run(
+        [script, "rewards", "test", "their_rewards:redness"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert missing.returncode == 2
-    expected = ("flowrl: error: reward 'their_rewards:redness': cannot import module 'their_rewards' "
-                "(No module named 'their_rewards')")
+    expected = (
+        "flowrl: error: reward 'their_rewards:redness': cannot import module 'their_rewards' "
+        "(No module named 'their_rewards')"
+    )
     assert missing.stderr.splitlines() == [expected]
 
 

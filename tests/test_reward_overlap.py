@@ -10,8 +10,16 @@ from flowrl.config import resolve_config
 from flowrl.trainer import Trainer
 
 # 12 samples in 3 rollout batches of 4; TP-GRPO scores completions and a pure-ODE sample too
-SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=3", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0", "train.iterations=2"]
+SMALL = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=3",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+    "train.iterations=2",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 
 
@@ -20,14 +28,18 @@ def _rows(tmp_path, *overrides):
 
 
 def test_overlapped_rewards_give_the_metrics_of_rewards_in_turn(tmp_path, one_thread):
-    two = ["reward={jpeg_compressibility: 1.0, 'fault_rewards:brightness': 0.5}", "method.name=tp_grpo",
-           "method.options.window_size=2"]
+    two = [
+        "reward={jpeg_compressibility: 1.0, 'fault_rewards:brightness': 0.5}",
+        "method.name=tp_grpo",
+        "method.options.window_size=2",
+    ]
     overlapped = _rows(tmp_path / "on", *two)
     in_turn = _rows(tmp_path / "off", *two, "train.reward_overlap=false")
     assert len(overlapped) == 2
     for a, b in zip(overlapped, in_turn, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {k: v for k, v in b.items()
-                                                                            if not k.startswith(SKIP)}
+        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
+            k: v for k, v in b.items() if not k.startswith(SKIP)
+        }
 
 
 def test_a_batch_is_scored_in_the_background_while_the_next_one_samples(tmp_path, monkeypatch, one_thread):

@@ -20,11 +20,23 @@ from flowrl.reward_models.conformance import run_conformance
 pytestmark = pytest.mark.usefixtures("one_thread")  # toy-sized ops: a second thread mostly waits
 
 CONV = [(8, 10, 5)] + [(8, 3, 2)] * 4 + [(8, 2, 2)] * 2  # the real strides (320 samples a frame), 8 channels
-TINY = {"conv_layers": CONV, "dim": 16, "ffn": 32, "layers": 2, "heads": 2, "conv_pos": 4, "conv_pos_groups": 2,
-        "proj_num_layer": 2}
+TINY = {
+    "conv_layers": CONV,
+    "dim": 16,
+    "ffn": 32,
+    "layers": 2,
+    "heads": 2,
+    "conv_pos": 4,
+    "conv_pos_groups": 2,
+    "proj_num_layer": 2,
+}
 # the released target_transform as reported for the hub's config.json (a third-party converter; unverified)
-TARGET = {"CE": {"mean": 5.06865, "std": 1.93029}, "CU": {"mean": 5.73633, "std": 1.75669},
-          "PC": {"mean": 3.18591, "std": 1.86637}, "PQ": {"mean": 6.57505, "std": 1.51466}}
+TARGET = {
+    "CE": {"mean": 5.06865, "std": 1.93029},
+    "CU": {"mean": 5.73633, "std": 1.75669},
+    "PC": {"mean": 3.18591, "std": 1.86637},
+    "PQ": {"mean": 6.57505, "std": 1.51466},
+}
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +71,11 @@ def test_registered_with_its_contract(tiny):
     assert reward.modality == "audio" and reward.score_range is None and reward.axes == AXES
     assert AXES == ("CE", "CU", "PC", "PQ")
     assert (ab.MODEL_RATE, ab.CHUNK_SECONDS, ab.HUB_ID, ab.CHECKPOINT_FILE) == (
-        16000, 10, "facebook/audiobox-aesthetics", "checkpoint.pt")
+        16000,
+        10,
+        "facebook/audiobox-aesthetics",
+        "checkpoint.pt",
+    )
 
 
 def test_tiny_stand_in_rates_a_batch(tiny):
@@ -71,8 +87,14 @@ def test_tiny_stand_in_rates_a_batch(tiny):
     assert out.details["chunks"].tolist() == [1, 1, 1]
     mean = torch.stack([out.details[a] for a in AXES]).mean(dim=0)
     assert torch.allclose(out.scores, mean, atol=1e-6)  # the default: the mean of the four
-    assert torch.allclose(_call(AudioboxAestheticsReward.from_components(tiny, TARGET, axes="PQ", device="cpu"),
-                                _noise(3, 2.0, 24000, channels=2), 24000).scores, out.details["PQ"])
+    assert torch.allclose(
+        _call(
+            AudioboxAestheticsReward.from_components(tiny, TARGET, axes="PQ", device="cpu"),
+            _noise(3, 2.0, 24000, channels=2),
+            24000,
+        ).scores,
+        out.details["PQ"],
+    )
 
 
 def test_matches_the_real_audiobox_code_on_a_filled_tiny_model():
@@ -126,7 +148,7 @@ def test_de_normalisation_and_chunk_weights_by_hand(tiny, monkeypatch):
     def forward(wav, valid):
         start = sum(len(w) for w, _ in seen)
         seen.append((wav, valid))
-        return {a: values[start: start + len(wav)] + offsets[a] for a in AXES}
+        return {a: values[start : start + len(wav)] + offsets[a] for a in AXES}
 
     monkeypatch.setattr(reward.model, "forward", forward)
     audio = torch.zeros(2, 1, 25 * 16000)
@@ -141,8 +163,9 @@ def test_de_normalisation_and_chunk_weights_by_hand(tiny, monkeypatch):
     assert [len(w) for w, _ in seen] == [2, 1]  # chunk_batch chunks a forward
     assert seen[1][1].sum().item() == 5 * 16000  # the last chunk: 5 s real, 5 s masked
     # CE of clip 0 by hand (mean 5.06865, std 1.93029): (6.99894 + 3.13836 + 0.5 * 8.92923) / 2.5
-    assert out.details["CE"].item() == pytest.approx((1.0 * 1.93029 + 5.06865 - 1.0 * 1.93029 + 5.06865
-                                                      + 0.5 * (2.0 * 1.93029 + 5.06865)) / 2.5, abs=1e-5)
+    assert out.details["CE"].item() == pytest.approx(
+        (1.0 * 1.93029 + 5.06865 - 1.0 * 1.93029 + 5.06865 + 0.5 * (2.0 * 1.93029 + 5.06865)) / 2.5, abs=1e-5
+    )
     seen.clear()
     short = _call(reward, torch.zeros(1, 1, 4 * 16000), 16000)  # one chunk of weight 0.4: its own value
     assert short.details["PQ"].item() == pytest.approx((1.0 + 0.5) * 1.51466 + 6.57505, abs=1e-5)
@@ -164,23 +187,40 @@ def test_frame_padding_follows_fairseqs_rule(tiny):
 def test_wavlm_encoder_matches_transformers_wavlm(tiny):
     from transformers import WavLMConfig, WavLMModel
 
-    ref = WavLMModel(WavLMConfig(
-        hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, conv_dim=(8,) * 7,
-        conv_kernel=(10, 3, 3, 3, 3, 2, 2), conv_stride=(5, 2, 2, 2, 2, 2, 2), num_conv_pos_embeddings=4,
-        num_conv_pos_embedding_groups=2, feat_extract_norm="group", do_stable_layer_norm=False, conv_bias=False,
-        num_buckets=320, max_bucket_distance=800)).eval()
+    ref = WavLMModel(
+        WavLMConfig(
+            hidden_size=16,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=32,
+            conv_dim=(8,) * 7,
+            conv_kernel=(10, 3, 3, 3, 3, 2, 2),
+            conv_stride=(5, 2, 2, 2, 2, 2, 2),
+            num_conv_pos_embeddings=4,
+            num_conv_pos_embedding_groups=2,
+            feat_extract_norm="group",
+            do_stable_layer_norm=False,
+            conv_bias=False,
+            num_buckets=320,
+            max_bucket_distance=800,
+        )
+    ).eval()
     renames = [
         (r"^feature_extractor\.conv_layers\.(\d+)\.0\.", r"feature_extractor.conv_layers.\1.conv."),
         (r"^feature_extractor\.conv_layers\.0\.2\.", "feature_extractor.conv_layers.0.layer_norm."),
-        (r"^layer_norm\.", "feature_projection.layer_norm."), (r"^post_extract_proj", "feature_projection.projection"),
+        (r"^layer_norm\.", "feature_projection.layer_norm."),
+        (r"^post_extract_proj", "feature_projection.projection"),
         (r"^mask_emb", "masked_spec_embed"),
         (r"pos_conv\.0\.weight_g", "pos_conv_embed.conv.parametrizations.weight.original0"),
         (r"pos_conv\.0\.weight_v", "pos_conv_embed.conv.parametrizations.weight.original1"),
         (r"pos_conv\.0\.bias", "pos_conv_embed.conv.bias"),
         (r"self_attn\.relative_attention_bias", "attention.rel_attn_embed"),
-        (r"self_attn\.grep_linear", "attention.gru_rel_pos_linear"), (r"self_attn\.grep_a", "attention.gru_rel_pos_const"),
-        (r"self_attn_layer_norm", "layer_norm"), (r"self_attn\.", "attention."),
-        (r"\.fc1\.", ".feed_forward.intermediate_dense."), (r"\.fc2\.", ".feed_forward.output_dense."),
+        (r"self_attn\.grep_linear", "attention.gru_rel_pos_linear"),
+        (r"self_attn\.grep_a", "attention.gru_rel_pos_const"),
+        (r"self_attn_layer_norm", "layer_norm"),
+        (r"self_attn\.", "attention."),
+        (r"\.fc1\.", ".feed_forward.intermediate_dense."),
+        (r"\.fc2\.", ".feed_forward.output_dense."),
     ]
     state = {}
     for key, value in tiny.wavlm_model.state_dict().items():
@@ -247,10 +287,14 @@ def test_the_released_sizes_build_the_real_names_and_shapes():
         assert tuple(state[name].shape) == shape, name
     assert len(state) == 324
     assert [k for k in state if "relative_attention_bias" in k] == [
-        "wavlm_model.encoder.layers.0.self_attn.relative_attention_bias.weight"]  # layer 0 only
+        "wavlm_model.encoder.layers.0.self_attn.relative_attention_bias.weight"
+    ]  # layer 0 only
     with torch.device("meta"):  # the code's own head default: one Linear
-        assert {k for k in AudioboxAesthetics({"proj_num_layer": 1, "proj_ln": False}).state_dict()
-                if k.startswith("proj_layer.CE")} == {"proj_layer.CE.0.weight", "proj_layer.CE.0.bias"}
+        assert {
+            k
+            for k in AudioboxAesthetics({"proj_num_layer": 1, "proj_ln": False}).state_dict()
+            if k.startswith("proj_layer.CE")
+        } == {"proj_layer.CE.0.weight", "proj_layer.CE.0.bias"}
 
 
 def test_the_released_sizes_run_on_the_meta_device():
@@ -266,10 +310,26 @@ def test_the_tiny_stand_in_has_the_real_names(tiny):
 
 
 def _checkpoint_pt(model, path, **cfg):
-    model_cfg = {"proj_num_layer": 2, "proj_ln": True, "proj_act_fn": "gelu", "proj_dropout": 0.0, "nth_layer": 3,
-                 "use_weighted_layer_sum": True, "precision": "32", "normalize_embed": True, "output_dim": 1, **cfg}
-    torch.save({"state_dict": {f"model.{k}": v for k, v in model.state_dict().items()}, "model_cfg": model_cfg,
-                "target_transform": TARGET}, path)
+    model_cfg = {
+        "proj_num_layer": 2,
+        "proj_ln": True,
+        "proj_act_fn": "gelu",
+        "proj_dropout": 0.0,
+        "nth_layer": 3,
+        "use_weighted_layer_sum": True,
+        "precision": "32",
+        "normalize_embed": True,
+        "output_dim": 1,
+        **cfg,
+    }
+    torch.save(
+        {
+            "state_dict": {f"model.{k}": v for k, v in model.state_dict().items()},
+            "model_cfg": model_cfg,
+            "target_transform": TARGET,
+        },
+        path,
+    )
 
 
 def test_checkpoint_pt_round_trip(tiny, tmp_path):
@@ -278,8 +338,9 @@ def test_checkpoint_pt_round_trip(tiny, tmp_path):
     audio = _noise(2, 1.5, 16000)
     expected = _call(AudioboxAestheticsReward.from_components(tiny, TARGET, device="cpu"), audio, 16000).scores
     for spec in (str(path), str(tmp_path)):  # the file or its folder
-        loaded = AudioboxAestheticsReward(checkpoint=spec, config={k: v for k, v in TINY.items()
-                                                                   if k != "proj_num_layer"}, device="cpu")
+        loaded = AudioboxAestheticsReward(
+            checkpoint=spec, config={k: v for k, v in TINY.items() if k != "proj_num_layer"}, device="cpu"
+        )
         assert torch.equal(_call(loaded, audio, 16000).scores, expected)
     # the checkpoint's model_cfg decides the heads: 3 layers here although config says 2
     three = AudioboxAesthetics(dict(TINY, proj_num_layer=3)).eval()
@@ -292,26 +353,49 @@ def test_hub_folder_round_trip(tiny, tmp_path):
     from safetensors.torch import save_file
 
     save_file({k: v.contiguous() for k, v in tiny.state_dict().items()}, str(tmp_path / "model.safetensors"))
-    (tmp_path / "config.json").write_text(json.dumps({
-        "proj_num_layer": 2, "proj_ln": True, "proj_act_fn": "gelu", "proj_dropout": 0, "nth_layer": 3,
-        "use_weighted_layer_sum": True, "precision": "32", "normalize_embed": True, "output_dim": 1,
-        "target_transform": TARGET}))
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            {
+                "proj_num_layer": 2,
+                "proj_ln": True,
+                "proj_act_fn": "gelu",
+                "proj_dropout": 0,
+                "nth_layer": 3,
+                "use_weighted_layer_sum": True,
+                "precision": "32",
+                "normalize_embed": True,
+                "output_dim": 1,
+                "target_transform": TARGET,
+            }
+        )
+    )
     audio = _noise(1, 1.0, 16000)
     loaded = AudioboxAestheticsReward(checkpoint=str(tmp_path), config=TINY, device="cpu")
-    assert torch.equal(_call(loaded, audio, 16000).scores,
-                       _call(AudioboxAestheticsReward.from_components(tiny, TARGET, device="cpu"), audio, 16000).scores)
+    assert torch.equal(
+        _call(loaded, audio, 16000).scores,
+        _call(AudioboxAestheticsReward.from_components(tiny, TARGET, device="cpu"), audio, 16000).scores,
+    )
 
 
-@pytest.mark.parametrize("change,pattern", [
-    ({"target_transform": None}, "holds no target_transform"),
-    ({"target_transform": {"CE": {"mean": 1.0, "std": 1.0}}}, r"target_transform\.CU needs numbers 'mean' and 'std'"),
-    ({"model_cfg": {"nth_layer": 13}}, r"nth_layer=13 but the encoder has 2 layers \(expected 3\)"),
-    ({"model_cfg": {"proj_act_fn": "relu"}}, "proj_act_fn='relu'"),
-    ({"state_dict": {}}, "do not fit the model: missing"),
-])
+@pytest.mark.parametrize(
+    "change,pattern",
+    [
+        ({"target_transform": None}, "holds no target_transform"),
+        (
+            {"target_transform": {"CE": {"mean": 1.0, "std": 1.0}}},
+            r"target_transform\.CU needs numbers 'mean' and 'std'",
+        ),
+        ({"model_cfg": {"nth_layer": 13}}, r"nth_layer=13 but the encoder has 2 layers \(expected 3\)"),
+        ({"model_cfg": {"proj_act_fn": "relu"}}, "proj_act_fn='relu'"),
+        ({"state_dict": {}}, "do not fit the model: missing"),
+    ],
+)
 def test_bad_checkpoints_are_one_line(tiny, tmp_path, change, pattern):
-    ckpt = {"state_dict": {f"model.{k}": v for k, v in tiny.state_dict().items()},
-            "model_cfg": {"proj_num_layer": 2, "proj_ln": True, "nth_layer": 3}, "target_transform": TARGET}
+    ckpt = {
+        "state_dict": {f"model.{k}": v for k, v in tiny.state_dict().items()},
+        "model_cfg": {"proj_num_layer": 2, "proj_ln": True, "nth_layer": 3},
+        "target_transform": TARGET,
+    }
     ckpt.update(change)
     path = tmp_path / "checkpoint.pt"
     torch.save(ckpt, path)
@@ -322,24 +406,31 @@ def test_bad_checkpoints_are_one_line(tiny, tmp_path, change, pattern):
 
 def test_missing_weights_are_one_line(tmp_path):
     # the default: the hub id's checkpoint.pt, offline here (HF_HUB_OFFLINE=1) and not cached
-    with pytest.raises(RewardError, match=r"^audiobox_aesthetics: cannot get the checkpoint 'checkpoint\.pt' from "
-                                          r"'facebook/audiobox-aesthetics'") as err:
+    with pytest.raises(
+        RewardError,
+        match=r"^audiobox_aesthetics: cannot get the checkpoint 'checkpoint\.pt' from "
+        r"'facebook/audiobox-aesthetics'",
+    ) as err:
         build_reward("audiobox_aesthetics")
     assert "\n" not in str(err.value)
-    with pytest.raises(RewardError, match=r"^audiobox_aesthetics: checkpoint '/nowhere/checkpoint\.pt' does not exist")\
-            as err:
+    with pytest.raises(
+        RewardError, match=r"^audiobox_aesthetics: checkpoint '/nowhere/checkpoint\.pt' does not exist"
+    ) as err:
         AudioboxAestheticsReward(checkpoint="/nowhere/checkpoint.pt")
     assert "\n" not in str(err.value) and ab.CHECKPOINT_URL in str(err.value)
     with pytest.raises(RewardError, match="holds neither checkpoint.pt nor model.safetensors"):
         AudioboxAestheticsReward(checkpoint=str(tmp_path))
 
 
-@pytest.mark.parametrize("axes,pattern", [
-    ("XX", r"axes has 'XX'; allowed: CE, CU, PC, PQ"),
-    (["PQ", "PQ"], "names an axis twice"),
-    ([], "expected a list of CE, CU, PC, PQ"),
-    (3, "expected a list of CE, CU, PC, PQ"),
-])
+@pytest.mark.parametrize(
+    "axes,pattern",
+    [
+        ("XX", r"axes has 'XX'; allowed: CE, CU, PC, PQ"),
+        (["PQ", "PQ"], "names an axis twice"),
+        ([], "expected a list of CE, CU, PC, PQ"),
+        (3, "expected a list of CE, CU, PC, PQ"),
+    ],
+)
 def test_bad_axes_are_refused_before_any_weights_load(axes, pattern):
     with pytest.raises(RewardError, match=pattern):
         AudioboxAestheticsReward(checkpoint="/nowhere/checkpoint.pt", axes=axes)
@@ -350,12 +441,15 @@ def test_axes_forms(tiny):
         assert AudioboxAestheticsReward.from_components(tiny, TARGET, axes=axes, device="cpu").axes == expected
 
 
-@pytest.mark.parametrize("media,pattern", [
-    ({"audio": torch.zeros(1, 1, 0), "sample_rate": 16000}, "the audio is empty"),
-    ({"audio": torch.full((1, 1, 100), float("nan")), "sample_rate": 16000}, "the audio holds NaN or inf"),
-    (torch.zeros(1, 100), "sample rate is unknown"),
-    (torch.zeros(100), r"expects audio \(B, C, N\) or \(B, N\)"),
-])
+@pytest.mark.parametrize(
+    "media,pattern",
+    [
+        ({"audio": torch.zeros(1, 1, 0), "sample_rate": 16000}, "the audio is empty"),
+        ({"audio": torch.full((1, 1, 100), float("nan")), "sample_rate": 16000}, "the audio holds NaN or inf"),
+        (torch.zeros(1, 100), "sample rate is unknown"),
+        (torch.zeros(100), r"expects audio \(B, C, N\) or \(B, N\)"),
+    ],
+)
 def test_bad_media_is_one_line(tiny, media, pattern):
     reward = AudioboxAestheticsReward.from_components(tiny, TARGET, device="cpu")
     with pytest.raises(RewardError, match=pattern) as err:
@@ -377,6 +471,7 @@ def test_bad_arguments_and_config_are_one_line(tiny):
 
 
 def test_passes_the_conformance_checks(tiny):
-    report = run_conformance(AudioboxAestheticsReward.from_components(tiny, TARGET, device="cpu"),
-                             "audiobox_aesthetics", batch=2)
+    report = run_conformance(
+        AudioboxAestheticsReward.from_components(tiny, TARGET, device="cpu"), "audiobox_aesthetics", batch=2
+    )
     assert all(check.ok for check in report.checks), report.checks

@@ -44,7 +44,8 @@ def test_mapping_and_tensor_with_sample_rate_agree_and_stereo_is_mixed_to_mono()
     stereo = torch.stack([torch.stack([left, right]), torch.stack([left, left])])  # (2, 2, N)
     as_mapping = _score(build_reward("band_energy", low_hz=200.0, high_hz=1000.0), stereo)
     as_tensor = build_reward("band_energy", low_hz=200.0, high_hz=1000.0, sample_rate=RATE)(
-        stereo, ["", ""], [{}, {}]).scores
+        stereo, ["", ""], [{}, {}]
+    ).scores
     assert torch.equal(as_mapping, as_tensor)
     assert as_mapping.tolist() == pytest.approx([0.5, 1.0], abs=1e-4)
     mono = build_reward("band_energy", low_hz=200.0, high_hz=1000.0, sample_rate=RATE)(stereo[:, 0], ["", ""], [{}, {}])
@@ -56,14 +57,16 @@ def test_mapping_and_tensor_with_sample_rate_agree_and_stereo_is_mixed_to_mono()
 def test_the_sample_rate_sets_the_frequencies_and_high_is_clipped_to_nyquist():
     # the same samples read at half the rate hold a tone of half the frequency
     samples = tone(440.0, 1.0, RATE)[None, None]
-    assert _score(build_reward("band_energy", low_hz=200.0, high_hz=300.0), samples, RATE // 2)[0] == \
-        pytest.approx(1.0, abs=1e-6)
+    assert _score(build_reward("band_energy", low_hz=200.0, high_hz=300.0), samples, RATE // 2)[0] == pytest.approx(
+        1.0, abs=1e-6
+    )
     # high above Nyquist (8 kHz): clipped; the whole spectrum is [0, Nyquist]
     noise = torch.randn(2, 1, RATE, generator=torch.Generator().manual_seed(0))
     everything = _score(build_reward("band_energy", low_hz=0.0, high_hz=1e9), noise)
     assert everything.tolist() == pytest.approx([1.0, 1.0], abs=1e-6)
-    assert _score(build_reward("band_energy", low_hz=0.0, high_hz=math.inf), noise).tolist() == \
-        pytest.approx([1.0, 1.0], abs=1e-6)
+    assert _score(build_reward("band_energy", low_hz=0.0, high_hz=math.inf), noise).tolist() == pytest.approx(
+        [1.0, 1.0], abs=1e-6
+    )
     # white noise spreads evenly: the lower half of the spectrum holds about half its energy
     half = _score(build_reward("band_energy", low_hz=0.0, high_hz=4000.0, window="none"), noise)
     assert half.tolist() == pytest.approx([0.5, 0.5], abs=0.03)
@@ -76,14 +79,17 @@ def test_band_fraction_directly():
     assert band_fraction(mono, 256, 40.0, 60.0).tolist() == pytest.approx([1.0, 0.0], abs=1e-6)
 
 
-@pytest.mark.parametrize("args, culprit", [
-    ({"low_hz": -1.0, "high_hz": 100.0}, "low_hz=-1.0"),
-    ({"low_hz": 100.0, "high_hz": 100.0}, "high_hz=100.0 must exceed low_hz=100.0"),
-    ({"low_hz": 200.0, "high_hz": 100.0}, "high_hz=100.0 must exceed"),
-    ({"low_hz": math.nan, "high_hz": 100.0}, "low_hz=nan"),
-    ({"low_hz": 0.0, "high_hz": 100.0, "window": "hamming"}, "window"),
-    ({"low_hz": 0.0, "high_hz": 100.0, "sample_rate": 0}, "sample_rate=0"),
-])
+@pytest.mark.parametrize(
+    "args, culprit",
+    [
+        ({"low_hz": -1.0, "high_hz": 100.0}, "low_hz=-1.0"),
+        ({"low_hz": 100.0, "high_hz": 100.0}, "high_hz=100.0 must exceed low_hz=100.0"),
+        ({"low_hz": 200.0, "high_hz": 100.0}, "high_hz=100.0 must exceed"),
+        ({"low_hz": math.nan, "high_hz": 100.0}, "low_hz=nan"),
+        ({"low_hz": 0.0, "high_hz": 100.0, "window": "hamming"}, "window"),
+        ({"low_hz": 0.0, "high_hz": 100.0, "sample_rate": 0}, "sample_rate=0"),
+    ],
+)
 def test_bad_arguments_are_refused_in_one_line_naming_them(args, culprit):
     with pytest.raises(RewardError, match=culprit) as err:
         check_reward_args("band_energy", args)

@@ -18,8 +18,19 @@ from flowrl.reward_models.desync import DeSyncReward, Synchformer, SynchformerCo
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # toy-sized ops: a second thread mostly waits
 
-TINY = {"image_size": 32, "video_dim": 16, "video_depth": 1, "video_heads": 2, "audio_dim": 16, "audio_depth": 1,
-        "audio_heads": 2, "audio_ffn": 32, "dim": 16, "depth": 1, "heads": 2}
+TINY = {
+    "image_size": 32,
+    "video_dim": 16,
+    "video_depth": 1,
+    "video_heads": 2,
+    "audio_dim": 16,
+    "audio_depth": 1,
+    "audio_heads": 2,
+    "audio_ffn": 32,
+    "dim": 16,
+    "depth": 1,
+    "heads": 2,
+}
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +78,12 @@ def test_preprocessing_constants_are_synchformers():
     # MMAudio eval_utils (_SYNC_FPS, _SYNC_SIZE, Normalize 0.5), av-benchmark / JavisBench (segments, mel, AST stats)
     assert (ds.SYNC_FPS, ds.SYNC_RATE, ds.SYNC_SIZE) == (25.0, 16000, 224)
     assert (ds.VIDEO_MEAN, ds.VIDEO_STD) == (0.5, 0.5)
-    assert (ds.SEGMENT_FRAMES, ds.SEGMENT_FRAME_STEP, ds.SEGMENT_SAMPLES, ds.SEGMENT_SAMPLE_STEP) == (16, 8, 10240, 5120)
+    assert (ds.SEGMENT_FRAMES, ds.SEGMENT_FRAME_STEP, ds.SEGMENT_SAMPLES, ds.SEGMENT_SAMPLE_STEP) == (
+        16,
+        8,
+        10240,
+        5120,
+    )
     assert ds.SEGMENT_FRAMES / ds.SYNC_FPS == ds.SEGMENT_SAMPLES / ds.SYNC_RATE == 0.64  # both 0.64 s, hop 0.32 s
     assert (ds.MEL_N_FFT, ds.MEL_WIN, ds.MEL_HOP, ds.MEL_BINS, ds.SPEC_FRAMES) == (1024, 400, 160, 128, 66)
     assert (ds.AST_MEAN, ds.AST_STD, ds.LOG_EPS) == (-4.2677393, 4.5689974, 1e-6)
@@ -107,10 +123,13 @@ def test_mel_front_end_matches_torchaudio():
     assert int(mel[:, 30].argmax()) == 24
 
 
-@pytest.mark.parametrize("rate,first,last", [
-    (48000, [0.085272, 0.235083, 0.280252, 0.37051, 0.499697, 0.554195], [-0.552107, -0.429003, -0.142323]),
-    (24000, [0.089382, 0.184732, 0.227873, 0.259232, 0.282718, 0.317793], [-0.296311, -0.155644, -0.008763]),
-])
+@pytest.mark.parametrize(
+    "rate,first,last",
+    [
+        (48000, [0.085272, 0.235083, 0.280252, 0.37051, 0.499697, 0.554195], [-0.552107, -0.429003, -0.142323]),
+        (24000, [0.089382, 0.184732, 0.227873, 0.259232, 0.282718, 0.317793], [-0.296311, -0.155644, -0.008763]),
+    ],
+)
 def test_resampling_matches_torchaudio(rate, first, last):
     # 10 ms of samples of a 1 kHz + 3 kHz mix written at 48 kHz, read at ``rate``;
     # torchaudio.functional.resample(x, rate, 16000) gave these (torchaudio 2.11.1)
@@ -350,8 +369,10 @@ def test_checkpoint_round_trip(tiny, tmp_path, wrap):
     torch.save(state, path)
     loaded = DeSyncReward(checkpoint=str(path), config=TINY, device="cpu")
     media = _media(batch=2, seconds=5.0)
-    assert torch.equal(_call(loaded, media).details["prob_zero"],
-                       _call(DeSyncReward.from_components(tiny, device="cpu"), media).details["prob_zero"])
+    assert torch.equal(
+        _call(loaded, media).details["prob_zero"],
+        _call(DeSyncReward.from_components(tiny, device="cpu"), media).details["prob_zero"],
+    )
 
 
 def test_a_checkpoint_that_does_not_fit_is_one_line(tiny, tmp_path):
@@ -368,8 +389,10 @@ def test_a_checkpoint_that_does_not_fit_is_one_line(tiny, tmp_path):
 
 
 def test_missing_checkpoint_is_one_line_naming_the_argument_and_the_release():
-    for kwargs, pattern in [({}, r"^desync: needs checkpoint=PATH to synchformer_state_dict\.pth"),
-                            ({"checkpoint": "/nowhere/synchformer_state_dict.pth"}, r"^desync: checkpoint '/nowhere/")]:
+    for kwargs, pattern in [
+        ({}, r"^desync: needs checkpoint=PATH to synchformer_state_dict\.pth"),
+        ({"checkpoint": "/nowhere/synchformer_state_dict.pth"}, r"^desync: checkpoint '/nowhere/"),
+    ]:
         with pytest.raises(RewardError, match=pattern) as err:
             DeSyncReward(**kwargs)
         assert "\n" not in str(err.value) and ds.CHECKPOINT_URL in str(err.value)
@@ -382,12 +405,25 @@ def test_ast_part_matches_transformers_ast(tiny):
     (whose parameters transformers 5 renames: mapped here)."""
     from transformers import ASTConfig, ASTModel
 
-    ref = ASTModel(ASTConfig(hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
-                             max_length=66, num_mel_bins=128)).eval()
-    renames = [(r"^encoder\.layer\.", "layers."), (r"attention\.attention\.query", "attention.q_proj"),
-               (r"attention\.attention\.key", "attention.k_proj"), (r"attention\.attention\.value", "attention.v_proj"),
-               (r"attention\.output\.dense", "attention.o_proj"), (r"intermediate\.dense", "mlp.fc1"),
-               (r"\.output\.dense", ".mlp.fc2")]
+    ref = ASTModel(
+        ASTConfig(
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            max_length=66,
+            num_mel_bins=128,
+        )
+    ).eval()
+    renames = [
+        (r"^encoder\.layer\.", "layers."),
+        (r"attention\.attention\.query", "attention.q_proj"),
+        (r"attention\.attention\.key", "attention.k_proj"),
+        (r"attention\.attention\.value", "attention.v_proj"),
+        (r"attention\.output\.dense", "attention.o_proj"),
+        (r"intermediate\.dense", "mlp.fc1"),
+        (r"\.output\.dense", ".mlp.fc2"),
+    ]
     state = {}
     for key, value in tiny.afeat_extractor.ast.state_dict().items():
         for old, new in renames:
@@ -411,14 +447,17 @@ def test_divided_attention_equals_a_loop_over_groups():
         return t.reshape(2, -1, 2, 4).transpose(1, 2)
 
     def attend(qq, kk, vv):
-        return torch.softmax(qq @ kk.transpose(-1, -2) * 4 ** -0.5, dim=-1) @ vv
+        return torch.softmax(qq @ kk.transpose(-1, -2) * 4**-0.5, dim=-1) @ vv
 
     q, k, v = heads(q), heads(k), heads(v)
     for over in ("time", "space"):
         out = torch.zeros_like(q)
         out[:, :, :1] = attend(q[:, :, :1], k, v)  # the CLS query sees every token
-        groups = ([[1 + f * patches + p for f in range(frames)] for p in range(patches)] if over == "time"
-                  else [[1 + f * patches + p for p in range(patches)] for f in range(frames)])
+        groups = (
+            [[1 + f * patches + p for f in range(frames)] for p in range(patches)]
+            if over == "time"
+            else [[1 + f * patches + p for p in range(patches)] for f in range(frames)]
+        )
         for group in groups:
             keys = [0] + group  # the group and the CLS token
             out[:, :, group] = attend(q[:, :, group], k[:, :, keys], v[:, :, keys])
@@ -428,23 +467,45 @@ def test_divided_attention_equals_a_loop_over_groups():
 
 
 # --------------------------------------------------------------------------------------- bad inputs
-@pytest.mark.parametrize("media,pattern", [
-    (torch.zeros(1, 3, 8, 8), r"expects media \{'video'"),
-    ({"video": torch.zeros(1, 8, 8, 3), "audio": torch.zeros(1, 1, 100), "fps": 25.0, "sample_rate": 16000},
-     r"video must be \(B, F, 3, H, W\), got \(1, 8, 8, 3\)"),
-    ({"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(100), "fps": 25.0, "sample_rate": 16000},
-     r"audio must be \(B, C, N\) or \(B, N\), got \(100,\)"),
-    ({"video": torch.zeros(2, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "fps": 25.0, "sample_rate": 16000},
-     "2 videos but 1 audio clips"),
-    ({"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "sample_rate": 16000},
-     "fps is unknown"),
-    ({"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "fps": 0.0, "sample_rate": 16000},
-     r"fps=0\.0; expected a positive number"),
-    ({"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "fps": 25.0, "sample_rate": 16000.5},
-     "whole number of Hz"),
-    ({"video": torch.full((1, 8, 3, 8, 8), float("nan")), "audio": torch.zeros(1, 1, 100), "fps": 25.0,
-      "sample_rate": 16000}, "the video must be finite floats"),
-])
+@pytest.mark.parametrize(
+    "media,pattern",
+    [
+        (torch.zeros(1, 3, 8, 8), r"expects media \{'video'"),
+        (
+            {"video": torch.zeros(1, 8, 8, 3), "audio": torch.zeros(1, 1, 100), "fps": 25.0, "sample_rate": 16000},
+            r"video must be \(B, F, 3, H, W\), got \(1, 8, 8, 3\)",
+        ),
+        (
+            {"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(100), "fps": 25.0, "sample_rate": 16000},
+            r"audio must be \(B, C, N\) or \(B, N\), got \(100,\)",
+        ),
+        (
+            {"video": torch.zeros(2, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "fps": 25.0, "sample_rate": 16000},
+            "2 videos but 1 audio clips",
+        ),
+        (
+            {"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "sample_rate": 16000},
+            "fps is unknown",
+        ),
+        (
+            {"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "fps": 0.0, "sample_rate": 16000},
+            r"fps=0\.0; expected a positive number",
+        ),
+        (
+            {"video": torch.zeros(1, 8, 3, 8, 8), "audio": torch.zeros(1, 1, 100), "fps": 25.0, "sample_rate": 16000.5},
+            "whole number of Hz",
+        ),
+        (
+            {
+                "video": torch.full((1, 8, 3, 8, 8), float("nan")),
+                "audio": torch.zeros(1, 1, 100),
+                "fps": 25.0,
+                "sample_rate": 16000,
+            },
+            "the video must be finite floats",
+        ),
+    ],
+)
 def test_bad_media_is_one_line(tiny, media, pattern):
     reward = DeSyncReward.from_components(tiny, device="cpu")
     with pytest.raises(RewardError, match=pattern) as err:
@@ -452,13 +513,16 @@ def test_bad_media_is_one_line(tiny, media, pattern):
     assert "\n" not in str(err.value) and str(err.value).startswith("desync: ")
 
 
-@pytest.mark.parametrize("kwargs,pattern", [
-    ({"score": "desync"}, r"desync: score='desync'; allowed: neg_desync, prob_zero"),
-    ({"windows": "last"}, r"desync: windows='last'; allowed: first_last, all"),
-    ({"max_seconds": -1.0}, r"max_seconds=-1\.0; expected a positive number"),
-    ({"segment_batch": 0}, r"segment_batch=0; expected a positive integer"),
-    ({"fps": -8.0}, r"desync: fps=-8\.0; expected a positive number"),
-])
+@pytest.mark.parametrize(
+    "kwargs,pattern",
+    [
+        ({"score": "desync"}, r"desync: score='desync'; allowed: neg_desync, prob_zero"),
+        ({"windows": "last"}, r"desync: windows='last'; allowed: first_last, all"),
+        ({"max_seconds": -1.0}, r"max_seconds=-1\.0; expected a positive number"),
+        ({"segment_batch": 0}, r"segment_batch=0; expected a positive integer"),
+        ({"fps": -8.0}, r"desync: fps=-8\.0; expected a positive number"),
+    ],
+)
 def test_bad_arguments_are_one_line(tiny, kwargs, pattern):
     with pytest.raises(RewardError, match=pattern):
         DeSyncReward.from_components(tiny, device="cpu", **kwargs)
@@ -478,8 +542,9 @@ def test_bad_config_is_one_line():
 def test_av_sync_scorer_slot(tiny, tmp_path):
     path = tmp_path / "synchformer_state_dict.pth"
     torch.save(tiny.state_dict(), path)
-    reward = build_reward("av_sync", scorer="flowrl.reward_models.desync:synchformer_sync", checkpoint=str(path),
-                          config=TINY)
+    reward = build_reward(
+        "av_sync", scorer="flowrl.reward_models.desync:synchformer_sync", checkpoint=str(path), config=TINY
+    )
     media = _media(batch=2, seconds=5.0)
     got = _call(reward, media).scores
     assert torch.equal(got, _call(DeSyncReward.from_components(tiny, device="cpu"), media).scores)

@@ -48,8 +48,10 @@ class VideoStats:
 
     def __call__(self, media, prompts, metadata):
         video, fps = media["video"], media["fps"]
-        return RewardOutput(scores=video.mean(dim=(1, 2, 3, 4)),
-                            details={"fps": [fps] * len(video), "frames": [video.shape[1]] * len(video)})
+        return RewardOutput(
+            scores=video.mean(dim=(1, 2, 3, 4)),
+            details={"fps": [fps] * len(video), "frames": [video.shape[1]] * len(video)},
+        )
 
 
 class AudioStats:
@@ -59,8 +61,10 @@ class AudioStats:
 
     def __call__(self, media, prompts, metadata):
         audio, rate = media["audio"], media["sample_rate"]
-        return RewardOutput(scores=audio.pow(2).mean(dim=(1, 2)).sqrt(),
-                            details={"sample_rate": [rate] * len(audio), "channels": [audio.shape[1]] * len(audio)})
+        return RewardOutput(
+            scores=audio.pow(2).mean(dim=(1, 2)).sqrt(),
+            details={"sample_rate": [rate] * len(audio), "channels": [audio.shape[1]] * len(audio)},
+        )
 
 
 def _env() -> dict:
@@ -195,8 +199,7 @@ def test_remote_video_reward_gets_the_trainer_s_video_mapping_at_its_fps():
         audio = torch.zeros(3, 1, 400)
         both = remote({"video": video, "fps": 24.0, "audio": audio, "sample_rate": 16000}, ["a", "b", "c"], [{}] * 3)
         assert both.details["fps"] == [24.0] * 3  # an LTX-2 mapping: the video reward gets its video part
-        mp4 = build_reward("remote", url=served.url, media_format="mp4")(
-            {"video": video[:1], "fps": 12.0}, ["a"], [{}])
+        mp4 = build_reward("remote", url=served.url, media_format="mp4")({"video": video[:1], "fps": 12.0}, ["a"], [{}])
         assert mp4.details["fps"] == [12.0] and mp4.details["frames"] == [4]
         assert torch.equal(remote(video, ["a", "b", "c"], [{}] * 3).scores, out.scores)  # a bare tensor too
     finally:
@@ -215,9 +218,13 @@ def test_remote_audio_reward_gets_the_trainer_s_audio_mapping_at_its_rate():
         assert out.details == {"sample_rate": [22050] * 3, "channels": [2] * 3}
         exact = build_reward("remote", url=served.url, media_format="array")
         assert exact({"audio": audio, "sample_rate": 22050}, ["a", "b", "c"], [{}] * 3).scores.tolist() == (
-            pytest.approx(audio.pow(2).mean(dim=(1, 2)).sqrt().tolist(), rel=1e-6))
-        both = remote({"video": torch.rand(3, 2, 3, 8, 8), "fps": 8.0, "audio": audio, "sample_rate": 22050},
-                      ["a", "b", "c"], [{}] * 3)
+            pytest.approx(audio.pow(2).mean(dim=(1, 2)).sqrt().tolist(), rel=1e-6)
+        )
+        both = remote(
+            {"video": torch.rand(3, 2, 3, 8, 8), "fps": 8.0, "audio": audio, "sample_rate": 22050},
+            ["a", "b", "c"],
+            [{}] * 3,
+        )
         assert both.details["sample_rate"] == [22050] * 3  # an LTX-2 mapping: the audio reward gets its audio part
     finally:
         served.stop()
@@ -234,7 +241,7 @@ def test_remote_audio_video_reward_gets_both_parts():
         audio = torch.zeros(2, 1, frames * per_frame)
         for f in (2, 5):  # a flash and a click together
             video[:, f] = 0.9
-            audio[:, 0, f * per_frame: f * per_frame + 50] = 0.8
+            audio[:, 0, f * per_frame : f * per_frame + 50] = 0.8
         media = cat_media([{"video": video, "fps": 8.0, "audio": audio, "sample_rate": 1600}] * 2)
         out = remote(media, ["a"] * 4, [{}] * 4)
         local = build_reward("av_sync")(media, ["a"] * 4, [{}] * 4)

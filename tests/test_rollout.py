@@ -63,8 +63,9 @@ def test_recomputed_log_prob_equals_rollout(adapter, guidance):
 
 def test_cfg_runs_both_branches_in_one_forward(adapter):
     calls = []
-    hook = adapter.transformer.register_forward_hook(lambda m, a, kw, out: calls.append(kw["hidden_states"].shape[0]),
-                                                     with_kwargs=True)
+    hook = adapter.transformer.register_forward_hook(
+        lambda m, a, kw, out: calls.append(kw["hidden_states"].shape[0]), with_kwargs=True
+    )
     try:
         _rollout(adapter, ["a cat", "a dog"], 4.5)
     finally:
@@ -129,8 +130,15 @@ def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter
     trainer's rollout batches hold only those (step-level methods do not multiply rollout memory)."""
     cond = adapter.encode_prompts(["a red cube", "a blue ball"])
     plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
-    full = rollout(adapter, cond, plan, adapter.initial_noise(2, torch.Generator().manual_seed(0)),
-                   torch.arange(2), 4.5, torch.Generator().manual_seed(1))
+    full = rollout(
+        adapter,
+        cond,
+        plan,
+        adapter.initial_noise(2, torch.Generator().manual_seed(0)),
+        torch.arange(2),
+        4.5,
+        torch.Generator().manual_seed(1),
+    )
     kept = full.trained_only()
     s = plan.trained_indices[0]
     assert kept.state_index == (s, s + 1, s + 2) and kept.states.shape[1] == 3
@@ -145,9 +153,19 @@ def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter
     from flowrl.config import resolve_config
     from flowrl.trainer import Trainer
 
-    tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "sample.window_size=2",
-                                             "sample.window_range=[0,4]", "sample.group_size=4",
-                                             "sample.prompts_per_iteration=2", "sample.batch_size=4"]))
+    tr = Trainer(
+        resolve_config(
+            "tiny-cpu",
+            [
+                f"output_dir={tmp_path}",
+                "sample.window_size=2",
+                "sample.window_range=[0,4]",
+                "sample.group_size=4",
+                "sample.prompts_per_iteration=2",
+                "sample.batch_size=4",
+            ],
+        )
+    )
     batches, _ = tr.collect(0)
     assert all(b.traj.states.shape[1] == 3 for b in batches)
 
@@ -159,8 +177,16 @@ def test_a_rollout_can_hold_only_the_trained_states_and_the_final_one(adapter):
     plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
 
     def run(keep_all):
-        return rollout(adapter, cond, plan, adapter.initial_noise(2, torch.Generator().manual_seed(0)),
-                       torch.arange(2), 4.5, torch.Generator().manual_seed(1), keep_all_states=keep_all)
+        return rollout(
+            adapter,
+            cond,
+            plan,
+            adapter.initial_noise(2, torch.Generator().manual_seed(0)),
+            torch.arange(2),
+            4.5,
+            torch.Generator().manual_seed(1),
+            keep_all_states=keep_all,
+        )
 
     full, lean = run(True), run(False)
     s = plan.trained_indices[0]
@@ -178,12 +204,22 @@ def test_offloaded_states_wait_on_the_cpu_and_train_exactly_the_same(tmp_path):
     from flowrl.config import resolve_config
     from flowrl.trainer import Trainer
 
-    base = ["sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4", "train.iterations=1",
-            "log.save_every=1000", "log.sample_every=1000"]
+    base = [
+        "sample.group_size=4",
+        "sample.prompts_per_iteration=2",
+        "sample.batch_size=4",
+        "train.iterations=1",
+        "log.save_every=1000",
+        "log.sample_every=1000",
+    ]
     trained = {}
     for offload in (False, True):
-        tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / str(offload)}", *base,
-                                                 f"train.offload_states={str(offload).lower()}"]))
+        tr = Trainer(
+            resolve_config(
+                "tiny-cpu",
+                [f"output_dir={tmp_path / str(offload)}", *base, f"train.offload_states={str(offload).lower()}"],
+            )
+        )
         if offload:
             batches, _ = tr.collect(0)
             assert all(b.traj.states.device.type == "cpu" for b in batches)

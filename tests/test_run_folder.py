@@ -14,8 +14,15 @@ from flowrl.cli import main
 from flowrl.config import ConfigError
 from flowrl.logs import read_metrics
 
-SMALL = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.sample_every=1", "train.iterations=1", "log.save_every=1"]
+SMALL = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.sample_every=1",
+    "train.iterations=1",
+    "log.save_every=1",
+]
 
 
 def _err(capsys) -> str:
@@ -24,13 +31,26 @@ def _err(capsys) -> str:
     return err[0]
 
 
-@pytest.mark.parametrize("path, ours", [
-    ("config.yaml", True), ("metrics.jsonl", True), (".flowrl-run", True), (".flowrl.lock", True),
-    ("checkpoints/iter-000004/trainable.safetensors", True), ("checkpoints/iter-000004.tmp/state.json", True),
-    ("samples/iter-000001.png", True), ("samples/eval-000010/0001.mp4", True), ("lora/adapter.safetensors", True),
-    ("trackers/wandb-id", True), ("checkpoints/my_model.ckpt", False), ("samples/holiday.png", False),
-    ("notes.txt", False), (".flowrl-run/x", False), ("samples/iter-1-mine.png", False),
-])
+@pytest.mark.parametrize(
+    "path, ours",
+    [
+        ("config.yaml", True),
+        ("metrics.jsonl", True),
+        (".flowrl-run", True),
+        (".flowrl.lock", True),
+        ("checkpoints/iter-000004/trainable.safetensors", True),
+        ("checkpoints/iter-000004.tmp/state.json", True),
+        ("samples/iter-000001.png", True),
+        ("samples/eval-000010/0001.mp4", True),
+        ("lora/adapter.safetensors", True),
+        ("trackers/wandb-id", True),
+        ("checkpoints/my_model.ckpt", False),
+        ("samples/holiday.png", False),
+        ("notes.txt", False),
+        (".flowrl-run/x", False),
+        ("samples/iter-1-mine.png", False),
+    ],
+)
 def test_what_flowrl_writes(path, ours):
     assert runs.is_flowrl_output(path) is ours
 
@@ -61,10 +81,18 @@ def test_overwrite_of_a_flowrl_run_removes_its_outputs_only(tmp_path, capsys):
 
 
 def test_a_held_lock_refuses_and_a_dead_one_is_taken_over(tmp_path, caplog):
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; from flowrl.runs import RunLock; "
-        f"lock = RunLock.acquire(Path({str(tmp_path)!r})); print('held', flush=True); time.sleep(60)")],
-        stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from pathlib import Path; from flowrl.runs import RunLock; "
+                f"lock = RunLock.acquire(Path({str(tmp_path)!r})); print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ConfigError) as err:
@@ -83,8 +111,12 @@ def test_a_held_lock_refuses_and_a_dead_one_is_taken_over(tmp_path, caplog):
 def test_a_second_launch_into_a_folder_in_use_is_refused(tmp_path, capsys):
     """Two real launches into one folder: the second is refused at once and the first finishes intact."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
-    first = subprocess.Popen([sys.executable, "-m", "flowrl", "train", f"output_dir={tmp_path}", *SMALL,
-                              "train.iterations=3"], env=env, stderr=subprocess.PIPE, text=True)
+    first = subprocess.Popen(
+        [sys.executable, "-m", "flowrl", "train", f"output_dir={tmp_path}", *SMALL, "train.iterations=3"],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 120
         while time.time() < deadline and not (tmp_path / runs.LOCK).is_file():
@@ -98,5 +130,4 @@ def test_a_second_launch_into_a_folder_in_use_is_refused(tmp_path, capsys):
     finally:
         first.kill()
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
-    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter-000001", "iter-000002",
-                                                                            "iter-000003"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["iter-000001", "iter-000002", "iter-000003"]

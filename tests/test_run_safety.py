@@ -16,8 +16,15 @@ from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer, logged_metric_names
 
-SMALL = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.sample_every=1000", "train.iterations=2", "log.save_every=1"]
+SMALL = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.sample_every=1000",
+    "train.iterations=2",
+    "log.save_every=1",
+]
 
 
 def _train(tmp_path, *extra) -> int:
@@ -55,21 +62,36 @@ def test_a_second_run_into_the_same_folder_is_refused_and_loses_nothing(tmp_path
 
 def test_a_resume_with_other_math_is_refused_naming_the_keys(tmp_path, capsys):
     assert _train(tmp_path, "train.iterations=1") == 0
-    assert _train(tmp_path, "resume=latest", "train.learning_rate=1e-4", "sample.group_size=2",
-                  "sample.prompts_per_iteration=4") == 2
+    assert (
+        _train(
+            tmp_path,
+            "resume=latest",
+            "train.learning_rate=1e-4",
+            "sample.group_size=2",
+            "sample.prompts_per_iteration=4",
+        )
+        == 2
+    )
     err = _err(capsys)
     assert "train.learning_rate (0.01 -> 0.0001)" in err and "sample.group_size (4 -> 2)" in err
     assert "resume_allow_changes=true" in err
     # how long, what is logged and how rewards are waited for do not change the math
     assert _train(tmp_path, "resume=latest", "log.keep_last=5", "train.reward_timeout_s=30") == 0
-    assert _train(tmp_path, "resume=latest", "train.iterations=3", "train.learning_rate=1e-4",
-                  "resume_allow_changes=true") == 0
+    assert (
+        _train(tmp_path, "resume=latest", "train.iterations=3", "train.learning_rate=1e-4", "resume_allow_changes=true")
+        == 0
+    )
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1, 2]
 
 
 def test_a_flat_reward_warns_then_stops_after_saving(tmp_path, capsys, caplog):
-    code = _train(tmp_path, "reward.jpeg_compressibility=0", "train.iterations=10", "train.max_flat_iterations=3",
-                  "log.save_every=100")
+    code = _train(
+        tmp_path,
+        "reward.jpeg_compressibility=0",
+        "train.iterations=10",
+        "train.max_flat_iterations=3",
+        "log.save_every=100",
+    )
     assert code == 2
     err = _err(capsys)
     assert "the reward was flat within every group for 3 iterations in a row" in err
@@ -95,17 +117,35 @@ def test_every_sample_weighs_the_same_with_ragged_batches(tmp_path, monkeypatch)
 
 
 def test_the_metric_names_a_run_logs_are_known_before_it_runs(tmp_path):
-    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "log.eval_every=1", "log.eval_num_prompts=2",
-                                      "sample.eval_num_steps=2", "eval_reward={jpeg_incompressibility: 1}"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "log.eval_every=1",
+            "log.eval_num_prompts=2",
+            "sample.eval_num_steps=2",
+            "eval_reward={jpeg_incompressibility: 1}",
+        ],
+    )
     rows = Trainer(cfg).train()
     logged = set().union(*rows)
     assert logged <= logged_metric_names(cfg), logged - logged_metric_names(cfg)
 
 
 def test_skip_works_on_the_first_iteration(tmp_path):
-    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "train.iterations=3",
-                                      "reward={'fault_rewards:FailAt': 1.0}", "log.sample_every=1",
-                                      "reward_args={'fault_rewards:FailAt': {at: 0}}", "train.on_reward_error=skip"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=3",
+            "reward={'fault_rewards:FailAt': 1.0}",
+            "log.sample_every=1",
+            "reward_args={'fault_rewards:FailAt': {at: 0}}",
+            "train.on_reward_error=skip",
+        ],
+    )
     rows = Trainer(cfg).train()
     assert [r.get("skipped", 0) for r in rows] == [1, 0, 0]
     # sample grids count like checkpoints: iter-N is the N-th iteration's rollouts (the skipped one has none)
@@ -122,9 +162,16 @@ def test_evaluation_runs_end_cleanly_and_a_finished_run_says_so(tmp_path, capsys
 
 
 def test_tokens_are_not_written_and_files_are_group_readable(tmp_path):
-    cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1",
-                                      "eval_reward={remote: 1}",
-                                      "reward_args={remote: {url: 'http://127.0.0.1:9', token: s3cret-token}}"])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=1",
+            "eval_reward={remote: 1}",
+            "reward_args={remote: {url: 'http://127.0.0.1:9', token: s3cret-token}}",
+        ],
+    )
     old = os.umask(0o022)
     try:
         Trainer(cfg).train()
@@ -139,11 +186,13 @@ def test_tokens_are_not_written_and_files_are_group_readable(tmp_path):
 
 
 def test_debug_after_the_command_and_a_closed_pipe(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "flowrl", "validate", "--debug", "train.learnig_rate=1"],
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "flowrl", "validate", "--debug", "train.learnig_rate=1"], capture_output=True, text=True
+    )
     assert out.returncode == 2 and "Traceback" in out.stderr and "did you mean" in out.stderr
-    piped = subprocess.run(f"{sys.executable} -m flowrl ls rewards | head -1", shell=True, capture_output=True,
-                           text=True)
+    piped = subprocess.run(
+        f"{sys.executable} -m flowrl ls rewards | head -1", shell=True, capture_output=True, text=True
+    )
     assert "BrokenPipe" not in piped.stderr and "Traceback" not in piped.stderr, piped.stderr
 
 

@@ -10,9 +10,16 @@ from PIL import Image
 
 from flowrl.cli import main
 
-TRAIN = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "train.iterations=2", "log.save_every=1", "log.sample_every=1000",
-         "train.lora.alpha=32"]  # alpha = 2 x rank (16), as the SD3.5 recipes: the exported LoRA must keep it
+TRAIN = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "train.iterations=2",
+    "log.save_every=1",
+    "log.sample_every=1000",
+    "train.lora.alpha=32",
+]  # alpha = 2 x rank (16), as the SD3.5 recipes: the exported LoRA must keep it
 PROMPT = ["--prompt", "a red cat", "--num", "2", "--steps", "2", "--seed", "3"]
 
 
@@ -78,8 +85,13 @@ def test_the_last_checkpoint_equals_the_exported_lora_and_differs_from_the_base(
     assert _max_diff(sampled, exported) <= 1  # the same weights (PNG rounding at most)
     assert _max_diff(sampled, base) > 8
     rec = _record(tmp_path / "ckpt" / "0001")
-    assert rec["weights"] == {"source": "checkpoint", "path": str(last), "iteration": 2, "ema": False,
-                              "loaded": "LoRA (trainable.safetensors)"}
+    assert rec["weights"] == {
+        "source": "checkpoint",
+        "path": str(last),
+        "iteration": 2,
+        "ema": False,
+        "loaded": "LoRA (trainable.safetensors)",
+    }
     assert rec["target"] is None  # the config came from the run two levels up
 
 
@@ -107,8 +119,10 @@ def test_a_rank_mismatch_names_the_tensor_and_writes_nothing(run, tmp_path, caps
     last = run / "checkpoints" / "iter-000002"
     assert main(["sample", str(recipe), "--checkpoint", str(last), *PROMPT, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == (f"flowrl: error: checkpoint {last}: tensor 'transformer_blocks.0.attn.to_q.lora_A.default.weight' "
-                   "has shape (16, 32) in the checkpoint but (4, 32) in the model; check train.lora.rank")
+    assert err == (
+        f"flowrl: error: checkpoint {last}: tensor 'transformer_blocks.0.attn.to_q.lora_A.default.weight' "
+        "has shape (16, 32) in the checkpoint but (4, 32) in the model; check train.lora.rank"
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -122,10 +136,17 @@ def test_generate_is_the_pipeline_call_sample_made_before():
     cfg = resolve_config("tiny-cpu", [])
     adapter = SD3Adapter.from_config(cfg.model, seed=cfg.seed)
     ours = adapter.generate(["a red cat"] * 2, 2, 4.5, torch.Generator("cpu").manual_seed(3))
-    before = adapter.pipe(prompt=["a red cat"] * 2, negative_prompt=None, num_inference_steps=2, guidance_scale=4.5,
-                          height=cfg.model.resolution, width=cfg.model.resolution,
-                          max_sequence_length=cfg.model.max_sequence_length,
-                          generator=torch.Generator("cpu").manual_seed(3), output_type="pt").images
+    before = adapter.pipe(
+        prompt=["a red cat"] * 2,
+        negative_prompt=None,
+        num_inference_steps=2,
+        guidance_scale=4.5,
+        height=cfg.model.resolution,
+        width=cfg.model.resolution,
+        max_sequence_length=cfg.model.max_sequence_length,
+        generator=torch.Generator("cpu").manual_seed(3),
+        output_type="pt",
+    ).images
     assert ours.shape == (2, 3, 32, 32) and torch.equal(ours, before)
 
 
@@ -151,8 +172,7 @@ class _FakeAdapter:
             ramp = torch.linspace(0, 1, 32).view(1, 1, 1, 1, 32) * torch.linspace(0.3, 1, 9).view(1, 9, 1, 1, 1)
             return {"video": ramp.expand(n, 9, 3, 16, 32).contiguous(), "fps": 16.0}
         t = torch.arange(4000) / 8000
-        return {"audio": (0.5 * torch.sin(2 * torch.pi * 440 * t)).view(1, 1, -1).repeat(n, 2, 1),
-                "sample_rate": 8000}
+        return {"audio": (0.5 * torch.sin(2 * torch.pi * 440 * t)).view(1, 1, -1).repeat(n, 2, 1), "sample_rate": 8000}
 
 
 @pytest.fixture()
@@ -207,15 +227,24 @@ def test_audio_video_samples_are_mp4s_with_sound_and_wavs(fake, tmp_path, monkey
     def generate(self, prompts, num_steps, guidance_scale, generator, negative_prompts=None):  # LTX-2's form
         n, t = len(prompts), torch.arange(16000) / 16000
         ramp = torch.linspace(0, 1, 32).view(1, 1, 1, 1, 32) * torch.linspace(0.3, 1, 9).view(1, 9, 1, 1, 1)
-        return {"video": ramp.expand(n, 9, 3, 16, 32).contiguous(), "fps": 8.0,
-                "audio": (0.5 * torch.sin(2 * torch.pi * 440 * t)).view(1, 1, -1).repeat(n, 2, 1),
-                "sample_rate": 16000}
+        return {
+            "video": ramp.expand(n, 9, 3, 16, 32).contiguous(),
+            "fps": 8.0,
+            "audio": (0.5 * torch.sin(2 * torch.pi * 440 * t)).view(1, 1, -1).repeat(n, 2, 1),
+            "sample_rate": 16000,
+        }
 
     monkeypatch.setattr(fake, "generate", generate)
     assert main(["sample", "tiny-cpu", *PROMPT, "--out", str(tmp_path)]) == 0
     folder = tmp_path / "0001"
-    assert sorted(p.name for p in folder.iterdir()) == ["0000.mp4", "0000.wav", "0001.mp4", "0001.wav", "frames.png",
-                                                        "sample.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "0000.mp4",
+        "0000.wav",
+        "0001.mp4",
+        "0001.wav",
+        "frames.png",
+        "sample.json",
+    ]
     rec = _record(folder)
     assert rec["media_kind"] == "audio_video" and rec["videos"] == ["0000.mp4", "0001.mp4"]
     assert rec["audio"] == ["0000.wav", "0001.wav"] and rec["sample_rate"] == 16000 and rec["duration_s"] == 1.0

@@ -34,8 +34,11 @@ def _configure(config, max_grad_norm=1.0, batch_size=8):
 
 
 def test_deepspeed_config_is_filled_from_the_recipe():
-    ds = _configure({"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto",
-                     "gradient_accumulation_steps": "auto"}, max_grad_norm=0.5, batch_size=8)
+    ds = _configure(
+        {"train_micro_batch_size_per_gpu": "auto", "gradient_clipping": "auto", "gradient_accumulation_steps": "auto"},
+        max_grad_norm=0.5,
+        batch_size=8,
+    )
     assert ds["train_micro_batch_size_per_gpu"] == 8
     assert ds["gradient_clipping"] == 0.5
     assert ds["gradient_accumulation_steps"] == 1
@@ -44,8 +47,10 @@ def test_deepspeed_config_is_filled_from_the_recipe():
 
 @pytest.mark.parametrize(
     "config, match",
-    [({"gradient_clipping": 1.0}, "gradient_clipping=1.0 differs from train.max_grad_norm=0.5"),
-     ({"gradient_accumulation_steps": 4}, "gradient_accumulation_steps must be 1")],
+    [
+        ({"gradient_clipping": 1.0}, "gradient_clipping=1.0 differs from train.max_grad_norm=0.5"),
+        ({"gradient_accumulation_steps": 4}, "gradient_accumulation_steps must be 1"),
+    ],
 )
 def test_deepspeed_config_refuses_what_changes_the_result(config, match):
     with pytest.raises(ValueError, match=match):

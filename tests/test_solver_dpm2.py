@@ -91,9 +91,15 @@ def test_dpm2_matches_diffusers_dpm_solver_plus_plus():
     on its own flow sigmas gives the same states to float32 rounding."""
     from diffusers import DPMSolverMultistepScheduler
 
-    sch = DPMSolverMultistepScheduler(algorithm_type="dpmsolver++", solver_order=2, prediction_type="flow_prediction",
-                                      use_flow_sigmas=True, flow_shift=3.0, lower_order_final=True,
-                                      final_sigmas_type="zero")
+    sch = DPMSolverMultistepScheduler(
+        algorithm_type="dpmsolver++",
+        solver_order=2,
+        prediction_type="flow_prediction",
+        use_flow_sigmas=True,
+        flow_shift=3.0,
+        lower_order_final=True,
+        final_sigmas_type="zero",
+    )
     sch.set_timesteps(10)
     sigmas = sch.sigmas.float()
     x = X1.clone()

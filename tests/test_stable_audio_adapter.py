@@ -24,14 +24,22 @@ from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 
 PROMPTS = ["a red cat", "a blue dog"]
-SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0"]
+SMALL = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 
 
 def _model(path="tiny-base", duration_s=1.0):
-    return SimpleNamespace(path=path, dtype="fp32", revision=None, duration_s=duration_s, prompt_cache=64,
-                           attention_backend=None)
+    return SimpleNamespace(
+        path=path, dtype="fp32", revision=None, duration_s=duration_s, prompt_cache=64, attention_backend=None
+    )
 
 
 @pytest.fixture(scope="module")
@@ -137,8 +145,13 @@ def test_sigmas_are_the_pipelines_and_feed_the_transformer(one_thread, steps):
     timesteps = []  # the pipeline calls transformer(latents, t.expand(B), ...)
     handle = pipe.transformer.register_forward_pre_hook(lambda m, a: timesteps.append(a[1][0].item()))
     try:
-        pipe(prompt="a cat", duration=0.5, num_inference_steps=steps, output_type="latent",
-             generator=torch.Generator().manual_seed(0))
+        pipe(
+            prompt="a cat",
+            duration=0.5,
+            num_inference_steps=steps,
+            output_type="latent",
+            generator=torch.Generator().manual_seed(0),
+        )
     finally:
         handle.remove()
     assert sigmas.shape == (steps + 1,) and sigmas.dtype == torch.float32
@@ -155,8 +168,15 @@ def test_ode_rollout_is_the_pipelines_output(adapter, one_thread, guidance, nega
     traj = rollout(adapter, cond, ode_plan(adapter.sigmas(4)), x, torch.arange(2), guidance)
     assert traj.states.shape == (2, 5, 8, 16) and torch.all(traj.log_probs == 0)
     pipe = _pipe()
-    ref = pipe(prompt=PROMPTS, duration=1.0, num_inference_steps=4, guidance_scale=guidance, negative_prompt=negative,
-               latents=x.clone(), output_type="latent").audios
+    ref = pipe(
+        prompt=PROMPTS,
+        duration=1.0,
+        num_inference_steps=4,
+        guidance_scale=guidance,
+        negative_prompt=negative,
+        latents=x.clone(),
+        output_type="latent",
+    ).audios
     torch.testing.assert_close(traj.final, ref, rtol=1e-5, atol=1e-5)
 
 
@@ -222,8 +242,16 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
 
 
 def test_full_fine_tuning_exports_a_transformer_that_loads_back(tmp_path, one_thread):
-    cfg = resolve_config("tiny-audio", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1",
-                                        "train.lora.enabled=false", "train.learning_rate=1e-4"])
+    cfg = resolve_config(
+        "tiny-audio",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=1",
+            "train.lora.enabled=false",
+            "train.learning_rate=1e-4",
+        ],
+    )
     trainer = Trainer(cfg)
     assert trainer.train()[0]["policy/onpolicy_logp_diff"] <= 1e-4
     assert json.loads((tmp_path / "transformer" / "config.json").read_text())["_class_name"] == "StableAudio3DiTModel"
@@ -255,8 +283,17 @@ def _method_overrides(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", list_methods("audio"))
 def test_every_method_runs_an_iteration(tmp_path, one_thread, name):
-    cfg = resolve_config("tiny-audio", [f"output_dir={tmp_path}", *SMALL, "sample.num_steps=4", "train.iterations=1",
-                                        f"method.name={name}", *_method_overrides(name)])
+    cfg = resolve_config(
+        "tiny-audio",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "sample.num_steps=4",
+            "train.iterations=1",
+            f"method.name={name}",
+            *_method_overrides(name),
+        ],
+    )
     rows = Trainer(cfg).train()
     assert len(rows) == 1 and "skipped" not in rows[0]
     assert rows[0].get("policy/onpolicy_logp_diff", 0.0) <= 1e-4

@@ -229,8 +229,9 @@ def test_each_methods_toy_recipe_is_what_the_comparison_runs():
         name = f"toy-{method.replace('_', '-')}"
         assert name in recipe_names(), name
         recipe = resolve_config(name, ["output_dir=x"]).to_dict()
-        compared = resolve_config(RECIPE, [f"method.name={method}", *METHOD_SETTINGS.get(method, []),
-                                           "output_dir=x"]).to_dict()
+        compared = resolve_config(
+            RECIPE, [f"method.name={method}", *METHOD_SETTINGS.get(method, []), "output_dir=x"]
+        ).to_dict()
         assert recipe == compared, method
 
 
@@ -240,12 +241,25 @@ def test_steps_images_and_time_to_reach_a_target():
 
     rows = [{"iteration": 0, ACCURACY: 0.2}]
     for i in range(4):
-        rows.append({"iteration": i, "reward/mean": 0.1, "timing_s/iteration": 10.0, "cost/reward_calls": 128.0,
-                     **({"cost/optimizer_steps": 2.0} if i else {})})
+        rows.append(
+            {
+                "iteration": i,
+                "reward/mean": 0.1,
+                "timing_s/iteration": 10.0,
+                "cost/reward_calls": 128.0,
+                **({"cost/optimizer_steps": 2.0} if i else {}),
+            }
+        )
         if i % 2 == 1:
             rows.append({"iteration": i + 1, ACCURACY: 0.3 + 0.1 * i})
     c = curves(rows, steps_per_iteration=5.0)
     assert c["eval_iteration"] == [0, 2, 4] and c["accuracy"] == pytest.approx([0.2, 0.4, 0.6])
     assert c["eval_steps"] == [0.0, 7.0, 11.0] and c["eval_images"] == [0.0, 256.0, 512.0]
-    assert to_reach(c, 0.5) == {"iteration": 4, "steps": 11.0, "images": 512.0, "time_s": 40.0, "accuracy": pytest.approx(0.6)}
+    assert to_reach(c, 0.5) == {
+        "iteration": 4,
+        "steps": 11.0,
+        "images": 512.0,
+        "time_s": 40.0,
+        "accuracy": pytest.approx(0.6),
+    }
     assert to_reach(c, 0.7) is None

@@ -23,8 +23,12 @@ def clip(row, onset, audio_onset=None, samples=N):
 
 
 def media_of(pairs):
-    return {"video": torch.from_numpy(np.stack([v for v, _ in pairs])), "fps": world.FPS,
-            "audio": torch.from_numpy(np.stack([a for _, a in pairs])), "sample_rate": world.SAMPLE_RATE}
+    return {
+        "video": torch.from_numpy(np.stack([v for v, _ in pairs])),
+        "fps": world.FPS,
+        "audio": torch.from_numpy(np.stack([a for _, a in pairs])),
+        "sample_rate": world.SAMPLE_RATE,
+    }
 
 
 def test_detector_is_exact_on_every_render():
@@ -53,8 +57,9 @@ def test_judge_sees_each_kind_of_mistake():
     assert not outside.video_ok and outside.video_score == pytest.approx(0.5)
     silent = world.judge(world.render_video("red", 8), np.zeros((2, N), np.float32), row)
     assert not silent.detection.audio_present and silent.audio_score == 0.0 and not silent.sync
-    dark = world.judge(np.zeros((world.FRAMES, 3, world.SIZE, world.SIZE), np.float32),
-                       world.render_audio("low", 8, N), row)
+    dark = world.judge(
+        np.zeros((world.FRAMES, 3, world.SIZE, world.SIZE), np.float32), world.render_audio("low", 8, N), row
+    )
     assert not dark.detection.video_present and dark.video_score == 0.0 and dark.sync_score == 0.0
 
 
@@ -78,8 +83,10 @@ def test_split_keeps_every_word_and_prompt_files_match():
 def test_rewards_score_parts_and_details():
     rows = [world.row_of("red", "low", "early"), world.row_of("blue", "high", "late")]
     media = media_of([clip(rows[0], 3), clip(rows[1], 12, audio_onset=15)])
-    out = {cls.name: cls()(media, [r["prompt"] for r in rows], rows) for cls in
-           (ToyAVVideo, ToyAVAudio, ToyAVSync, ToyAVReward, ToyAVAccuracy)}
+    out = {
+        cls.name: cls()(media, [r["prompt"] for r in rows], rows)
+        for cls in (ToyAVVideo, ToyAVAudio, ToyAVSync, ToyAVReward, ToyAVAccuracy)
+    }
     assert out["toy_av_video"].scores.tolist() == [1.0, 1.0]
     assert out["toy_av_audio"].scores.tolist() == [1.0, 1.0]
     assert out["toy_av_sync"].scores.tolist() == pytest.approx([1.0, 0.25])
@@ -114,7 +121,9 @@ def test_renders_follow_the_spec():
     assert np.abs(audio[:, :start]).max() == 0.0 and np.abs(audio).max() <= world.BEEP_AMPLITUDE
     assert np.array_equal(audio[0], audio[1])
     # multiples of 100 Hz: every 240-sample vocoder frame starts at phase 0
-    assert all(f % 100 == 0 and (world.SAMPLE_RATE // 100) % (world.SAMPLE_RATE // f) == 0 for f in world.PITCHES.values())
+    assert all(
+        f % 100 == 0 and (world.SAMPLE_RATE // 100) % (world.SAMPLE_RATE // f) == 0 for f in world.PITCHES.values()
+    )
 
 
 def test_draw_onsets_stay_in_their_slots():

@@ -17,31 +17,57 @@ from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer
 
 TWO_REWARDS = "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}"
-COMMON = ["sample.num_steps=4", "sample.group_size=4", "sample.prompts_per_iteration=2", "train.beta=0.01",
-          "log.sample_every=1000", "log.eval_every=0", TWO_REWARDS]
+COMMON = [
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "train.beta=0.01",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+    TWO_REWARDS,
+]
 METHODS = {
     # rollout batches of 2: two balancing pools on each process, the same blocks of the global order on one;
     # a moving window of 2 that never reaches sigma = 0
-    "tp_grpo": ["method.name=tp_grpo", "sample.batch_size=2", "method.options.window_size=2",
-                "method.options.window_range=[0,3]"],
+    "tp_grpo": [
+        "method.name=tp_grpo",
+        "sample.batch_size=2",
+        "method.options.window_size=2",
+        "method.options.window_range=[0,3]",
+    ],
     "e_grpo": ["method.name=e_grpo", "sample.batch_size=4"],  # one group per rollout batch
 }
-KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
-        "policy/clip_frac", "policy/grad_norm"]
+KEYS = [
+    "reward/mean",
+    "reward/std",
+    "adv/abs_mean",
+    "policy/loss",
+    "policy/kl",
+    "policy/approx_kl",
+    "policy/clip_frac",
+    "policy/grad_norm",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547"]
 
 
 def _run(command: list[str], out: Path, *extra: str) -> list[dict]:
-    done = subprocess.run([*command, "tiny-cpu", f"output_dir={out}", *COMMON, *extra, "train.iterations=1",
-                           "log.save_every=1000"], env=ENV, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*command, "tiny-cpu", f"output_dir={out}", *COMMON, *extra, "train.iterations=1", "log.save_every=1000"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.skipif(shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-                    reason="torchrun not installed")
+@pytest.mark.skipif(
+    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
+    reason="torchrun not installed",
+)
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_two_processes_give_one_process_credit_and_losses(tmp_path, method):
     """Credit runs on the rewards gathered in global order, so each method's own figures (turning points
@@ -65,15 +91,17 @@ def signals_ignored_outside_training():
 
 
 def _train(run: Path, method: str, *extra: str) -> list[dict]:
-    cfg = resolve_config("tiny-cpu", [f"output_dir={run}", *COMMON, *METHODS[method], "train.iterations=3",
-                                      "log.save_every=1", *extra])
+    cfg = resolve_config(
+        "tiny-cpu", [f"output_dir={run}", *COMMON, *METHODS[method], "train.iterations=3", "log.save_every=1", *extra]
+    )
     Trainer(cfg).train()
     return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))
-def test_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one_thread, monkeypatch, method,
-                                                                signals_ignored_outside_training):
+def test_sigterm_during_the_update_then_resume_repeats_the_run(
+    tmp_path, one_thread, monkeypatch, method, signals_ignored_outside_training
+):
     reference = _train(tmp_path / "clean", method)
     update, calls = Trainer._update_unit, {"n": 0}
 

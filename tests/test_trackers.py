@@ -10,8 +10,15 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer, preflight
 
-TINY = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-        "log.sample_every=2", "log.num_sample_images=4", "log.trackers=[tensorboard]"]
+TINY = [
+    "sample.num_steps=2",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.sample_every=2",
+    "log.num_sample_images=4",
+    "log.trackers=[tensorboard]",
+]
 
 
 def _cfg(run, *extra):
@@ -49,7 +56,10 @@ def _same(logged: dict[int, float], rows: list[dict], key: str) -> None:
     expected = {r["iteration"]: r[key] for r in rows if key in r}
     assert sorted(logged) == sorted(expected), key
     for step, value in expected.items():
-        assert logged[step] == pytest.approx(value, rel=1e-6, abs=1e-7, nan_ok=True), (key, step)  # TensorBoard keeps float32
+        assert logged[step] == pytest.approx(value, rel=1e-6, abs=1e-7, nan_ok=True), (
+            key,
+            step,
+        )  # TensorBoard keeps float32
 
 
 def test_tensorboard_run_logs_metrics_images_and_hparams_and_resume_appends(tmp_path, one_thread):
@@ -114,7 +124,9 @@ def test_interrupted_run_has_its_events_on_disk_and_trackers_closed(tmp_path, on
 
 
 def test_tracker_names_are_checked_in_one_line(tmp_path):
-    with pytest.raises(ConfigError, match=r"^log.trackers: unknown tracker 'tensorbord'; did you mean 'tensorboard'\?$"):
+    with pytest.raises(
+        ConfigError, match=r"^log.trackers: unknown tracker 'tensorbord'; did you mean 'tensorboard'\?$"
+    ):
         _cfg(tmp_path, "log.trackers=[tensorbord]")
     with pytest.raises(ConfigError, match=r"^log.trackers: unknown tracker 'Wandb'; did you mean 'wandb'\?$"):
         _cfg(tmp_path, "log.trackers=[Wandb]")

@@ -85,8 +85,9 @@ def test_onpolicy_check_stops_a_mismatched_update(tmp_path, tiny_cfg_overrides, 
 
     def shifted(adapter, plan, i, *args, **kwargs):  # the update sees another schedule than the rollout
         if kwargs.get("x_next") is not None:
-            plan = plan.__class__(plan.sigma * 0.98, plan.sigma_next, plan.kinds, plan.noise_levels, plan.train,
-                                  plan.sigma_at_one)
+            plan = plan.__class__(
+                plan.sigma * 0.98, plan.sigma_next, plan.kinds, plan.noise_levels, plan.train, plan.sigma_at_one
+            )
         return real(adapter, plan, i, *args, **kwargs)
 
     monkeypatch.setattr(tr, "transition", shifted)
@@ -105,8 +106,17 @@ def test_reward_rises_on_compressibility(tmp_path):
 
 
 def test_full_finetune_with_ema_checkpointing_and_kl(tmp_path, tiny_cfg_overrides):
-    cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=2", "train.lora.enabled=false", "train.ema=true",
-               "train.ema_every=1", "train.gradient_checkpointing=true", "train.beta=0.01", "log.save_every=2")
+    cfg = _cfg(
+        tmp_path,
+        tiny_cfg_overrides,
+        "train.iterations=2",
+        "train.lora.enabled=false",
+        "train.ema=true",
+        "train.ema_every=1",
+        "train.gradient_checkpointing=true",
+        "train.beta=0.01",
+        "log.save_every=2",
+    )
     trainer = Trainer(cfg)
     assert trainer.ref_model is not None
     before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
@@ -127,8 +137,16 @@ def test_full_finetune_with_ema_checkpointing_and_kl(tmp_path, tiny_cfg_override
 def test_periodic_evaluation_on_held_out_prompts(tmp_path, tiny_cfg_overrides):
     held_out = tmp_path / "eval.txt"
     held_out.write_text("a red apple\na blue car\na green tree\n")
-    cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=2", "log.eval_every=1", f"data.eval_prompts={held_out}",
-               "log.eval_num_prompts=3", "sample.eval_num_steps=3", "eval_reward={jpeg_incompressibility: 1.0}")
+    cfg = _cfg(
+        tmp_path,
+        tiny_cfg_overrides,
+        "train.iterations=2",
+        "log.eval_every=1",
+        f"data.eval_prompts={held_out}",
+        "log.eval_num_prompts=3",
+        "sample.eval_num_steps=3",
+        "eval_reward={jpeg_incompressibility: 1.0}",
+    )
     rows = Trainer(cfg).train()
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     for r in rows:

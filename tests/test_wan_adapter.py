@@ -24,15 +24,23 @@ from flowrl.sde import flow_sde_g, step
 from flowrl.trainer import Trainer
 
 PROMPTS = ["a red cat", "a blue dog"]
-SMALL = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-         "log.save_every=1000", "log.sample_every=1000", "log.eval_every=0"]
+SMALL = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+]
 SKIP = ("timing_s/", "throughput/", "memory/")
 PIPE_KW = {"height": 32, "width": 32, "num_frames": 5, "max_sequence_length": 16}
 
 
 def _adapter(path="tiny", *overrides):
-    return adapter_class("wan").from_config(resolve_config("tiny-wan", [f"model.path={path}", *overrides]).model,
-                                            seed=0)
+    return adapter_class("wan").from_config(
+        resolve_config("tiny-wan", [f"model.path={path}", *overrides]).model, seed=0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,8 +122,13 @@ def test_shapes_dtypes_and_the_transformer_call(wan21, one_thread):
 def test_sigmas_are_the_pipelines_and_start_below_one(wan21, one_thread):
     sigmas = wan21.sigmas(6)
     pipe = build_tiny_wan(seed=0)
-    pipe(prompt="a cat", num_inference_steps=6, output_type="latent", generator=torch.Generator().manual_seed(0),
-         **PIPE_KW)
+    pipe(
+        prompt="a cat",
+        num_inference_steps=6,
+        output_type="latent",
+        generator=torch.Generator().manual_seed(0),
+        **PIPE_KW,
+    )
     assert sigmas.shape == (7,) and sigmas.dtype == torch.float32 and torch.equal(sigmas, pipe.scheduler.sigmas.float())
     assert sigmas[0].item() == pytest.approx(0.99999899, abs=1e-8) and sigmas[0].item() < 1.0
     assert sigmas[-1].item() == 0.0 and bool((sigmas[1:] < sigmas[:-1]).all())
@@ -133,8 +146,16 @@ def test_first_flow_sde_transition_is_not_blown_up_by_sigma_0(one_thread):
     assert flow_sde_g(s0, 0.7, plan.sigma_at_one) == pytest.approx(expected, rel=1e-6)
     assert 0.7 * math.sqrt(s0 / (1 - s0)) > 500  # what it would be without the substitution
     x = a.initial_noise(2, torch.Generator().manual_seed(0))
-    out = step("flow_sde", torch.zeros_like(x), x, s0, s1, 0.7, sigma_at_one=plan.sigma_at_one,
-               generator=torch.Generator().manual_seed(1))
+    out = step(
+        "flow_sde",
+        torch.zeros_like(x),
+        x,
+        s0,
+        s1,
+        0.7,
+        sigma_at_one=plan.sigma_at_one,
+        generator=torch.Generator().manual_seed(1),
+    )
     assert out.std.tolist() == pytest.approx([expected * math.sqrt(s0 - s1)] * 2, rel=1e-5)
     assert bool(torch.isfinite(out.x_next).all()) and float(out.x_next.abs().max()) < 20
 
@@ -168,9 +189,15 @@ def test_ode_rollout_is_the_pipelines_output(wan21, a14b, one_thread, path, guid
 
 def test_generate_is_the_pipelines_call(wan21, one_thread):
     out = wan21.generate(PROMPTS, 3, 4.5, torch.Generator().manual_seed(0), negative_prompts=["", "blurry"])
-    ref = build_tiny_wan(seed=0)(prompt=PROMPTS, negative_prompt=["", "blurry"], num_inference_steps=3,
-                                 guidance_scale=4.5, generator=torch.Generator().manual_seed(0), output_type="pt",
-                                 **PIPE_KW).frames
+    ref = build_tiny_wan(seed=0)(
+        prompt=PROMPTS,
+        negative_prompt=["", "blurry"],
+        num_inference_steps=3,
+        guidance_scale=4.5,
+        generator=torch.Generator().manual_seed(0),
+        output_type="pt",
+        **PIPE_KW,
+    ).frames
     assert out["fps"] == 8.0 and out["video"].shape == (2, 5, 3, 32, 32)
     torch.testing.assert_close(out["video"], ref, rtol=0, atol=0)
 
@@ -198,8 +225,12 @@ def test_experts_switch_at_the_boundary_and_split_straddling_rows(a14b, one_thre
     torch.testing.assert_close(mixed[1], low[1], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(mixed[2], a.velocity(x, 0.9, inputs, 4.5)[2], rtol=1e-5, atol=1e-5)
     # each expert alone is what a sigma on its side runs
-    ref_low = a.pipe.transformer_2(hidden_states=torch.cat([x, x]), timestep=torch.full((6,), 500.0),
-                                   encoder_hidden_states=inputs["prompt_embeds"], return_dict=False)[0]
+    ref_low = a.pipe.transformer_2(
+        hidden_states=torch.cat([x, x]),
+        timestep=torch.full((6,), 500.0),
+        encoder_hidden_states=inputs["prompt_embeds"],
+        return_dict=False,
+    )[0]
     u, c = ref_low.chunk(2)
     torch.testing.assert_close(low, u + 4.5 * (c - u), rtol=1e-5, atol=1e-5)
 
@@ -224,8 +255,9 @@ def test_the_expert_that_sampled_a_transition_scores_it(a14b, one_thread):
     sig = torch.tensor([float(plan.sigma[j_high]), float(plan.sigma[j_low])])
     v = a.velocity(rows_x, sig, inputs, 4.5)
     for row, j in enumerate((j_high, j_low)):
-        torch.testing.assert_close(v[row], a.velocity(traj.pair(j)[0], float(plan.sigma[j]), inputs, 4.5)[row],
-                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            v[row], a.velocity(traj.pair(j)[0], float(plan.sigma[j]), inputs, 4.5)[row], rtol=1e-5, atol=1e-5
+        )
 
 
 @pytest.mark.parametrize("trained, frozen", [("high_noise", "low_noise"), ("low_noise", "high_noise")])
@@ -290,8 +322,16 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
 
 @pytest.mark.parametrize("trained", ["both", "high_noise", "low_noise"])
 def test_two_expert_training_trains_only_its_experts(tmp_path, one_thread, trained):
-    cfg = resolve_config("tiny-wan", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1", "model.path=tiny-a14b",
-                                      f"model.trained_experts={trained}"])
+    cfg = resolve_config(
+        "tiny-wan",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=1",
+            "model.path=tiny-a14b",
+            f"model.trained_experts={trained}",
+        ],
+    )
     trainer = Trainer(cfg)
     experts = trainer.adapter.transformer
     before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
@@ -313,17 +353,28 @@ def test_two_expert_training_trains_only_its_experts(tmp_path, one_thread, train
     fresh = _adapter("tiny-a14b")
     assert fresh.load_trained(tmp_path).startswith("LoRA")
     trained_rows = {_strip(k): v for k, v in trainer.trainable.items()}
-    loaded = {f"{n}.{_strip(k)}": v for n, e in fresh.transformer.experts() for k, v in e.named_parameters()
-              if "lora_" in k}
+    loaded = {
+        f"{n}.{_strip(k)}": v for n, e in fresh.transformer.experts() for k, v in e.named_parameters() if "lora_" in k
+    }
     assert trained_rows.keys() == loaded.keys()
     for k, v in trained_rows.items():
         torch.testing.assert_close(loaded[k].float(), v.detach().float().cpu(), rtol=0, atol=0)
 
 
 def test_two_expert_full_fine_tuning_keeps_the_frozen_expert_and_round_trips(tmp_path, one_thread):
-    cfg = resolve_config("tiny-wan", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1", "model.path=tiny-a14b",
-                                      "model.trained_experts=low_noise", "train.lora.enabled=false",
-                                      "train.learning_rate=1e-4", "train.beta=0.004"])
+    cfg = resolve_config(
+        "tiny-wan",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=1",
+            "model.path=tiny-a14b",
+            "model.trained_experts=low_noise",
+            "train.lora.enabled=false",
+            "train.learning_rate=1e-4",
+            "train.beta=0.004",
+        ],
+    )
     trainer = Trainer(cfg)
     experts = trainer.adapter.transformer
     assert trainer.ref_model.high_noise is experts.high_noise  # the frozen expert is shared, not copied
@@ -343,8 +394,16 @@ def test_two_expert_full_fine_tuning_keeps_the_frozen_expert_and_round_trips(tmp
 
 
 def test_full_fine_tuning_of_wan21_round_trips(tmp_path, one_thread):
-    cfg = resolve_config("tiny-wan", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1", "train.lora.enabled=false",
-                                      "train.learning_rate=1e-4"])
+    cfg = resolve_config(
+        "tiny-wan",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "train.iterations=1",
+            "train.lora.enabled=false",
+            "train.learning_rate=1e-4",
+        ],
+    )
     trainer = Trainer(cfg)
     before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
     rows = trainer.train()
@@ -403,8 +462,17 @@ def _method_overrides(name: str) -> list[str]:
 
 @pytest.mark.parametrize("name", list_methods("video"))
 def test_every_method_runs_an_iteration(tmp_path, one_thread, name):
-    cfg = resolve_config("tiny-wan", [f"output_dir={tmp_path}", *SMALL, "sample.num_steps=4", "train.iterations=1",
-                                      f"method.name={name}", *_method_overrides(name)])
+    cfg = resolve_config(
+        "tiny-wan",
+        [
+            f"output_dir={tmp_path}",
+            *SMALL,
+            "sample.num_steps=4",
+            "train.iterations=1",
+            f"method.name={name}",
+            *_method_overrides(name),
+        ],
+    )
     rows = Trainer(cfg).train()
     assert len(rows) == 1 and "skipped" not in rows[0]
     assert rows[0].get("policy/onpolicy_logp_diff", 0.0) <= 1e-4
@@ -421,7 +489,9 @@ def test_model_path_and_shape_refusals(tmp_path):
 
     check_model_path(model("model.path=tiny"))
     check_model_path(model("model.path=tiny-a14b", "model.trained_experts=high_noise"))
-    check_model_path(model("model.path=Wan-AI/Wan2.1-T2V-1.3B-Diffusers"))  # a hub id: loading says if it can be fetched
+    check_model_path(
+        model("model.path=Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
+    )  # a hub id: loading says if it can be fetched
     with pytest.raises(FileNotFoundError, match="no such file or folder"):
         check_model_path(model(f"model.path={tmp_path / 'missing'}"))
     (tmp_path / "wan.safetensors").write_bytes(b"")

@@ -150,7 +150,14 @@ SMOKE = Scale(
     group_size=2,
     prompts_per_iteration=2,
     batch_size=2,
-    wan={"num_layers": 2, "num_attention_heads": 2, "attention_head_dim": 32, "ffn_dim": 128, "text_dim": 64, "freq_dim": 32},
+    wan={
+        "num_layers": 2,
+        "num_attention_heads": 2,
+        "attention_head_dim": 32,
+        "ffn_dim": 128,
+        "text_dim": 64,
+        "freq_dim": 32,
+    },
     wan_video=(5, 32, 32),
     wan_text_tokens=16,
 )
@@ -317,12 +324,20 @@ def _trainer_with(cfg, pipe, device: torch.device):
     from flowrl.trainer import Trainer
 
     def make(model_cfg, device=device, seed=0):
-        return SD3Adapter(pipe, model_cfg.resolution, model_cfg.max_sequence_length, device,
-                          prompt_cache=model_cfg.prompt_cache, attention_backend=model_cfg.attention_backend)
+        return SD3Adapter(
+            pipe,
+            model_cfg.resolution,
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=model_cfg.attention_backend,
+        )
 
     # the folder holds configs only (the weights are in memory): skip the model.path check too
-    with mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))), \
-            mock.patch.object(SD3Adapter, "check_model_path", staticmethod(lambda model_cfg: None)):
+    with (
+        mock.patch.object(SD3Adapter, "from_config", classmethod(lambda cls, *a, **k: make(*a, **k))),
+        mock.patch.object(SD3Adapter, "check_model_path", staticmethod(lambda model_cfg: None)),
+    ):
         return Trainer(cfg)
 
 
@@ -395,8 +410,9 @@ METHOD_OVERRIDES: dict[str, list[str]] = {
 }
 
 
-def bench_methods(scale: Scale, device: torch.device, clock: Clock, precision: str,
-                  methods: list[str] | None = None) -> list[dict]:
+def bench_methods(
+    scale: Scale, device: torch.device, clock: Clock, precision: str, methods: list[str] | None = None
+) -> list[dict]:
     """One SD3.5-M-size iteration of every registered method (after one warm-up iteration), on the same
     in-memory pipeline: seconds, NFE/s, NFE and reward calls, peak memory, beside Flow-GRPO's."""
     from flowrl.config import config_from_dict, merge_overrides
@@ -416,21 +432,31 @@ def bench_methods(scale: Scale, device: torch.device, clock: Clock, precision: s
                 clock.say(f"skipping {name} and after: time budget")
                 break
             extra = [o.format(group=scale.group_size) for o in METHOD_OVERRIDES.get(name, [])]
-            data = merge_overrides(json.loads(json.dumps(base)), [f"method.name={name}", *extra,
-                                                                   f"output_dir={folder / name}"])
+            data = merge_overrides(
+                json.loads(json.dumps(base)), [f"method.name={name}", *extra, f"output_dir={folder / name}"]
+            )
             trainer = _trainer_with(config_from_dict(data), pipe, device)
             trainer.step(0)  # warm-up
             _reset_peak(device)
             m = trainer.step(1)
-            clock.say(f"{name}: {m['timing_s/iteration']:.2f} s, {m['throughput/nfe_per_s']:.0f} NFE/s, "
-                      f"{m['cost/nfe']:.0f} NFE, {m['cost/reward_calls']:.0f} reward calls, "
-                      f"peak {m['memory/peak_gib']:.2f} GiB")
-            rows.append({"model": f"SD3.5-M method {name}",
-                         "setting": f"{scale.resolution}px, {trainer.cfg.sample.prompts_per_iteration * trainer.cfg.sample.group_size} "
-                                    f"samples, batch {trainer.cfg.sample.batch_size}, {scale.num_steps} steps, {precision}",
-                         "seconds": m["timing_s/iteration"], "images_per_s": m["throughput/images_per_s"],
-                         "nfe": m["cost/nfe"], "nfe_per_s": m["throughput/nfe_per_s"],
-                         "reward_calls": m["cost/reward_calls"], "peak_gib": m["memory/peak_gib"]})
+            clock.say(
+                f"{name}: {m['timing_s/iteration']:.2f} s, {m['throughput/nfe_per_s']:.0f} NFE/s, "
+                f"{m['cost/nfe']:.0f} NFE, {m['cost/reward_calls']:.0f} reward calls, "
+                f"peak {m['memory/peak_gib']:.2f} GiB"
+            )
+            rows.append(
+                {
+                    "model": f"SD3.5-M method {name}",
+                    "setting": f"{scale.resolution}px, {trainer.cfg.sample.prompts_per_iteration * trainer.cfg.sample.group_size} "
+                    f"samples, batch {trainer.cfg.sample.batch_size}, {scale.num_steps} steps, {precision}",
+                    "seconds": m["timing_s/iteration"],
+                    "images_per_s": m["throughput/images_per_s"],
+                    "nfe": m["cost/nfe"],
+                    "nfe_per_s": m["throughput/nfe_per_s"],
+                    "reward_calls": m["cost/reward_calls"],
+                    "peak_gib": m["memory/peak_gib"],
+                }
+            )
             del trainer
             pipe.transformer.delete_adapters("default")  # the next method starts from the base weights
     flow = next((r for r in rows if r["model"].endswith(" flow_grpo")), None)
@@ -479,8 +505,14 @@ def _runnable_backends(transformer, names, device: torch.device, dtype: torch.dt
     return runnable
 
 
-def bench_attention(scale: Scale, device: torch.device, clock: Clock, precision: str,
-                    backends: list[str] | None = None, smoke: bool = False) -> list[dict]:
+def bench_attention(
+    scale: Scale,
+    device: torch.device,
+    clock: Clock,
+    precision: str,
+    backends: list[str] | None = None,
+    smoke: bool = False,
+) -> list[dict]:
     """One SD3.5-M-size iteration (after a warm-up iteration) for today's path, each attention backend that
     runs here, and torch.compile with today's attention and with the fastest backend: seconds, ratio to
     today's, and the first update's on-policy log-prob gap."""
@@ -520,18 +552,28 @@ def bench_attention(scale: Scale, device: torch.device, clock: Clock, precision:
             _reset_peak(device)
             m = trainer.step(1)
             gap = first.get("policy/onpolicy_logp_diff", float("nan"))
-            rows.append({"model": f"SD3.5-M attention {label}",
-                         "setting": f"{backend or 'default'} attention, compile {'on' if compiled else 'off'}; "
-                                    f"{scale.resolution}px, {cfg.sample.prompts_per_iteration * cfg.sample.group_size} "
-                                    f"samples, batch {cfg.sample.batch_size}, {scale.num_steps} steps, {precision}",
-                         "attention": backend or "default", "compile": compiled,
-                         "seconds": m["timing_s/iteration"], "first_seconds": first["timing_s/iteration"],
-                         "images_per_s": m["throughput/images_per_s"], "peak_gib": m["memory/peak_gib"],
-                         "onpolicy_logp_diff": gap, "onpolicy_tol": cfg.train.onpolicy_tol,
-                         "vs_today": m["timing_s/iteration"] / rows[0]["seconds"] if rows else 1.0})
-            clock.say(f"{label}: {m['timing_s/iteration']:.2f} s ({rows[-1]['vs_today']:.3f} x today's), first "
-                      f"iteration {first['timing_s/iteration']:.2f} s, on-policy gap {gap:.3g}, "
-                      f"peak {m['memory/peak_gib']:.2f} GiB")
+            rows.append(
+                {
+                    "model": f"SD3.5-M attention {label}",
+                    "setting": f"{backend or 'default'} attention, compile {'on' if compiled else 'off'}; "
+                    f"{scale.resolution}px, {cfg.sample.prompts_per_iteration * cfg.sample.group_size} "
+                    f"samples, batch {cfg.sample.batch_size}, {scale.num_steps} steps, {precision}",
+                    "attention": backend or "default",
+                    "compile": compiled,
+                    "seconds": m["timing_s/iteration"],
+                    "first_seconds": first["timing_s/iteration"],
+                    "images_per_s": m["throughput/images_per_s"],
+                    "peak_gib": m["memory/peak_gib"],
+                    "onpolicy_logp_diff": gap,
+                    "onpolicy_tol": cfg.train.onpolicy_tol,
+                    "vs_today": m["timing_s/iteration"] / rows[0]["seconds"] if rows else 1.0,
+                }
+            )
+            clock.say(
+                f"{label}: {m['timing_s/iteration']:.2f} s ({rows[-1]['vs_today']:.3f} x today's), first "
+                f"iteration {first['timing_s/iteration']:.2f} s, on-policy gap {gap:.3g}, "
+                f"peak {m['memory/peak_gib']:.2f} GiB"
+            )
             del trainer
             _reset_transformer(transformer, processors)
             torch._dynamo.reset()
@@ -567,9 +609,19 @@ def _overhead(trainer, clock: Clock, iteration_s: float, repeats: int) -> list[d
             continue
         ours, bare = fn(trainer, repeats)
         clock.say(f"{what}: flowrl {ours:.3f} s, bare {bare:.3f} s, ratio {ours / bare:.3f}")
-        rows.append({"model": f"SD3.5-M {what} overhead", "setting": setting, "seconds": ours, "bare_seconds": bare,
-                     "ratio": ours / bare, "images_per_s": float("nan"), "peak_gib": float("nan"),
-                     "est_seconds": float("nan"), "est_peak_gib": float("nan")})
+        rows.append(
+            {
+                "model": f"SD3.5-M {what} overhead",
+                "setting": setting,
+                "seconds": ours,
+                "bare_seconds": bare,
+                "ratio": ours / bare,
+                "images_per_s": float("nan"),
+                "peak_gib": float("nan"),
+                "est_seconds": float("nan"),
+                "est_peak_gib": float("nan"),
+            }
+        )
     return rows
 
 
@@ -690,12 +742,26 @@ FAMILY_RUNS = {
     # LoRA 64/128 on the attention and feed-forward projections, beta 0, bf16), on 12 samples in batches of 3
     "flux": FamilyRun(
         "tiny-flux",
-        ["model.resolution=512", "model.max_sequence_length=512", "sample.num_steps=6", "sample.timestep_fraction=0.99",
-         "sample.guidance_scale=3.5", "sample.noise_level=0.9", "sample.group_size=6", "sample.prompts_per_iteration=2",
-         "sample.batch_size=3", "train.beta=0.0", "train.clip_range=1.0e-4", "train.lora.rank=64", "train.lora.alpha=128",
-         ("train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
-          "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"),
-         'reward={"jpeg_compressibility": 1.0}'],
+        [
+            "model.resolution=512",
+            "model.max_sequence_length=512",
+            "sample.num_steps=6",
+            "sample.timestep_fraction=0.99",
+            "sample.guidance_scale=3.5",
+            "sample.noise_level=0.9",
+            "sample.group_size=6",
+            "sample.prompts_per_iteration=2",
+            "sample.batch_size=3",
+            "train.beta=0.0",
+            "train.clip_range=1.0e-4",
+            "train.lora.rank=64",
+            "train.lora.alpha=128",
+            (
+                "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
+                "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
+            ),
+            'reward={"jpeg_compressibility": 1.0}',
+        ],
         "512px, 12 samples, batch 3, 6 steps, guidance embedding 3.5, LoRA 64 (+FF)",
     ),
     # Flow-GRPO's general_ocr_wan2_1 settings (CFG 4.5, LoRA 32/64, beta 0.004, clip 1e-3, bf16) at 81 frames
@@ -703,36 +769,82 @@ FAMILY_RUNS = {
     # 19 of them trained, would take about 4x longer), 2 samples, one a batch
     "wan": FamilyRun(
         "tiny-wan",
-        ["model.height=480", "model.width=832", "model.num_frames=81", "model.fps=16", "model.max_sequence_length=512",
-         "train.gradient_checkpointing=true", "sample.num_steps=10", "sample.window_size=2",
-         "sample.guidance_scale=4.5", "sample.group_size=2", "sample.prompts_per_iteration=1", "sample.batch_size=1",
-         "train.beta=0.004", "train.clip_range=1.0e-3", "train.lora.rank=32", "train.lora.alpha=64",
-         "train.lora.target_modules=null"],
+        [
+            "model.height=480",
+            "model.width=832",
+            "model.num_frames=81",
+            "model.fps=16",
+            "model.max_sequence_length=512",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=10",
+            "sample.window_size=2",
+            "sample.guidance_scale=4.5",
+            "sample.group_size=2",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=1",
+            "train.beta=0.004",
+            "train.clip_range=1.0e-3",
+            "train.lora.rank=32",
+            "train.lora.alpha=64",
+            "train.lora.target_modules=null",
+        ],
         "81x480x832 (32,760 tokens), 2 samples, batch 1, CFG 4.5, 10 steps, window 2, LoRA 32, checkpointing",
     ),
     # stable-audio-3-medium (distilled: guidance 1, 8 steps), 10 s clips, LoRA 32/64, 24 samples in batches of 12
     "ltx2": FamilyRun(
         "tiny-ltx2-av-grpo",
-        ["model.height=512", "model.width=768", "model.num_frames=49", "model.fps=24", "model.max_sequence_length=256",
-         "train.gradient_checkpointing=true", "sample.num_steps=8", "sample.guidance_scale=4.0",
-         "sample.group_size=4", "sample.prompts_per_iteration=1", "sample.batch_size=4", "train.lora.rank=32",
-         "train.lora.alpha=32", "train.lora.target_modules=null", "train.learning_rate=1.0e-6"],
+        [
+            "model.height=512",
+            "model.width=768",
+            "model.num_frames=49",
+            "model.fps=24",
+            "model.max_sequence_length=256",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=8",
+            "sample.guidance_scale=4.0",
+            "sample.group_size=4",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=4",
+            "train.lora.rank=32",
+            "train.lora.alpha=32",
+            "train.lora.target_modules=null",
+            "train.learning_rate=1.0e-6",
+        ],
         "49x512x768 at 24 fps (2,739 tokens), G = 4 + anchor, 8 steps, CFG 4, LoRA 32, checkpointing",
     ),
     "stable_audio": FamilyRun(
         "tiny-audio",
-        ["model.duration_s=10.0", "sample.num_steps=8", "sample.guidance_scale=1.0", "sample.group_size=6",
-         "sample.prompts_per_iteration=4", "sample.batch_size=12", "train.beta=0.004", "train.clip_range=1.0e-4",
-         "train.lora.rank=32", "train.lora.alpha=64", "train.lora.target_modules=null"],
+        [
+            "model.duration_s=10.0",
+            "sample.num_steps=8",
+            "sample.guidance_scale=1.0",
+            "sample.group_size=6",
+            "sample.prompts_per_iteration=4",
+            "sample.batch_size=12",
+            "train.beta=0.004",
+            "train.clip_range=1.0e-4",
+            "train.lora.rank=32",
+            "train.lora.alpha=64",
+            "train.lora.target_modules=null",
+        ],
         "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
     ),
 }
 # --smoke: the tiny models, two samples of a few steps
-SMOKE_FAMILY_OVERRIDES = ["sample.num_steps=2", "sample.group_size=2", "sample.prompts_per_iteration=1",
-                          "sample.batch_size=2", "sample.window_size=0"]
+SMOKE_FAMILY_OVERRIDES = [
+    "sample.num_steps=2",
+    "sample.group_size=2",
+    "sample.prompts_per_iteration=1",
+    "sample.batch_size=2",
+    "sample.window_size=0",
+]
 FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium", "ltx2": "LTX-2 (AV-GRPO)"}
-_LOADERS = {"flux": "load_flux_pipeline", "wan": "load_wan_pipeline", "stable_audio": "load_stable_audio_pipeline",
-            "ltx2": "load_ltx2_pipeline"}
+_LOADERS = {
+    "flux": "load_flux_pipeline",
+    "wan": "load_wan_pipeline",
+    "stable_audio": "load_stable_audio_pipeline",
+    "ltx2": "load_ltx2_pipeline",
+}
 
 
 def _ids() -> dict:
@@ -765,8 +877,12 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     from flowrl.pipelines import tiny_families as tf
 
     if scale.encoders == "tiny":
-        builders = {"flux": tf.build_tiny_flux, "wan": tf.build_tiny_wan, "stable_audio": tf.build_tiny_stable_audio,
-                    "ltx2": tf.build_tiny_ltx2}
+        builders = {
+            "flux": tf.build_tiny_flux,
+            "wan": tf.build_tiny_wan,
+            "stable_audio": tf.build_tiny_stable_audio,
+            "ltx2": tf.build_tiny_ltx2,
+        }
         pipe = builders[name]()
         for part in ("transformer", "text_encoder", "text_encoder_2", "connectors"):
             module = getattr(pipe, part, None)
@@ -782,8 +898,9 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     schedulers = {  # made outside the device context: their sigma tables live on the CPU
         "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.FLUX_SCHEDULER_CONFIG),
         "wan": lambda: diffusers.UniPCMultistepScheduler(**tf.WAN_SCHEDULER_CONFIG),
-        "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.STABLE_AUDIO3_SCHEDULER_CONFIG,
-                                                                           stochastic_sampling=True),
+        "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(
+            **tf.STABLE_AUDIO3_SCHEDULER_CONFIG, stochastic_sampling=True
+        ),
         "ltx2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.LTX2_SCHEDULER_CONFIG),
     }
     if name not in schedulers:
@@ -805,8 +922,12 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 text_encoder_2 = _t5(e.T5_XXL, shallow)
             vae = diffusers.AutoencoderKL(**e.FLUX_VAE)
             pipe = diffusers.FluxPipeline(
-                scheduler=scheduler, vae=vae, text_encoder=_fp32_kept(text_encoder, encoder_dtype), tokenizer=tokenizer,
-                text_encoder_2=_fp32_kept(text_encoder_2, encoder_dtype), tokenizer_2=make_word_tokenizer(512),
+                scheduler=scheduler,
+                vae=vae,
+                text_encoder=_fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer,
+                text_encoder_2=_fp32_kept(text_encoder_2, encoder_dtype),
+                tokenizer_2=make_word_tokenizer(512),
                 transformer=_fp32_kept(transformer, dtype),
             )
         elif name == "wan":
@@ -816,7 +937,10 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 text_encoder = _t5(e.UMT5_XXL, shallow, umt5=True)
             vae = diffusers.AutoencoderKLWan()  # the Wan2.1 VAE: the class defaults
             pipe = diffusers.WanPipeline(
-                tokenizer=tokenizer, text_encoder=_fp32_kept(text_encoder, encoder_dtype), vae=vae, scheduler=scheduler,
+                tokenizer=tokenizer,
+                text_encoder=_fp32_kept(text_encoder, encoder_dtype),
+                vae=vae,
+                scheduler=scheduler,
                 transformer=_fp32_kept(transformer, dtype),
             )
         elif name == "stable_audio":
@@ -830,8 +954,11 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 text_encoder = e._component("T5GemmaEncoderModel", dict(encoder, **_ids()))
             vae = diffusers.AutoencoderSAME()  # SAME-L
             pipe = diffusers.StableAudio3Pipeline(
-                vae=vae, text_encoder=_fp32_kept(text_encoder, encoder_dtype), tokenizer=tokenizer,
-                duration_embedder=_fp32_kept(duration, dtype), transformer=_fp32_kept(transformer, dtype),
+                vae=vae,
+                text_encoder=_fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer,
+                duration_embedder=_fp32_kept(duration, dtype),
+                transformer=_fp32_kept(transformer, dtype),
                 scheduler=scheduler,
             )
         elif name == "ltx2":
@@ -850,8 +977,13 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
             vocoder = LTX2Vocoder()
             tokenizer.padding_side = "left"
             pipe = diffusers.LTX2Pipeline(
-                scheduler=scheduler, vae=vae, audio_vae=audio_vae, text_encoder=_fp32_kept(text_encoder, encoder_dtype),
-                tokenizer=tokenizer, connectors=_fp32_kept(connectors, dtype), transformer=_fp32_kept(transformer, dtype),
+                scheduler=scheduler,
+                vae=vae,
+                audio_vae=audio_vae,
+                text_encoder=_fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer,
+                connectors=_fp32_kept(connectors, dtype),
+                transformer=_fp32_kept(transformer, dtype),
                 vocoder=vocoder,
             )
     pipe.set_progress_bar_config(disable=True)
@@ -880,17 +1012,23 @@ def _family_config(name: str, scale: Scale, folder: Path, iterations: int, preci
         overrides = [o for o in overrides if o.startswith(keep)] + SMOKE_FAMILY_OVERRIDES
         if name == "ltx2":  # the tiny LTX-2's text connectors take 128 tokens at least
             overrides.append("model.max_sequence_length=128")
-    overrides += [f"model.dtype={precision}", f"train.mixed_precision={repr('no') if precision == 'fp32' else precision}"]
-    return resolve_config(run.recipe, [
-        *overrides,
-        f"output_dir={folder / 'run'}",
-        f"model.path={folder}",
-        f"train.iterations={iterations}",
-        "data.prompts=builtin:tiny",
-        "log.save_every=100000",
-        "log.sample_every=100000",
-        "train.onpolicy_check=false",  # measured and reported instead: a speed run must not stop on it
-    ])
+    overrides += [
+        f"model.dtype={precision}",
+        f"train.mixed_precision={repr('no') if precision == 'fp32' else precision}",
+    ]
+    return resolve_config(
+        run.recipe,
+        [
+            *overrides,
+            f"output_dir={folder / 'run'}",
+            f"model.path={folder}",
+            f"train.iterations={iterations}",
+            "data.prompts=builtin:tiny",
+            "log.save_every=100000",
+            "log.sample_every=100000",
+            "train.onpolicy_check=false",  # measured and reported instead: a speed run must not stop on it
+        ],
+    )
 
 
 def _family_trainer(name: str, cfg, pipe):
@@ -907,14 +1045,17 @@ def _family_trainer(name: str, cfg, pipe):
     def nothing(model_cfg) -> None:
         return None
 
-    with mock.patch.object(module, _LOADERS[name], lambda *a, **k: pipe), \
-            mock.patch.object(module, "check_model_path", nothing), \
-            mock.patch.object(cls, "check_model_path", staticmethod(nothing)):
+    with (
+        mock.patch.object(module, _LOADERS[name], lambda *a, **k: pipe),
+        mock.patch.object(module, "check_model_path", nothing),
+        mock.patch.object(cls, "check_model_path", staticmethod(nothing)),
+    ):
         return Trainer(cfg)
 
 
-def bench_family(name: str, scale: Scale, device: torch.device, iterations: int, clock: Clock,
-                 precision: str) -> list[dict]:
+def bench_family(
+    name: str, scale: Scale, device: torch.device, iterations: int, clock: Clock, precision: str
+) -> list[dict]:
     """One family's flowrl iteration (the last of ``iterations``; the first warms up) next to ``estimate(cfg)``."""
     from flowrl.estimate import estimate
     from flowrl.pipelines.sd3 import DTYPES
@@ -925,8 +1066,10 @@ def bench_family(name: str, scale: Scale, device: torch.device, iterations: int,
         folder = Path(tmp)
         # the estimate first, from the configs alone: it also says whether the stage fits the time left
         meta = build_family(name, scale, torch.device("meta"), DTYPES[precision]) if scale.encoders != "tiny" else None
-        clock.say(f"{label}: building ({'tiny' if scale.encoders == 'tiny' else scale.encoders + ' text encoders'}, "
-                  f"{precision}) on {device}")
+        clock.say(
+            f"{label}: building ({'tiny' if scale.encoders == 'tiny' else scale.encoders + ' text encoders'}, "
+            f"{precision}) on {device}"
+        )
         if meta is not None:
             _save_family_configs(meta, folder)
             del meta
@@ -935,8 +1078,9 @@ def bench_family(name: str, scale: Scale, device: torch.device, iterations: int,
             _save_family_configs(pipe, folder)
         cfg = _family_config(name, scale, folder, iterations, precision)
         est = estimate(cfg, device="cuda" if gpu else "cpu")
-        clock.say(f"estimate: peak {est.peak_gib:.2f} GiB, {est.seconds_per_iteration:.2f} s/iteration "
-                  f"({est.flops_source})")
+        clock.say(
+            f"estimate: peak {est.peak_gib:.2f} GiB, {est.seconds_per_iteration:.2f} s/iteration ({est.flops_source})"
+        )
         if gpu and clock.left() < 1.2 * est.seconds_per_iteration * iterations + 30:  # + building the trainer
             clock.say(f"skipping the {label} iteration: time budget ({clock.left():.0f} s left)")
             del pipe
@@ -999,23 +1143,36 @@ def markdown(rows: list[dict]) -> str:
     ratios = [r for r in rows if "ratio" in r]
     if ratios:
         lines += ["", "| side by side | flowrl s | bare s | flowrl / bare |", "|---|---|---|---|"]
-        lines += [f"| {r['model']}: {r['setting']} | {num(r['seconds'], 3)} | {num(r['bare_seconds'], 3)} | "
-                  f"{num(r['ratio'], 3)} |" for r in ratios]
+        lines += [
+            f"| {r['model']}: {r['setting']} | {num(r['seconds'], 3)} | {num(r['bare_seconds'], 3)} | "
+            f"{num(r['ratio'], 3)} |"
+            for r in ratios
+        ]
     methods = [r for r in rows if "nfe" in r]
     if methods:
-        lines += ["", "| method iteration | setting | s | vs flow_grpo | NFE | NFE/s | reward calls | peak GiB |",
-                  "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r.get('vs_flow_grpo', math.nan))} | "
-                  f"{r['nfe']:.0f} | {num(r['nfe_per_s'], 0)} | {r['reward_calls']:.0f} | {num(r['peak_gib'])} |"
-                  for r in methods]
+        lines += [
+            "",
+            "| method iteration | setting | s | vs flow_grpo | NFE | NFE/s | reward calls | peak GiB |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r.get('vs_flow_grpo', math.nan))} | "
+            f"{r['nfe']:.0f} | {num(r['nfe_per_s'], 0)} | {r['reward_calls']:.0f} | {num(r['peak_gib'])} |"
+            for r in methods
+        ]
     attention = [r for r in rows if "vs_today" in r]
     if attention:
-        header = ("| attention / compile | setting | s | vs today | first iteration s | on-policy log-prob gap | "
-                  "peak GiB | 0.8 x today, check passing |")
+        header = (
+            "| attention / compile | setting | s | vs today | first iteration s | on-policy log-prob gap | "
+            "peak GiB | 0.8 x today, check passing |"
+        )
         lines += ["", header, "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['vs_today'], 3)} | "
-                  f"{num(r['first_seconds'])} | {r['onpolicy_logp_diff']:.3g} | {num(r['peak_gib'])} | "
-                  f"{'yes' if r['meets_target'] else 'no'} |" for r in attention]
+        lines += [
+            f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['vs_today'], 3)} | "
+            f"{num(r['first_seconds'])} | {r['onpolicy_logp_diff']:.3g} | {num(r['peak_gib'])} | "
+            f"{'yes' if r['meets_target'] else 'no'} |"
+            for r in attention
+        ]
     return "\n".join(lines)
 
 
@@ -1031,13 +1188,20 @@ def environment(device: torch.device) -> str:
 def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf.gpu", description=__doc__.split("\n\n")[0])
     p.add_argument("--smoke", action="store_true", help="toy sizes, on a CPU in seconds (tests run this)")
-    p.add_argument("--what", default="sd35m,wan",
-                   help="comma-separated: sd35m, wan (the transformer alone, then an iteration), flux, audio, "
-                        "ltx2 (one AV-GRPO step), methods, attention")
-    p.add_argument("--attention-backends", default=None,
-                   help=f"comma-separated, for --what attention (default: {','.join(ATTENTION_BACKENDS)})")
-    p.add_argument("--iterations", type=int, default=2,
-                   help="flowrl iterations of SD3.5-M, Wan, FLUX and SA3 (the first warms up)")
+    p.add_argument(
+        "--what",
+        default="sd35m,wan",
+        help="comma-separated: sd35m, wan (the transformer alone, then an iteration), flux, audio, "
+        "ltx2 (one AV-GRPO step), methods, attention",
+    )
+    p.add_argument(
+        "--attention-backends",
+        default=None,
+        help=f"comma-separated, for --what attention (default: {','.join(ATTENTION_BACKENDS)})",
+    )
+    p.add_argument(
+        "--iterations", type=int, default=2, help="flowrl iterations of SD3.5-M, Wan, FLUX and SA3 (the first warms up)"
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed Wan calls (median), after one warm-up")
     p.add_argument(
         "--overhead-repeats", type=int, default=3, help="side-by-side rollout and update timings of SD3.5-M (0: skip)"
@@ -1047,7 +1211,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         choices=["auto", "fp32", "fp16", "bf16"],
         default="auto",
         help="model and autocast dtype (auto: on a GPU fp16 for SD3.5-M as its recipe, bf16 for Wan, FLUX and SA3; "
-             "fp32 on a CPU)",
+        "fp32 on a CPU)",
     )
     p.add_argument("--shallow-text-encoders", action="store_true", help="1-2 layer text encoders at real widths")
     p.add_argument("--max-seconds", type=float, default=270.0, help="skip stages that would run past this")
@@ -1066,8 +1230,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     what = args.what.split(",")
     unknown = set(what) - {"sd35m", "wan", "flux", "audio", "ltx2", "methods", "attention"}
     if unknown:
-        p.error(f"--what: unknown stage {sorted(unknown)[0]!r}; choose from sd35m, wan, flux, audio, ltx2, methods, "
-                "attention")
+        p.error(
+            f"--what: unknown stage {sorted(unknown)[0]!r}; choose from sd35m, wan, flux, audio, ltx2, methods, "
+            "attention"
+        )
     if "sd35m" in what:
         precision = args.precision if args.precision != "auto" else ("fp16" if device.type == "cuda" else "fp32")
         rows += bench_sd35m(scale, device, args.iterations, clock, precision, args.overhead_repeats)

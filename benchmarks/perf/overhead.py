@@ -68,12 +68,21 @@ def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, 
 
 def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> Trainer:
     preset, res = SIZES[size]
-    cfg = resolve_config("tiny-cpu", [
-        f"output_dir={out}", f"model.tiny_size={preset}", f"model.resolution={res}",
-        f"sample.num_steps={steps}", f"sample.batch_size={batch}", "sample.group_size=2",
-        f"sample.prompts_per_iteration={batch // 2}", "train.optimizer_steps_per_iteration=1",
-        f"train.beta={beta}", "train.onpolicy_check=false",
-    ])
+    cfg = resolve_config(
+        "tiny-cpu",
+        [
+            f"output_dir={out}",
+            f"model.tiny_size={preset}",
+            f"model.resolution={res}",
+            f"sample.num_steps={steps}",
+            f"sample.batch_size={batch}",
+            "sample.group_size=2",
+            f"sample.prompts_per_iteration={batch // 2}",
+            "train.optimizer_steps_per_iteration=1",
+            f"train.beta={beta}",
+            "train.onpolicy_check=false",
+        ],
+    )
     return Trainer(cfg)
 
 
@@ -93,10 +102,14 @@ def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float]:
     def bare():
         with torch.no_grad():
             return ad.pipe(
-                prompt_embeds=cond["prompt_embeds"], pooled_prompt_embeds=cond["pooled_prompt_embeds"],
+                prompt_embeds=cond["prompt_embeds"],
+                pooled_prompt_embeds=cond["pooled_prompt_embeds"],
                 negative_prompt_embeds=neg["prompt_embeds"],
                 negative_pooled_prompt_embeds=neg["pooled_prompt_embeds"],
-                latents=noise.clone(), num_inference_steps=steps, guidance_scale=w, output_type="latent",
+                latents=noise.clone(),
+                num_inference_steps=steps,
+                guidance_scale=w,
+                output_type="latent",
             ).images
 
     return _side_by_side(ours, bare, repeats)
@@ -137,11 +150,14 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float]:
             neg = ad.negative_conditioning(len(b.traj))
             with torch.no_grad():
                 lat = ad.pipe(
-                    prompt_embeds=b.cond["prompt_embeds"], pooled_prompt_embeds=b.cond["pooled_prompt_embeds"],
+                    prompt_embeds=b.cond["prompt_embeds"],
+                    pooled_prompt_embeds=b.cond["pooled_prompt_embeds"],
                     negative_prompt_embeds=neg["prompt_embeds"],
                     negative_pooled_prompt_embeds=neg["pooled_prompt_embeds"],
-                    latents=b.traj.state(0).clone(), num_inference_steps=cfg.sample.num_steps,
-                    guidance_scale=cfg.sample.guidance_scale, output_type="latent",
+                    latents=b.traj.state(0).clone(),
+                    num_inference_steps=cfg.sample.num_steps,
+                    guidance_scale=cfg.sample.guidance_scale,
+                    output_type="latent",
                 ).images
             out.append(ad.decode(lat).cpu())
         images = torch.cat(out)
@@ -184,12 +200,17 @@ def bench_reward_overlap(tr: Trainer, repeats: int, batches: int = 4) -> tuple[f
     return _side_by_side(lambda: rollout_and_reward(True), lambda: rollout_and_reward(False), repeats)
 
 
-BENCHES = {"rollout": bench_rollout, "update": bench_update, "iteration": bench_iteration,
-           "reward_overlap": bench_reward_overlap}
+BENCHES = {
+    "rollout": bench_rollout,
+    "update": bench_update,
+    "iteration": bench_iteration,
+    "reward_overlap": bench_reward_overlap,
+}
 
 
-def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None,
-        beta: float = 0.0) -> list[dict]:
+def run(
+    sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None, beta: float = 0.0
+) -> list[dict]:
     rows = []
     for size in sizes:
         tr = _trainer(size, steps, batch, f"{out}/{size}", beta)
@@ -197,10 +218,21 @@ def run(sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: 
         for name in what or list(BENCHES):
             fn = BENCHES[name]
             ours, bare = fn(tr, repeats)
-            rows.append({"size": size, "transformer_params_m": round(params / 1e6, 2), "what": name,
-                         "flowrl_s": ours, "bare_s": bare, "ratio": ours / bare})
-            print(f"{size:5s} {params / 1e6:6.1f}M  {name:9s}  flowrl {ours:8.4f} s   bare {bare:8.4f} s   "
-                  f"ratio {ours / bare:6.3f}", flush=True)
+            rows.append(
+                {
+                    "size": size,
+                    "transformer_params_m": round(params / 1e6, 2),
+                    "what": name,
+                    "flowrl_s": ours,
+                    "bare_s": bare,
+                    "ratio": ours / bare,
+                }
+            )
+            print(
+                f"{size:5s} {params / 1e6:6.1f}M  {name:9s}  flowrl {ours:8.4f} s   bare {bare:8.4f} s   "
+                f"ratio {ours / bare:6.3f}",
+                flush=True,
+            )
     return rows
 
 
@@ -212,9 +244,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
     p.add_argument("--what", default="rollout,update,iteration,reward_overlap", help="which comparisons to run")
-    p.add_argument("--beta", type=float, default=0.0,
-                   help="train.beta: above 0 flowrl's update adds a no-grad reference forward per trained step, "
-                        "which the bare side does not do")
+    p.add_argument(
+        "--beta",
+        type=float,
+        default=0.0,
+        help="train.beta: above 0 flowrl's update adds a no-grad reference forward per trained step, "
+        "which the bare side does not do",
+    )
     p.add_argument("--json", default=None, help="also write the rows as JSON")
     args = p.parse_args(argv)
     torch.manual_seed(0)

@@ -25,18 +25,41 @@ from importlib import resources
 from pathlib import Path
 
 CONFIGS = {"ddp": "ddp.yaml", "fsdp": "fsdp.yaml", "zero2": "deepspeed_zero2.yaml"}
-OVERRIDES = ["sample.num_steps=3", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
-             "train.iterations=2", "train.optimizer_steps_per_iteration=2", "train.beta=0.01", "train.ema=true",
-             "train.ema_every=1", "log.save_every=1", "log.sample_every=1000"]
-KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/approx_kl",
-        "policy/clip_frac", "policy/grad_norm"]
+OVERRIDES = [
+    "sample.num_steps=3",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "train.iterations=2",
+    "train.optimizer_steps_per_iteration=2",
+    "train.beta=0.01",
+    "train.ema=true",
+    "train.ema_every=1",
+    "log.save_every=1",
+    "log.sample_every=1000",
+]
+KEYS = [
+    "reward/mean",
+    "reward/std",
+    "adv/abs_mean",
+    "policy/loss",
+    "policy/kl",
+    "policy/approx_kl",
+    "policy/clip_frac",
+    "policy/grad_norm",
+]
 
 
 def _train(command: list[str], out: Path, extra: list[str], log: Path) -> tuple[list[dict], float]:
     start = time.perf_counter()
     with open(log, "w") as f:
-        done = subprocess.run([*command, f"output_dir={out}", *OVERRIDES, *extra], stdout=f, stderr=subprocess.STDOUT,
-                              env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=900)
+        done = subprocess.run(
+            [*command, f"output_dir={out}", *OVERRIDES, *extra],
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "HF_HUB_OFFLINE": "1"},
+            timeout=900,
+        )
     seconds = time.perf_counter() - start
     if done.returncode != 0:
         tail = log.read_text().splitlines()[-15:]
@@ -55,7 +78,9 @@ def _largest_difference(a: list[dict], b: list[dict]) -> tuple[float, str]:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf.strategies", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m flowrl.benchmarks.perf.strategies", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--num-processes", type=int, default=None, help="default: every visible GPU")
     p.add_argument("--strategies", default="fsdp,ddp,zero2")
     p.add_argument("--precision", default="no", choices=["no", "bf16", "fp16"], help="train.mixed_precision")
@@ -80,24 +105,52 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if strategy == "zero2" and importlib.util.find_spec("deepspeed") is None:
             print(f"{strategy}: skipped (deepspeed is not installed)")
             continue
-        launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(folder / CONFIGS[strategy]),
-                  "--num_processes", str(n), "--main_process_port", "29555", "-m", "flowrl", "train"]
+        launch = [
+            sys.executable,
+            "-m",
+            "accelerate.commands.launch",
+            "--config_file",
+            str(folder / CONFIGS[strategy]),
+            "--num_processes",
+            str(n),
+            "--main_process_port",
+            "29555",
+            "-m",
+            "flowrl",
+            "train",
+        ]
         run, seconds = _train(launch, out / strategy, precision, out / f"{strategy}.log")
-        resumed, _ = _train(launch, out / f"{strategy}-resumed",
-                            [*precision, f"resume={out / strategy / 'checkpoints' / 'iter-000001'}"],
-                            out / f"{strategy}-resumed.log")
+        resumed, _ = _train(
+            launch,
+            out / f"{strategy}-resumed",
+            [*precision, f"resume={out / strategy / 'checkpoints' / 'iter-000001'}"],
+            out / f"{strategy}-resumed.log",
+        )
         exact = [r["iteration"] for r in resumed] == [1] and all(resumed[0][k] == run[1][k] for k in KEYS)
         worst, where = _largest_difference(one, run)
-        row = {"strategy": strategy, "processes": n, "precision": args.precision, "max_rel_diff": worst,
-               "where": where, "resume_exact": exact, "seconds": seconds, "one_process_seconds": one_s}
+        row = {
+            "strategy": strategy,
+            "processes": n,
+            "precision": args.precision,
+            "max_rel_diff": worst,
+            "where": where,
+            "resume_exact": exact,
+            "seconds": seconds,
+            "one_process_seconds": one_s,
+        }
         rows.append(row)
-        print(f"{strategy}: {n} processes, largest relative difference from one process {worst:.2e} ({where}), "
-              f"resumed iteration {'repeats exactly' if exact else 'DIFFERS'}, {seconds:.1f} s", flush=True)
+        print(
+            f"{strategy}: {n} processes, largest relative difference from one process {worst:.2e} ({where}), "
+            f"resumed iteration {'repeats exactly' if exact else 'DIFFERS'}, {seconds:.1f} s",
+            flush=True,
+        )
     print("\n| strategy | processes | mixed precision | largest rel. diff. vs 1 process | resume exact | s |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['strategy']} | {r['processes']} | {r['precision']} | {r['max_rel_diff']:.2e} | "
-              f"{'yes' if r['resume_exact'] else 'no'} | {r['seconds']:.1f} |")
+        print(
+            f"| {r['strategy']} | {r['processes']} | {r['precision']} | {r['max_rel_diff']:.2e} | "
+            f"{'yes' if r['resume_exact'] else 'no'} | {r['seconds']:.1f} |"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     return rows

@@ -108,8 +108,13 @@ def to_reach(c: dict[str, list[float]], target: float) -> dict[str, float] | Non
     and training seconds spent before it; None if no evaluation reaches it."""
     for i, acc in enumerate(c["accuracy"]):
         if acc >= target:
-            return {"iteration": c["eval_iteration"][i], "steps": c["eval_steps"][i], "images": c["eval_images"][i],
-                    "time_s": c["eval_time_s"][i], "accuracy": acc}
+            return {
+                "iteration": c["eval_iteration"][i],
+                "steps": c["eval_steps"][i],
+                "images": c["eval_images"][i],
+                "time_s": c["eval_time_s"][i],
+                "accuracy": acc,
+            }
     return None
 
 
@@ -121,7 +126,11 @@ def _steps_per_iteration(cfg) -> float:
 
 
 def run_one(
-    name: str, overrides: list[str], out: Path, common: list[str], args: argparse.Namespace,
+    name: str,
+    overrides: list[str],
+    out: Path,
+    common: list[str],
+    args: argparse.Namespace,
     base_cache: dict | None = None,
 ) -> dict[str, Any]:
     from flowrl.config import resolve_config
@@ -179,10 +188,14 @@ def markdown(results: list[dict[str, Any]], note: str) -> str:
     if base is not None:
         target = base["curves"]["accuracy"][-1]
         ref = to_reach(base["curves"], target)
-        lines += ["", f"To reach Flow-GRPO's final held-out accuracy during training ({target:.3f}, the "
-                      f"in-training evaluation; cost spent before the first evaluation at or above it):", "",
-                  "| method | iteration | optimizer steps | scored images | train time (s) | steps vs flow_grpo | images vs flow_grpo | time vs flow_grpo |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            f"To reach Flow-GRPO's final held-out accuracy during training ({target:.3f}, the "
+            f"in-training evaluation; cost spent before the first evaluation at or above it):",
+            "",
+            "| method | iteration | optimizer steps | scored images | train time (s) | steps vs flow_grpo | images vs flow_grpo | time vs flow_grpo |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for r in ok:
             hit = to_reach(r["curves"], target)
             if hit is None:
@@ -196,8 +209,10 @@ def markdown(results: list[dict[str, Any]], note: str) -> str:
                 r = ref[key] / hit[key]
                 return f"{r:.2f}x fewer" if r >= 1 else f"{1 / r:.2f}x more"
 
-            lines.append(f"| {r['name']} | {hit['iteration']} | {hit['steps']:.0f} | {hit['images']:.0f} | "
-                         f"{hit['time_s']:.0f} | {ratio('steps')} | {ratio('images')} | {ratio('time_s')} |")
+            lines.append(
+                f"| {r['name']} | {hit['iteration']} | {hit['steps']:.0f} | {hit['images']:.0f} | "
+                f"{hit['time_s']:.0f} | {ratio('steps')} | {ratio('images')} | {ratio('time_s')} |"
+            )
     if ok:
         tasks = list(ok[0]["trained"]["tasks"])
         lines += ["", "| method | " + " | ".join(tasks) + " |", "|---|" + "---:|" * len(tasks)]
@@ -247,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=None, help="run only these methods / variants")
     parser.add_argument("--images-per-task", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
-    parser.add_argument("--model", default=None, help="toy model folder (default: the cached default, pretrained if missing)")
+    parser.add_argument(
+        "--model", default=None, help="toy model folder (default: the cached default, pretrained if missing)"
+    )
     args = parser.parse_args(argv)
     import torch
 
@@ -268,7 +285,9 @@ def _compare(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     folder = Path(args.model).expanduser() if args.model else ensure_model()
     if not (folder / "model_index.json").is_file():
-        raise FileNotFoundError(f"--model {folder}: not a pipeline folder (create one with `flowrl eval toy --pretrain`)")
+        raise FileNotFoundError(
+            f"--model {folder}: not a pipeline folder (create one with `flowrl eval toy --pretrain`)"
+        )
     common = [f"model.path={folder}", *args.overrides]
     if args.iterations is not None:
         common.append(f"train.iterations={args.iterations}")

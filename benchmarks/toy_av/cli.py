@@ -240,7 +240,9 @@ def _print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
             lines.append(_row(f"{run['method']}, {run['iterations']} it", run["trained"], took))
     print("\n".join(lines))
     if "decoders_clean" in report:
-        print(f"decoders on clean codes: {report['decoders_clean']}\ndecoders on noisy codes: {report['decoders_noisy']}")
+        print(
+            f"decoders on clean codes: {report['decoders_clean']}\ndecoders on noisy codes: {report['decoders_noisy']}"
+        )
     base = runs[0].get("base", {})
     if base.get("n"):
         print(f"{base['n']} held-out clips, {runs[0].get('steps', base.get('steps'))} ODE steps")

@@ -19,8 +19,14 @@ def heldout_rows(clips_per_prompt: int = DEFAULT_CLIPS_PER_PROMPT, split_seed: i
 
 
 @torch.no_grad()
-def generate(adapter, rows: Sequence[dict], steps: int = DEFAULT_EVAL_STEPS, guidance: float = 1.0, seed: int = 0,
-             batch_size: int = 32) -> dict[str, Any]:
+def generate(
+    adapter,
+    rows: Sequence[dict],
+    steps: int = DEFAULT_EVAL_STEPS,
+    guidance: float = 1.0,
+    seed: int = 0,
+    batch_size: int = 32,
+) -> dict[str, Any]:
     """ODE samples of the rows' prompts (audio-video media), initial noise drawn from ``seed``."""
     from flowrl.rollout import sample_images
 
@@ -40,8 +46,9 @@ def score(media: dict[str, Any], rows: Sequence[dict]) -> tuple[list[dict[str, A
     return results, {k: round(v, 4) if isinstance(v, float) else v for k, v in world.summarize(judgements).items()}
 
 
-def evaluate_adapter(adapter, rows: Sequence[dict], steps: int = DEFAULT_EVAL_STEPS, guidance: float = 1.0,
-                     seed: int = 0) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
+def evaluate_adapter(
+    adapter, rows: Sequence[dict], steps: int = DEFAULT_EVAL_STEPS, guidance: float = 1.0, seed: int = 0
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
     """Generate and score: (media, result rows, accuracies)."""
     media = generate(adapter, rows, steps, guidance, seed)
     results, summary = score(media, rows)

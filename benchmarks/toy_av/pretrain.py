@@ -122,8 +122,12 @@ def build_toy_av_pipeline(cfg: ToyAVConfig):
     torch.manual_seed(cfg.seed)
     vocoder_config = {k: v for k, v in pipe.vocoder.config.items() if not k.startswith("_")}
     vocoder_config.update(hidden_channels=VOCODER_CHANNELS)
-    pipe.register_modules(tokenizer=tokenizer, transformer=LTX2VideoTransformer3DModel(**config),
-                          audio_vae=AutoencoderKLLTX2Audio(**audio_config), vocoder=LTX2Vocoder(**vocoder_config))
+    pipe.register_modules(
+        tokenizer=tokenizer,
+        transformer=LTX2VideoTransformer3DModel(**config),
+        audio_vae=AutoencoderKLLTX2Audio(**audio_config),
+        vocoder=LTX2Vocoder(**vocoder_config),
+    )
     with torch.no_grad():
         for vae in (pipe.vae, pipe.audio_vae):
             vae.latents_mean.zero_()
@@ -176,7 +180,9 @@ class Codes:
                 first, end = self.span(k)
                 if c.onset <= end and last >= first:
                     offset = max(c.onset - first, self.offsets.start)
-                    video[i, k] = self.video_offset[offset - self.offsets.start] + self.video_color[colors.index(c.row["color"])]
+                    video[i, k] = (
+                        self.video_offset[offset - self.offsets.start] + self.video_color[colors.index(c.row["color"])]
+                    )
             offset = self.audio_times[:, None] - c.onset / world.FPS - torch.as_tensor(RBF_CENTRES)[None]
             rbf = torch.exp(-0.5 * (offset / RBF_WIDTH) ** 2).float()  # (L, K)
             audio.append(rbf @ self.audio_mix[pitches.index(c.row["pitch"])])
@@ -212,8 +218,17 @@ def _waveform(adapter, latents: torch.Tensor) -> torch.Tensor:
     return p.vocoder(p.audio_vae.decode(a, return_dict=False)[0])
 
 
-def _fit(name: str, modules: list[torch.nn.Module], loss_fn: Callable, steps: int, lr: float, batch: int,
-         codes: Codes, cfg: ToyAVConfig, say: Callable[[str], None]) -> float:
+def _fit(
+    name: str,
+    modules: list[torch.nn.Module],
+    loss_fn: Callable,
+    steps: int,
+    lr: float,
+    batch: int,
+    codes: Codes,
+    cfg: ToyAVConfig,
+    say: Callable[[str], None],
+) -> float:
     """Fit ``modules`` for ``steps`` steps of ``loss_fn(noisy codes, clips)`` on fresh clips of every prompt
     (the decoders are the world's renderer); AdamW, cosine learning rate from ``lr``; returns the seconds."""
     group = torch.nn.ModuleList(modules).train().requires_grad_(True)
@@ -234,7 +249,9 @@ def _fit(name: str, modules: list[torch.nn.Module], loss_fn: Callable, steps: in
         opt.step()
         losses.append(loss.item())
         if (step + 1) % 100 == 0 or step + 1 == steps:
-            say(f"{name} step {step + 1}/{steps}: loss {np.mean(losses[-100:]):.4f}, {time.perf_counter() - start:.0f} s")
+            say(
+                f"{name} step {step + 1}/{steps}: loss {np.mean(losses[-100:]):.4f}, {time.perf_counter() - start:.0f} s"
+            )
     group.eval().requires_grad_(False)
     return round(time.perf_counter() - start, 1)
 
@@ -272,7 +289,9 @@ def decoder_accuracy(adapter, codes: Codes, noise: float = 0.0, n: int = 108, se
     z = {k: v + noise * torch.randn(v.shape, generator=gen) for k, v in z.items()}
     media = adapter.decode(z)
     judgements = [world.judge(v.numpy(), a.numpy(), c.row) for v, a, c in zip(media["video"], media["audio"], clips)]
-    exact = [j.detection.video_onset == c.onset and j.detection.audio_onset == c.onset for j, c in zip(judgements, clips)]
+    exact = [
+        j.detection.video_onset == c.onset and j.detection.audio_onset == c.onset for j, c in zip(judgements, clips)
+    ]
     return {**world.summarize(judgements), "onset_exact": sum(exact) / n}
 
 

@@ -217,8 +217,12 @@ def judge(video: np.ndarray, audio: np.ndarray, row: dict[str, Any]) -> Judgemen
     audio_ok = d.audio_present and d.pitch == row["pitch"] and lo <= d.audio_onset <= hi
     both = d.video_present and d.audio_present
     gap = abs(d.video_onset - d.audio_onset)
-    video_score = (float(d.color == row["color"]) + slot_score(d.video_onset, row["slot"])) / 2 if d.video_present else 0.0
-    audio_score = (float(d.pitch == row["pitch"]) + slot_score(d.audio_onset, row["slot"])) / 2 if d.audio_present else 0.0
+    video_score = (
+        (float(d.color == row["color"]) + slot_score(d.video_onset, row["slot"])) / 2 if d.video_present else 0.0
+    )
+    audio_score = (
+        (float(d.pitch == row["pitch"]) + slot_score(d.audio_onset, row["slot"])) / 2 if d.audio_present else 0.0
+    )
     return Judgement(
         video_ok=video_ok,
         audio_ok=audio_ok,

@@ -225,8 +225,9 @@ def judge_images(
             answer = parse_answer(reply, len(case.testpoints))
         except ParseError as exc:
             return _record(case, k, "parse_error", attempts=attempt, error=str(exc), output=reply), True
-        return _record(case, k, OK, attempts=attempt, scores=answer.scores, analysis=answer.analysis,
-                       output=reply), False
+        return _record(
+            case, k, OK, attempts=attempt, scores=answer.scores, analysis=answer.analysis, output=reply
+        ), False
 
     requests = [ChatRequest([image], build_judge_prompt(case, template, language)) for case, _, image in tasks]
     return _ask_until_read(tasks, requests, judge, attempts, read)

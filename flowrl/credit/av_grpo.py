@@ -171,8 +171,11 @@ def capped_noise(
     if all(isinstance(v, (int, float)) for v in (sigma, sigma_next, a)):
         sigma, sigma_next, a = float(sigma), float(sigma_next), float(a)
         dt_abs = -(sigma_next - sigma)  # bitwise the |dt| flowrl.sde uses
-        g = a * math.sqrt(sigma / max(1 - sigma, ONE_MINUS_T_MIN)) if sigma_at_one is None else flow_sde_g(
-            sigma, a, sigma_at_one)
+        g = (
+            a * math.sqrt(sigma / max(1 - sigma, ONE_MINUS_T_MIN))
+            if sigma_at_one is None
+            else flow_sde_g(sigma, a, sigma_at_one)
+        )
         g, capped = _cap_float(g, dt_abs, float(max_std))
         return CappedNoise(g, g * math.sqrt(dt_abs), capped)
     s = torch.as_tensor(sigma, dtype=torch.float32)

@@ -10,18 +10,22 @@ from typing import Any
 
 from flowrl.registry import Registry
 
-_METHODS = Registry("method", "flowrl.methods", {
-    "flow_grpo": "flowrl.methods.flow_grpo:FlowGRPO",
-    "dense_grpo": "flowrl.methods.dense_grpo:DenseGRPO",
-    "tp_grpo": "flowrl.methods.tp_grpo:TPGRPO",
-    "g2rpo": "flowrl.methods.g2rpo:G2RPO",
-    "e_grpo": "flowrl.methods.e_grpo:EGRPO",
-    "grpo_guard": "flowrl.methods.grpo_guard:GRPOGuard",
-    "pref_grpo": "flowrl.methods.pref_grpo:PrefGRPO",
-    "ram": "flowrl.methods.ram:RAM",
-    "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
-    "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
-})
+_METHODS = Registry(
+    "method",
+    "flowrl.methods",
+    {
+        "flow_grpo": "flowrl.methods.flow_grpo:FlowGRPO",
+        "dense_grpo": "flowrl.methods.dense_grpo:DenseGRPO",
+        "tp_grpo": "flowrl.methods.tp_grpo:TPGRPO",
+        "g2rpo": "flowrl.methods.g2rpo:G2RPO",
+        "e_grpo": "flowrl.methods.e_grpo:EGRPO",
+        "grpo_guard": "flowrl.methods.grpo_guard:GRPOGuard",
+        "pref_grpo": "flowrl.methods.pref_grpo:PrefGRPO",
+        "ram": "flowrl.methods.ram:RAM",
+        "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
+        "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
+    },
+)
 
 
 def register_method(name: str, target: Any | None = None):

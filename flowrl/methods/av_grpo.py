@@ -137,14 +137,17 @@ class AVGRPO(Method):
         if o.frozen_input not in ("anchor", "dropped"):
             raise ConfigError(f"method.options.frozen_input: {o.frozen_input!r} is not one of anchor, dropped")
         if o.optimizer_steps not in ("per_sample_transition", "train"):
-            raise ConfigError(f"method.options.optimizer_steps: {o.optimizer_steps!r} is not one of "
-                              "per_sample_transition, train")
+            raise ConfigError(
+                f"method.options.optimizer_steps: {o.optimizer_steps!r} is not one of per_sample_transition, train"
+            )
         if o.first_learning_rate is not None and not 0 < o.first_learning_rate < float("inf"):
             raise ConfigError(f"method.options.first_learning_rate: must be > 0 (or null), got {o.first_learning_rate}")
         if o.frozen_input == "dropped":  # by design not the rollout's forward: log the gap, do not stop on it
             self.checks_onpolicy = False
-            self.no_onpolicy_reason = ("method.options.frozen_input=dropped leaves the frozen modality out of the "
-                                       "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap")
+            self.no_onpolicy_reason = (
+                "method.options.frozen_input=dropped leaves the frozen modality out of the "
+                "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap"
+            )
         if o.steps_per_phase < 1:
             raise ConfigError(f"method.options.steps_per_phase: must be >= 1, got {o.steps_per_phase}")
         for name in ("noise_video", "noise_audio", "max_std", "clip_range"):
@@ -157,8 +160,9 @@ class AVGRPO(Method):
         for key in ("video_rewards", "audio_rewards"):
             unknown = [r for r in getattr(o, key) if r not in rewards]
             if unknown:
-                raise ConfigError(f"method.options.{key}: {unknown[0]!r} is not a configured reward "
-                                  f"({', '.join(sorted(rewards))})")
+                raise ConfigError(
+                    f"method.options.{key}: {unknown[0]!r} is not a configured reward ({', '.join(sorted(rewards))})"
+                )
         for key, phase in (("vq_reward", "video"), ("clap_reward", "audio")):
             name = getattr(o, key)
             if name is not None and name not in self._phase_rewards(phase):
@@ -193,9 +197,11 @@ class AVGRPO(Method):
         if not names or not all(_promptless(name) for name in names):
             return
         key = f"method.options.{phase}_rewards" if getattr(self.options, f"{phase}_rewards") else "reward"
-        raise ConfigError(f"{key}: the {phase} phase's only rewards {names} are audio-video scores that never read "
-                          "the prompt (pure sync), which a collapsed video satisfies too: add a reward that reads "
-                          "the prompt, or set method.options.allow_promptless_phase_reward=true")
+        raise ConfigError(
+            f"{key}: the {phase} phase's only rewards {names} are audio-video scores that never read "
+            "the prompt (pure sync), which a collapsed video satisfies too: add a reward that reads "
+            "the prompt, or set method.options.allow_promptless_phase_reward=true"
+        )
 
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None] | tuple[int, int | None, int]]]:
         """One optimizer step per (group member i, transition k), i then k, each training member i of every
@@ -204,8 +210,11 @@ class AVGRPO(Method):
         if self.options.optimizer_steps == "train":
             return super().schedule(num_units)
         s = self.cfg.sample
-        return [[(q, k, r) for q in range(num_units) for r in range(i, s.batch_size, s.group_size)]
-                for i in range(s.group_size) for k in range(s.num_steps)]
+        return [
+            [(q, k, r) for q in range(num_units) for r in range(i, s.batch_size, s.group_size)]
+            for i in range(s.group_size)
+            for k in range(s.num_steps)
+        ]
 
     def learning_rate(self, scheduled: float, optimizer_step: int) -> float:
         """The rate of every optimizer step of this AV-GRPO step (``credit.av_grpo.av_grpo_learning_rate``):
@@ -213,8 +222,15 @@ class AVGRPO(Method):
         AV-GRPO steps (iterations that updated; a NaN-dropped one is not counted) over ``train.iterations``."""
         t, o = self.cfg.train, self.options
         first = t.learning_rate if o.first_learning_rate is None else o.first_learning_rate
-        return av_grpo_learning_rate(self.schedule_state.state.optimizer_steps, max(t.iterations, 1), t.learning_rate,
-                                     first, t.lr_schedule, t.lr_warmup_steps, t.lr_min_ratio)
+        return av_grpo_learning_rate(
+            self.schedule_state.state.optimizer_steps,
+            max(t.iterations, 1),
+            t.learning_rate,
+            first,
+            t.lr_schedule,
+            t.lr_warmup_steps,
+            t.lr_min_ratio,
+        )
 
     def prompt_iteration(self, iteration: int) -> int:
         """The prompt draw of this step: both phases of a cycle use the cycle's ``steps_per_phase`` draws."""
@@ -255,18 +271,26 @@ class AVGRPO(Method):
             capped_steps += code.capped
         self._capped = capped_steps / len(levels)
         n = len(base)
-        return replace(base, noise_levels=torch.tensor(levels, dtype=torch.float32),
-                       train=torch.ones(n, dtype=torch.bool),
-                       modality_kinds={self.frozen: ("ode",) * n}, trained_modalities=(self.phase,))
+        return replace(
+            base,
+            noise_levels=torch.tensor(levels, dtype=torch.float32),
+            train=torch.ones(n, dtype=torch.bool),
+            modality_kinds={self.frozen: ("ode",) * n},
+            trained_modalities=(self.phase,),
+        )
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         if not isinstance(batch.noise, dict) or set(batch.noise) != set(MODALITIES):
-            raise ValueError("method av_grpo trains joint audio-video latents {video, audio} (model.pipeline=ltx2); "
-                             f"model.pipeline={self.cfg.model.pipeline} has none")
+            raise ValueError(
+                "method av_grpo trains joint audio-video latents {video, audio} (model.pipeline=ltx2); "
+                f"model.pipeline={self.cfg.model.pipeline} has none"
+            )
         tower_of = getattr(ctx.adapter, "tower_of", None)
         if tower_of is None:
-            raise ValueError(f"method av_grpo: the {self.cfg.model.pipeline} adapter has no tower_of to split the "
-                             "trainable parameters by modality")
+            raise ValueError(
+                f"method av_grpo: the {self.cfg.model.pipeline} adapter has no tower_of to split the "
+                "trainable parameters by modality"
+            )
         self._tower_of = tower_of
         groups = batch.group_ids
         firsts, owner = [], []
@@ -282,8 +306,9 @@ class AVGRPO(Method):
         frozen = anchor.states[self.frozen]
         pinned = {self.frozen: frozen[row_group.to(frozen.device)]}
         plan = self.plan(ctx)
-        traj = ctx.rollout(plan, batch.noise, batch.cond, batch.group_ids, ctx.generator("sde", batch.position),
-                           pinned=pinned)
+        traj = ctx.rollout(
+            plan, batch.noise, batch.cond, batch.group_ids, ctx.generator("sde", batch.position), pinned=pinned
+        )
         return Experience(traj, {"final": traj.final})
 
     # ------------------------------------------------------------------ credit
@@ -304,17 +329,21 @@ class AVGRPO(Method):
             self._dropped = True
             adv = torch.zeros_like(adv)
         s = self.schedule_state.state
-        self._last = {"av/phase_video": float(self.phase == "video"),
-                      "av/fallback_frac": sum(fallbacks) / max(len(fallbacks), 1),
-                      "av/capped_frac": self._capped, "av/nan_switches": float(s.nan_switches)}
+        self._last = {
+            "av/phase_video": float(self.phase == "video"),
+            "av/fallback_frac": sum(fallbacks) / max(len(fallbacks), 1),
+            "av/capped_frac": self._capped,
+            "av/nan_switches": float(s.nan_switches),
+        }
         return adv
 
     def metrics(self) -> dict[str, float]:
         return dict(self._last)
 
     # ------------------------------------------------------------------ loss
-    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning,
-                        advantages: torch.Tensor) -> TransitionLoss:
+    def transition_loss(
+        self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
+    ) -> TransitionLoss:
         o = self.options
         phase = traj.plan.trained_modalities[0]
         x, x_next = traj.pair(j)

@@ -134,16 +134,34 @@ class Context:
         return self._inputs[2]
 
     @torch.no_grad()
-    def rollout(self, plan: StepPlan, noise: torch.Tensor, cond: Conditioning, group_ids: torch.Tensor,
-                generator: torch.Generator | None, keep_means: bool = False,
-                keep_all_states: bool = True, pinned: dict[str, torch.Tensor] | None = None) -> Trajectory:
+    def rollout(
+        self,
+        plan: StepPlan,
+        noise: torch.Tensor,
+        cond: Conditioning,
+        group_ids: torch.Tensor,
+        generator: torch.Generator | None,
+        keep_means: bool = False,
+        keep_all_states: bool = True,
+        pinned: dict[str, torch.Tensor] | None = None,
+    ) -> Trajectory:
         """Walk ``plan`` from ``noise`` with the current policy, recording states and log-probs (and each
         transition's mean with ``keep_means``); ``keep_all_states=False`` records only the states the trained
         transitions need and the final one (``flowrl.rollout.rollout``); ``pinned`` modalities of joint latents
         follow given states instead of stepping (``flowrl.rollout.rollout``)."""
-        return rollout(self.adapter, cond, plan, noise, group_ids, self.guidance_scale, generator,
-                       model=self._trainer.model, keep_means=keep_means, keep_all_states=keep_all_states,
-                       pinned=pinned)
+        return rollout(
+            self.adapter,
+            cond,
+            plan,
+            noise,
+            group_ids,
+            self.guidance_scale,
+            generator,
+            model=self._trainer.model,
+            keep_means=keep_means,
+            keep_all_states=keep_all_states,
+            pinned=pinned,
+        )
 
     @torch.no_grad()
     def complete(self, x: torch.Tensor, sigmas: torch.Tensor, cond: Conditioning) -> torch.Tensor:
@@ -152,16 +170,41 @@ class Context:
         plan = ode_plan(sigmas)
         return self.rollout(plan, x, cond, torch.zeros(len(x), dtype=torch.long), None).final
 
-    def transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
-                   x_next: torch.Tensor, velocity_options: dict | None = None) -> StepOutput:
+    def transition(
+        self,
+        plan: StepPlan,
+        j: int,
+        x: torch.Tensor,
+        inputs: Conditioning,
+        x_next: torch.Tensor,
+        velocity_options: dict | None = None,
+    ) -> StepOutput:
         """Score transition ``j`` of ``plan`` (x -> x_next) under the current policy, with grad.
         ``velocity_options``: keyword arguments of the adapter's ``velocity`` for this forward."""
-        return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next,
-                          model=self._trainer.model, velocity_options=velocity_options)
+        return transition(
+            self.adapter,
+            plan,
+            j,
+            x,
+            inputs,
+            self.guidance_scale,
+            x_next=x_next,
+            model=self._trainer.model,
+            velocity_options=velocity_options,
+        )
 
-    def shared_transition(self, plan: StepPlan, j: int, x: torch.Tensor, cond: Conditioning, rows: torch.Tensor,
-                          *, x_next: torch.Tensor | None = None, generator: torch.Generator | None = None,
-                          model: torch.nn.Module | None = None) -> StepOutput:
+    def shared_transition(
+        self,
+        plan: StepPlan,
+        j: int,
+        x: torch.Tensor,
+        cond: Conditioning,
+        rows: torch.Tensor,
+        *,
+        x_next: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+        model: torch.nn.Module | None = None,
+    ) -> StepOutput:
         """Transition ``j`` of ``plan`` for len(rows) members that share their inputs: member i starts
         from x[rows[i]] under cond[rows[i]]. One forward of the n distinct inputs (``x`` (n, C, H, W),
         ``cond`` n rows), its velocity broadcast to the members, then each member's own step: sampled
@@ -169,22 +212,54 @@ class Context:
         rollout and the update both call this, so their log-probs go through the same math. ``model``:
         other weights (``reference_weights()``)."""
         rows = rows.to(x.device)
-        v = self.adapter.velocity(x, float(plan.sigma[j]), self.model_inputs(cond), self.guidance_scale,
-                                  model=model or self._trainer.model)
-        return step(plan.kinds[j], v.index_select(0, rows), x.float().index_select(0, rows), float(plan.sigma[j]),
-                    float(plan.sigma_next[j]), float(plan.noise_levels[j]), sigma_at_one=plan.sigma_at_one,
-                    x_next=x_next, generator=generator)
+        v = self.adapter.velocity(
+            x, float(plan.sigma[j]), self.model_inputs(cond), self.guidance_scale, model=model or self._trainer.model
+        )
+        return step(
+            plan.kinds[j],
+            v.index_select(0, rows),
+            x.float().index_select(0, rows),
+            float(plan.sigma[j]),
+            float(plan.sigma_next[j]),
+            float(plan.noise_levels[j]),
+            sigma_at_one=plan.sigma_at_one,
+            x_next=x_next,
+            generator=generator,
+        )
 
     @torch.no_grad()
-    def reference_transition(self, plan: StepPlan, j: int, x: torch.Tensor, inputs: Conditioning,
-                             x_next: torch.Tensor, velocity_options: dict | None = None) -> StepOutput:
+    def reference_transition(
+        self,
+        plan: StepPlan,
+        j: int,
+        x: torch.Tensor,
+        inputs: Conditioning,
+        x_next: torch.Tensor,
+        velocity_options: dict | None = None,
+    ) -> StepOutput:
         """The same transition under the reference policy (the base weights: LoRA off, or a frozen copy)."""
         with self.reference_weights() as model:
-            return transition(self.adapter, plan, j, x, inputs, self.guidance_scale, x_next=x_next, model=model,
-                              velocity_options=velocity_options)
+            return transition(
+                self.adapter,
+                plan,
+                j,
+                x,
+                inputs,
+                self.guidance_scale,
+                x_next=x_next,
+                model=model,
+                velocity_options=velocity_options,
+            )
 
-    def velocity(self, x: torch.Tensor, sigma: torch.Tensor | float, cond: Conditioning, *,
-                 guidance_scale: float | None = None, model: torch.nn.Module | None = None) -> torch.Tensor:
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor | float,
+        cond: Conditioning,
+        *,
+        guidance_scale: float | None = None,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
         """v(x, sigma | cond) under the current policy (or ``model``: inside ``reference_weights()`` or
         ``average_weights(name)``), with grad when grad is on. ``sigma``: a float or (B,) per row;
         ``guidance_scale`` defaults to ``sample.guidance_scale`` (1.0: the conditional prediction alone)."""
@@ -198,8 +273,10 @@ class Context:
         trainer = self._trainer
         average = trainer.averages.get(name)
         if average is None:
-            raise RuntimeError(f"method {self.cfg.method.name} asked for the average {name!r}, which it does "
-                               f"not declare in Method.averages ({sorted(trainer.averages) or 'none'})")
+            raise RuntimeError(
+                f"method {self.cfg.method.name} asked for the average {name!r}, which it does "
+                f"not declare in Method.averages ({sorted(trainer.averages) or 'none'})"
+            )
         with torch.no_grad(), trainer._swapped_in(average.shadow):
             yield trainer.model
 
@@ -248,8 +325,9 @@ class Method:
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning,
-                        advantages: torch.Tensor) -> TransitionLoss:
+    def transition_loss(
+        self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
+    ) -> TransitionLoss:
         """The loss of transition ``j`` of the unit ``traj`` (its rows' conditioning ``cond``;
         ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,)."""
         raise NotImplementedError

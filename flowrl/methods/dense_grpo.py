@@ -70,8 +70,14 @@ class DenseGRPO(FlowGRPO):
         sigmas = ctx.sigmas().float().cpu()
         n = len(sigmas) - 1
         n_train = max(1, int(n * self.options.timestep_fraction))
-        return StepPlan(sigma=sigmas[:-1].clone(), sigma_next=sigmas[1:].clone(), kinds=("dance_sde",) * n,
-                        noise_levels=self._psi(ctx), train=torch.arange(n) < n_train, sigma_at_one=float(sigmas[1]))
+        return StepPlan(
+            sigma=sigmas[:-1].clone(),
+            sigma_next=sigmas[1:].clone(),
+            kinds=("dance_sde",) * n,
+            noise_levels=self._psi(ctx),
+            train=torch.arange(n) < n_train,
+            sigma_at_one=float(sigmas[1]),
+        )
 
     keep_all_states = True  # intermediate states are completed and scored
 
@@ -80,8 +86,9 @@ class DenseGRPO(FlowGRPO):
         sigmas = ctx.sigmas()
         states = exp.traj.states  # (B, T+1, C, H, W)
         # ODE completion of every intermediate state j = 1..T-1 along the rest of the schedule (n = t)
-        completions = torch.stack([ctx.complete(states[:, j], sigmas[j:], batch.cond)
-                                   for j in range(1, states.shape[1] - 1)], dim=1)  # (B, T-1, C, H, W)
+        completions = torch.stack(
+            [ctx.complete(states[:, j], sigmas[j:], batch.cond) for j in range(1, states.shape[1] - 1)], dim=1
+        )  # (B, T-1, C, H, W)
         pure_ode = ctx.complete(batch.noise, sigmas, batch.cond)  # R of state 0: the same initial noise
         return Experience(exp.traj, {"final": exp.traj.final, "completion": completions, "pure_ode": pure_ode[:, None]})
 
@@ -90,8 +97,9 @@ class DenseGRPO(FlowGRPO):
 
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
         t = self.cfg.train
-        adv = dense_advantages(self._table(rewards), group_ids, eps=t.std_eps, baseline=self.options.baseline,
-                               global_std=t.global_std)  # (N, T): column j is transition j
+        adv = dense_advantages(
+            self._table(rewards), group_ids, eps=t.std_eps, baseline=self.options.baseline, global_std=t.global_std
+        )  # (N, T): column j is transition j
         return clip_advantages(adv, t.adv_clip_max)
 
     def prepare(self, ctx: Context, sample_round) -> dict[str, float]:

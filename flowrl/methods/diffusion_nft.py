@@ -36,8 +36,15 @@ def optimality_weight(advantages: torch.Tensor, adv_max: float) -> torch.Tensor:
     return (advantages.float() / (2 * adv_max) + 0.5).clamp(0.0, 1.0)
 
 
-def nft_loss(v: torch.Tensor, v_old: torch.Tensor, x_t: torch.Tensor, t: torch.Tensor, x0: torch.Tensor,
-             r: torch.Tensor, beta: float) -> torch.Tensor:
+def nft_loss(
+    v: torch.Tensor,
+    v_old: torch.Tensor,
+    x_t: torch.Tensor,
+    t: torch.Tensor,
+    x0: torch.Tensor,
+    r: torch.Tensor,
+    beta: float,
+) -> torch.Tensor:
     """The negative-aware loss per row before the A_max factor (the authors' ``ori_policy_loss``), (B,):
     v, v_old, x_t, x0 (B, C, H, W); t, r (B,)."""
     dims = tuple(range(1, x0.ndim))
@@ -88,8 +95,9 @@ class DiffusionNFT(ForwardProcess):
         adv = group_advantages(rewards["final"], group_ids, global_std=t.global_std, eps=t.std_eps)
         return clip_advantages(adv, t.adv_clip_max)
 
-    def transition_loss(self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning,
-                        advantages: torch.Tensor) -> TransitionLoss:
+    def transition_loss(
+        self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
+    ) -> TransitionLoss:
         o = self.options
         x_t, t = traj.x_t(j), traj.t[:, j]
         v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)

@@ -52,18 +52,22 @@ class EGRPOOptions(G2RPOOptions):
             raise ConfigError("method.options.trained_steps: e_grpo's branches start at active_steps")
         super().__post_init__()
         if self.merge_lengths is None and self.sde_type != "flow_sde":
-            raise ConfigError(f"method.options.sde_type: adaptive merging needs flow_sde (a merged {self.sde_type} "
-                              f"step does not gain entropy); set merge_lengths for fixed lengths")
+            raise ConfigError(
+                f"method.options.sde_type: adaptive merging needs flow_sde (a merged {self.sde_type} "
+                f"step does not gain entropy); set merge_lengths for fixed lengths"
+            )
         if self.reward_zscore not in REWARD_ZSCORES:
-            raise ConfigError(f"method.options.reward_zscore: {self.reward_zscore!r} is not one of "
-                              f"{', '.join(REWARD_ZSCORES)}")
+            raise ConfigError(
+                f"method.options.reward_zscore: {self.reward_zscore!r} is not one of {', '.join(REWARD_ZSCORES)}"
+            )
         if self.entropy not in QUANTITIES:
             raise ConfigError(f"method.options.entropy: {self.entropy!r} is not one of {', '.join(QUANTITIES)}")
         lengths = [self.merge_lengths] if isinstance(self.merge_lengths, int) else (self.merge_lengths or [])
         if any(not isinstance(length, int) or length < 1 for length in lengths):
             raise ConfigError(f"method.options.merge_lengths: {self.merge_lengths} must be integers >= 1")
-        if self.active_steps is not None and (not self.active_steps or min(self.active_steps) < 0
-                                              or len(set(self.active_steps)) < len(self.active_steps)):
+        if self.active_steps is not None and (
+            not self.active_steps or min(self.active_steps) < 0 or len(set(self.active_steps)) < len(self.active_steps)
+        ):
             raise ConfigError(f"method.options.active_steps: {self.active_steps} must be distinct steps >= 0")
 
 
@@ -77,16 +81,20 @@ class EGRPO(G2RPO):
         o = self.options
         starts = self.active_steps()
         if starts[-1] >= self.num_steps:
-            raise ConfigError(f"method.options.active_steps: {starts[-1]} is past the last step of "
-                              f"sample.num_steps={self.num_steps}")
+            raise ConfigError(
+                f"method.options.active_steps: {starts[-1]} is past the last step of sample.num_steps={self.num_steps}"
+            )
         if isinstance(o.merge_lengths, list) and len(o.merge_lengths) != len(starts):
-            raise ConfigError(f"method.options.merge_lengths: {len(o.merge_lengths)} lengths for {len(starts)} "
-                              f"active steps")
+            raise ConfigError(
+                f"method.options.merge_lengths: {len(o.merge_lengths)} lengths for {len(starts)} active steps"
+            )
         fixed = [o.merge_lengths] * len(starts) if isinstance(o.merge_lengths, int) else o.merge_lengths
         for n, length in zip(starts, fixed or []):
             if n + length > self.num_steps:
-                raise ConfigError(f"method.options.merge_lengths: a step merged from {n} over {length} ends past "
-                                  f"sample.num_steps={self.num_steps}")
+                raise ConfigError(
+                    f"method.options.merge_lengths: a step merged from {n} over {length} ends past "
+                    f"sample.num_steps={self.num_steps}"
+                )
         self._pairs: list[tuple[int, int]] = []
 
     def active_steps(self) -> list[int]:
@@ -95,8 +103,14 @@ class EGRPO(G2RPO):
 
     def branches(self, sigmas: torch.Tensor) -> list[tuple[int, int]]:
         o = self.options
-        merged = merged_steps(sigmas.float().cpu(), self.active_steps(), o.noise_level, tau=o.tau,
-                              lengths=o.merge_lengths, quantity=o.entropy)
+        merged = merged_steps(
+            sigmas.float().cpu(),
+            self.active_steps(),
+            o.noise_level,
+            tau=o.tau,
+            lengths=o.merge_lengths,
+            quantity=o.entropy,
+        )
         self._pairs = [(s.start, s.end) for s in merged]
         return self._pairs
 

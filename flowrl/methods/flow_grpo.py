@@ -42,17 +42,26 @@ class FlowGRPO(Method):
             own = hasattr(self.options, "sde_type")
             kind = self.options.sde_type if own else cfg.sample.sde_type
             if kind not in GAUSSIAN_KINDS:
-                raise ConfigError(f"{'method.options' if own else 'sample'}.sde_type: {self.name} needs a Gaussian "
-                                  f"step with an exact log-prob for RatioNorm ({', '.join(GAUSSIAN_KINDS)}), "
-                                  f"got {kind!r}")
+                raise ConfigError(
+                    f"{'method.options' if own else 'sample'}.sde_type: {self.name} needs a Gaussian "
+                    f"step with an exact log-prob for RatioNorm ({', '.join(GAUSSIAN_KINDS)}), "
+                    f"got {kind!r}"
+                )
             self.keep_means = True
 
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
         """The batch's step plan; a window start is drawn from the stream ("plan", batch position)."""
         s = self.cfg.sample
         window_range = tuple(s.window_range) if s.window_range is not None else None
-        return make_plan(ctx.sigmas(), s.sde_type, s.noise_level, s.window_size, window_range, s.timestep_fraction,
-                         ctx.rng("plan", batch.position))
+        return make_plan(
+            ctx.sigmas(),
+            s.sde_type,
+            s.noise_level,
+            s.window_size,
+            window_range,
+            s.timestep_fraction,
+            ctx.rng("plan", batch.position),
+        )
 
     # keep each transition's rollout mean in the trajectory (a loss that needs it, e.g. GRPO-Guard's)
     keep_means = False
@@ -61,9 +70,15 @@ class FlowGRPO(Method):
     keep_all_states = False
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
-        traj = ctx.rollout(self.plan(ctx, batch), batch.noise, batch.cond, batch.group_ids,
-                           ctx.generator("sde", batch.position), keep_means=self.keep_means,
-                           keep_all_states=self.keep_all_states)
+        traj = ctx.rollout(
+            self.plan(ctx, batch),
+            batch.noise,
+            batch.cond,
+            batch.group_ids,
+            ctx.generator("sde", batch.position),
+            keep_means=self.keep_means,
+            keep_all_states=self.keep_all_states,
+        )
         return Experience(traj, {"final": traj.final})
 
     def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
@@ -71,13 +86,15 @@ class FlowGRPO(Method):
         adv = group_advantages(rewards["final"], group_ids, global_std=t.global_std, eps=t.std_eps)
         return clip_advantages(adv, t.adv_clip_max)
 
-    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning,
-                        advantages: torch.Tensor) -> TransitionLoss:
+    def transition_loss(
+        self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
+    ) -> TransitionLoss:
         x, x_next = traj.pair(j)
         inputs = ctx.model_inputs(cond)
         new = ctx.transition(traj.plan, j, x, inputs, x_next)
-        return self.assemble(traj, j, new, advantages,
-                             lambda: ctx.reference_transition(traj.plan, j, x, inputs, x_next).mean)
+        return self.assemble(
+            traj, j, new, advantages, lambda: ctx.reference_transition(traj.plan, j, x, inputs, x_next).mean
+        )
 
     def policy_loss(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor) -> PolicyLossOutput:
         """The clipped surrogate of transition ``j`` given its recomputed step ``new`` (a loss variant
@@ -88,11 +105,25 @@ class FlowGRPO(Method):
         if traj.means is None:
             raise RuntimeError(f"train.ratio_norm: method {self.name}'s rollout kept no transition means")
         dt = float(traj.plan.sigma[j] - traj.plan.sigma_next[j])
-        return ratio_norm_clip_loss(new.log_prob, traj.log_probs[:, j], new.mean, traj.means[:, j].to(new.mean.device),
-                                    new.std, advantages, clip_range, dt)
+        return ratio_norm_clip_loss(
+            new.log_prob,
+            traj.log_probs[:, j],
+            new.mean,
+            traj.means[:, j].to(new.mean.device),
+            new.std,
+            advantages,
+            clip_range,
+            dt,
+        )
 
-    def assemble(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor,
-                 reference_mean: Callable[[], torch.Tensor]) -> TransitionLoss:
+    def assemble(
+        self,
+        traj: Trajectory,
+        j: int,
+        new: StepOutput,
+        advantages: torch.Tensor,
+        reference_mean: Callable[[], torch.Tensor],
+    ) -> TransitionLoss:
         """Policy loss plus beta times the exact Gaussian KL to ``reference_mean()`` (called only when
         beta > 0), with the figures the trainer logs."""
         t = self.cfg.train

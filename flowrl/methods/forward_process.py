@@ -73,20 +73,31 @@ class Endpoints:
         def pick(t: torch.Tensor) -> torch.Tensor:
             return t.index_select(0, rows.to(t.device))
 
-        return replace(self, x0=pick(self.x0), t=pick(self.t), noise=pick(self.noise), prompt_ids=pick(self.prompt_ids),
-                       velocities={k: pick(v) for k, v in self.velocities.items()})
+        return replace(
+            self,
+            x0=pick(self.x0),
+            t=pick(self.t),
+            noise=pick(self.noise),
+            prompt_ids=pick(self.prompt_ids),
+            velocities={k: pick(v) for k, v in self.velocities.items()},
+        )
 
 
-def sample_times(alpha: float, shape: tuple[int, ...], generator: torch.Generator | None = None,
-                 device: torch.device | str = "cpu") -> torch.Tensor:
+def sample_times(
+    alpha: float, shape: tuple[int, ...], generator: torch.Generator | None = None, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     """t ~ p(t) ∝ t^alpha on [0, 1] by the inverse CDF, t = u^(1 / (alpha + 1)) (alpha = 0: uniform;
     alpha = 1, RAM's: mean 2/3, median 1/sqrt 2, P(t < 1/2) = 1/4)."""
     u = torch.rand(shape, generator=generator, device=device, dtype=torch.float64)
     return u.pow(1.0 / (alpha + 1.0)).float()
 
 
-def grid_times(grid: torch.Tensor, shape: tuple[int, int], generator: torch.Generator | None = None,
-               device: torch.device | str = "cpu") -> torch.Tensor:
+def grid_times(
+    grid: torch.Tensor,
+    shape: tuple[int, int],
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
     """(B, K) times: for each of the B rows, K distinct points of ``grid`` (N,) drawn without replacement, in a
     uniformly random order (a random permutation of the grid per row, its first K). DiffusionNFT
     (NVlabs/DiffusionNFT scripts/train_nft_sd3.py @ 24af555: ``perms_time``, then ``range(num_train_timesteps)``)
@@ -102,6 +113,7 @@ def ramp_decay(rate: float, cap: float, flat: int = 0):
     """The lagged policy's decay at count s: d = 0 while s < flat, then min(rate (s - flat), cap) (RAM: 0.01 and
     0.9, so d_1 = 0.01, d_50 = 0.5, d = 0.9 from 90; DiffusionNFT's OCR config: flat 75, 0.0075 and 0.999, so
     d = 0 up to 75, d_76 = 0.0075, d_100 = 0.1875, 0.999 from 209)."""
+
     def decay_at(k: int) -> float:
         if k < flat:
             return 0.0
@@ -142,8 +154,9 @@ class ForwardProcessOptions:
         if self.time_alpha <= -1:
             raise ConfigError(f"method.options.time_alpha: must be > -1 (p(t) ∝ t^alpha), got {self.time_alpha}")
         if self.endpoint_solver not in ODE_SOLVERS:
-            raise ConfigError(f"method.options.endpoint_solver: {self.endpoint_solver!r}; allowed: "
-                              f"{', '.join(ODE_SOLVERS)}")
+            raise ConfigError(
+                f"method.options.endpoint_solver: {self.endpoint_solver!r}; allowed: {', '.join(ODE_SOLVERS)}"
+            )
         if self.endpoint_policy not in ("old", "current"):
             raise ConfigError(f"method.options.endpoint_policy: {self.endpoint_policy!r}; allowed: old, current")
         if self.old_decay_rate < 0:
@@ -153,8 +166,9 @@ class ForwardProcessOptions:
         if self.old_decay_flat < 0:
             raise ConfigError(f"method.options.old_decay_flat: must be >= 0, got {self.old_decay_flat}")
         if self.old_decay_unit not in ("update", "optimizer_step"):
-            raise ConfigError(f"method.options.old_decay_unit: {self.old_decay_unit!r}; allowed: update, "
-                              f"optimizer_step")
+            raise ConfigError(
+                f"method.options.old_decay_unit: {self.old_decay_unit!r}; allowed: update, optimizer_step"
+            )
 
 
 class ForwardProcess(Method):
@@ -174,8 +188,10 @@ class ForwardProcess(Method):
             )
         o, n = self.options, cfg.sample.num_steps
         if o.time_law == "grid" and o.num_noisings is not None and o.num_noisings > n:
-            raise ConfigError(f"method.options.num_noisings: {o.num_noisings} distinct grid times, but the sampling "
-                              f"grid has sample.num_steps={n}")
+            raise ConfigError(
+                f"method.options.num_noisings: {o.num_noisings} distinct grid times, but the sampling "
+                f"grid has sample.num_steps={n}"
+            )
 
     @property
     def num_noisings(self) -> int:
@@ -224,6 +240,10 @@ class ForwardProcess(Method):
         for name in self.target_weights():
             with torch.no_grad(), self._weights(ctx, name) as model:
                 unit.velocities[name] = torch.stack(
-                    [ctx.velocity(unit.x_t(j), unit.t[:, j], batch.cond, guidance_scale=scale, model=model)
-                     for j in range(k)], dim=1)
+                    [
+                        ctx.velocity(unit.x_t(j), unit.t[:, j], batch.cond, guidance_scale=scale, model=model)
+                        for j in range(k)
+                    ],
+                    dim=1,
+                )
         return Experience(unit, {"final": x0})

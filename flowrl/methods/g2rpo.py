@@ -47,7 +47,8 @@ def group_rows(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     ids = group_ids.long().cpu()
     unique, rows = torch.unique(ids, return_inverse=True)
     first = torch.full((len(unique),), len(ids), dtype=torch.long).scatter_reduce(
-        0, rows, torch.arange(len(ids)), reduce="amin")
+        0, rows, torch.arange(len(ids)), reduce="amin"
+    )
     return first, rows
 
 
@@ -66,11 +67,17 @@ class G2RPOOptions:
             raise ConfigError(f"method.options.sde_type: {self.sde_type!r} is not one of {', '.join(SDE_KINDS)}")
         if self.noise_level <= 0:
             raise ConfigError(f"method.options.noise_level: must be > 0, got {self.noise_level}")
-        if not self.granularities or any(g < 1 for g in self.granularities) or len(set(self.granularities)) < len(
-                self.granularities):
+        if (
+            not self.granularities
+            or any(g < 1 for g in self.granularities)
+            or len(set(self.granularities)) < len(self.granularities)
+        ):
             raise ConfigError(f"method.options.granularities: {self.granularities} must be distinct integers >= 1")
-        if self.trained_steps is not None and (not self.trained_steps or len(set(self.trained_steps)) < len(
-                self.trained_steps) or min(self.trained_steps) < 0):
+        if self.trained_steps is not None and (
+            not self.trained_steps
+            or len(set(self.trained_steps)) < len(self.trained_steps)
+            or min(self.trained_steps) < 0
+        ):
             raise ConfigError(f"method.options.trained_steps: {self.trained_steps} must be distinct steps >= 0")
         if self.eps < 0:
             raise ConfigError(f"method.options.eps: must be >= 0, got {self.eps}")
@@ -88,8 +95,9 @@ class G2RPO(FlowGRPO):
         self.num_branches = 0  # K, known once the schedule is (the first exploration)
         steps = self.options.trained_steps
         if steps is not None and max(steps) >= self.num_steps:
-            raise ConfigError(f"method.options.trained_steps: {max(steps)} is past the last step of "
-                              f"sample.num_steps={self.num_steps}")
+            raise ConfigError(
+                f"method.options.trained_steps: {max(steps)} is past the last step of sample.num_steps={self.num_steps}"
+            )
 
     def branches(self, sigmas: torch.Tensor) -> list[tuple[int, int]]:
         """(start, end) state indices of every branch transition: G²RPO's k -> k + 1 for k in M
@@ -103,36 +111,51 @@ class G2RPO(FlowGRPO):
         sigmas = sigmas.float().cpu()
         pairs = self.branches(sigmas)
         k = len(pairs)
-        return StepPlan(sigma=sigmas[[a for a, _ in pairs]], sigma_next=sigmas[[b for _, b in pairs]],
-                        kinds=(self.options.sde_type,) * k,
-                        noise_levels=torch.full((k,), float(self.options.noise_level)),
-                        train=torch.ones(k, dtype=torch.bool), sigma_at_one=float(sigmas[1]))
+        return StepPlan(
+            sigma=sigmas[[a for a, _ in pairs]],
+            sigma_next=sigmas[[b for _, b in pairs]],
+            kinds=(self.options.sde_type,) * k,
+            noise_levels=torch.full((k,), float(self.options.noise_level)),
+            train=torch.ones(k, dtype=torch.bool),
+            sigma_at_one=float(sigmas[1]),
+        )
 
     # ------------------------------------------------------------------------------------ exploration
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         sigmas = ctx.sigmas()
         first, rows = group_rows(batch.group_ids)
         anchor_cond = select(batch.cond, first)
-        anchor = ctx.rollout(ode_plan(sigmas), batch.noise[first.to(batch.noise.device)], anchor_cond,
-                             batch.group_ids[first], None)  # (n, T+1): one ODE trajectory per group
+        anchor = ctx.rollout(
+            ode_plan(sigmas), batch.noise[first.to(batch.noise.device)], anchor_cond, batch.group_ids[first], None
+        )  # (n, T+1): one ODE trajectory per group
         plan = self.branch_plan(sigmas)
         self.num_branches = len(plan)
         inputs, outputs, log_probs, means, scored = [], [], [], [], []
         for k, (start, end) in enumerate(self.branches(sigmas)):
             a_k = anchor.states[:, start]
             with torch.no_grad():
-                out = ctx.shared_transition(plan, k, a_k, anchor_cond, rows,
-                                            generator=ctx.generator(f"branch{start}-{end}", batch.position))
+                out = ctx.shared_transition(
+                    plan, k, a_k, anchor_cond, rows, generator=ctx.generator(f"branch{start}-{end}", batch.position)
+                )
             inputs.append(a_k.index_select(0, rows.to(a_k.device)))
             outputs.append(out.x_next)
             log_probs.append(out.log_prob)
             means.append(out.mean)  # kept for train.ratio_norm (keep_means)
             for lam in self.options.granularities:
                 tail = ode_tail(sigmas, end, lam)
-                scored.append(ctx.rollout(tail.plan, out.x_next, batch.cond, batch.group_ids, None).final
-                              if len(tail.plan) else out.x_next)
-        traj = Trajectory(torch.stack(inputs, 1), torch.stack(log_probs, 1), batch.group_ids, plan,
-                          next_states=torch.stack(outputs, 1), means=torch.stack(means, 1) if self.keep_means else None)
+                scored.append(
+                    ctx.rollout(tail.plan, out.x_next, batch.cond, batch.group_ids, None).final
+                    if len(tail.plan)
+                    else out.x_next
+                )
+        traj = Trajectory(
+            torch.stack(inputs, 1),
+            torch.stack(log_probs, 1),
+            batch.group_ids,
+            plan,
+            next_states=torch.stack(outputs, 1),
+            means=torch.stack(means, 1) if self.keep_means else None,
+        )
         score = {"final": scored[0]}
         if len(scored) > 1:
             score["branch"] = torch.stack(scored[1:], 1)  # (B, K·L - 1, C, H, W)
@@ -160,8 +183,9 @@ class G2RPO(FlowGRPO):
         """One optimizer step per branch k, over every unit."""
         return [[(q, k) for q in range(num_units)] for k in range(self.num_branches)]
 
-    def transition_loss(self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning,
-                        advantages: torch.Tensor) -> TransitionLoss:
+    def transition_loss(
+        self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
+    ) -> TransitionLoss:
         x, x_next = traj.pair(j)
         first, rows = group_rows(traj.prompt_ids)
         x_shared, cond_shared = x.index_select(0, first.to(x.device)), select(cond, first)
@@ -169,7 +193,6 @@ class G2RPO(FlowGRPO):
 
         def reference_mean() -> torch.Tensor:
             with torch.no_grad(), ctx.reference_weights() as model:
-                return ctx.shared_transition(traj.plan, j, x_shared, cond_shared, rows, x_next=x_next,
-                                             model=model).mean
+                return ctx.shared_transition(traj.plan, j, x_shared, cond_shared, rows, x_next=x_next, model=model).mean
 
         return self.assemble(traj, j, new, advantages, reference_mean)

@@ -71,8 +71,10 @@ class PrefGRPO(FlowGRPO):
         super().__init__(cfg)
         unknown = [n for n in self.options.win_rate_from if n not in cfg.reward]
         if unknown:
-            raise ConfigError(f"method.options.win_rate_from: {unknown[0]!r} is not a configured reward "
-                              f"(reward: {', '.join(cfg.reward) or 'none'})")
+            raise ConfigError(
+                f"method.options.win_rate_from: {unknown[0]!r} is not a configured reward "
+                f"(reward: {', '.join(cfg.reward) or 'none'})"
+            )
         self._metrics: dict[str, float] = {}
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
@@ -98,8 +100,10 @@ class PrefGRPO(FlowGRPO):
             total += float(weight) * group_zscore(values, group_ids, eps=o.std_eps, unbiased=o.unbiased_std)
         if rates:
             all_rates = torch.cat(rates)
-            self._metrics = {"pref/win_rate_mean": float(all_rates.mean()),
-                             "pref/win_rate_std": float(all_rates.std(unbiased=False))}
+            self._metrics = {
+                "pref/win_rate_mean": float(all_rates.mean()),
+                "pref/win_rate_std": float(all_rates.std(unbiased=False)),
+            }
         # with GDPO (train.batch_renorm) the trainer z-scores the sum over the iteration and clips after it, as
         # the authors' code clamps only after GDPO
         return total if t.batch_renorm else clip_advantages(total, t.adv_clip_max)

@@ -28,8 +28,14 @@ from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardPro
 from flowrl.pipelines.base import Conditioning
 
 
-def ram_target(v_ref: torch.Tensor, v_old: torch.Tensor, x0: torch.Tensor, noise: torch.Tensor,
-               advantages: torch.Tensor, multiplier: float) -> torch.Tensor:
+def ram_target(
+    v_ref: torch.Tensor,
+    v_old: torch.Tensor,
+    x0: torch.Tensor,
+    noise: torch.Tensor,
+    advantages: torch.Tensor,
+    multiplier: float,
+) -> torch.Tensor:
     """y = v_ref + m A ((eps - x0) - v_old), no grad; advantages (B,), the rest (B, C, H, W)."""
     with torch.no_grad():
         scale = (multiplier * advantages.float()).view(-1, *[1] * (x0.ndim - 1))
@@ -73,12 +79,19 @@ class RAM(ForwardProcess):
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
         return [[(q, None) for q in range(num_units)]]  # one optimizer step over every item of the iteration
 
-    def transition_loss(self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning,
-                        advantages: torch.Tensor) -> TransitionLoss:
+    def transition_loss(
+        self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
+    ) -> TransitionLoss:
         o = self.options
         x_t, t = traj.x_t(j), traj.t[:, j]
-        y = ram_target(traj.velocities["ref"][:, j], traj.velocities[o.target_velocity][:, j], traj.x0,
-                       traj.noise[:, j], advantages, o.reward_multiplier)
+        y = ram_target(
+            traj.velocities["ref"][:, j],
+            traj.velocities[o.target_velocity][:, j],
+            traj.x0,
+            traj.noise[:, j],
+            advantages,
+            o.reward_multiplier,
+        )
         v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)
         loss = (v - y).pow(2).mean()
         return TransitionLoss(loss, loss.detach())

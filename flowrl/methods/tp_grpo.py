@@ -77,13 +77,15 @@ class TPGRPOOptions:
         if self.window_range is not None:
             r = self.window_range
             if len(r) != 2 or not 0 <= r[0] < r[1] or (self.window_size is not None and r[1] - r[0] < self.window_size):
-                raise ConfigError(f"method.options.window_range: {r} must be [lo, hi] with 0 <= lo and "
-                                  f"hi - lo >= window_size")
+                raise ConfigError(
+                    f"method.options.window_range: {r} must be [lo, hi] with 0 <= lo and hi - lo >= window_size"
+                )
         if self.eta <= 0:
             raise ConfigError(f"method.options.eta: must be > 0, got {self.eta}")
         if self.baseline_noise not in ("shared", "independent"):
-            raise ConfigError(f"method.options.baseline_noise: {self.baseline_noise!r} is not one of shared, "
-                              f"independent")
+            raise ConfigError(
+                f"method.options.baseline_noise: {self.baseline_noise!r} is not one of shared, independent"
+            )
         if self.balance_pool not in ("batch", "iteration"):
             raise ConfigError(f"method.options.balance_pool: {self.balance_pool!r} is not one of batch, iteration")
 
@@ -101,8 +103,9 @@ class TPGRPO(FlowGRPO):
         if self.window_size > n:
             raise ConfigError(f"method.options.window_size: {self.window_size} exceeds sample.num_steps={n}")
         if hi - lo < self.window_size:
-            raise ConfigError(f"method.options.window_range: [{lo}, {hi}] is shorter than "
-                              f"window_size={self.window_size}")
+            raise ConfigError(
+                f"method.options.window_range: [{lo}, {hi}] is shorter than window_size={self.window_size}"
+            )
         if hi > n:
             raise ConfigError(f"method.options.window_range: [{lo}, {hi}] ends past sample.num_steps={n}")
         self.window_range = (lo, hi)
@@ -112,8 +115,15 @@ class TPGRPO(FlowGRPO):
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
         """The batch's plan: its SDE window drawn from the stream ("plan", batch position)."""
         o = self.options
-        return make_plan(ctx.sigmas(), o.sde_type, o.noise_level, self.window_size, self.window_range, 1.0,
-                         ctx.rng("plan", batch.position))
+        return make_plan(
+            ctx.sigmas(),
+            o.sde_type,
+            o.noise_level,
+            self.window_size,
+            self.window_range,
+            1.0,
+            ctx.rng("plan", batch.position),
+        )
 
     @staticmethod
     def window_start(plan: StepPlan) -> int:
@@ -128,8 +138,9 @@ class TPGRPO(FlowGRPO):
         sigmas = ctx.sigmas()
         score = {"final": traj.final}
         if w > 1:  # the state right after window step m = 1..W-1, completed along the rest of the schedule
-            score["completion"] = torch.stack([ctx.complete(traj.states[:, start + m], sigmas[start + m:], batch.cond)
-                                               for m in range(1, w)], dim=1)  # (B, W-1, C, H, W)
+            score["completion"] = torch.stack(
+                [ctx.complete(traj.states[:, start + m], sigmas[start + m :], batch.cond) for m in range(1, w)], dim=1
+            )  # (B, W-1, C, H, W)
         if self.options.baseline_noise == "shared":
             x0 = batch.noise  # the rollout's own initial latent, the same tensor
         else:
@@ -149,9 +160,18 @@ class TPGRPO(FlowGRPO):
         t, o = self.cfg.train, self.options
         n, num_steps = len(group_ids), self.cfg.sample.num_steps
         pools = self.balance_pools(n)
-        tp = turning_point_credit(self.table(rewards), group_ids, eta=o.eta, first_step=o.first_step,
-                                  consistency=o.consistency, balance=o.balance, pools=pools,
-                                  drop_incremental=o.drop_incremental, eps=t.std_eps, global_std=t.global_std)
+        tp = turning_point_credit(
+            self.table(rewards),
+            group_ids,
+            eta=o.eta,
+            first_step=o.first_step,
+            consistency=o.consistency,
+            balance=o.balance,
+            pools=pools,
+            drop_incremental=o.drop_incremental,
+            eps=t.std_eps,
+            global_std=t.global_std,
+        )
         self.last_credit = tp
         adv = clip_advantages(tp.advantages, t.adv_clip_max)  # (N, W)
         columns = rewards["window_start"].long()[:, None] + torch.arange(self.window_size)[None]  # (N, W)
