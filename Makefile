@@ -1,6 +1,7 @@
-# Two commands, each doing its own set-up on a fresh machine:
+# Commands, each doing its own set-up on a fresh machine:
 #   make demo   creates .venv, installs flowrl, trains the tiny-cpu recipe (a few minutes on 2 cores)
 #   make test   creates .venv, installs flowrl with test extras, runs pytest
+#   make lint   ruff check and ruff format --check over the tree (the rules: pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 # elsewhere pip fetches the same versions from PyPI.
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +28,9 @@ demo: install
 
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
