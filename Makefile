@@ -1,6 +1,7 @@
 # Commands, each doing its own set-up on a fresh machine:
 #   make demo   creates .venv, installs flowrl, trains the tiny-cpu recipe (a few minutes on 2 cores)
-#   make test   creates .venv, installs flowrl with test extras, runs pytest
+#   make test   creates .venv, installs flowrl with test extras, runs pytest without the slow end-to-end runs
+#   make test-slow  the slow end-to-end runs that make test leaves out (pytest -m slow); CI runs both
 #   make lint   ruff check and ruff format --check over the tree (the rules: pyproject.toml [tool.ruff])
 PYTHON ?= python3
 VENV ?= .venv
@@ -9,7 +10,7 @@ BIN := $(VENV)/bin
 # elsewhere pip fetches the same versions from PyPI.
 TORCH ?= torch==2.14.1 torchvision==0.29.1
 
-.PHONY: demo test lint install install-test clean
+.PHONY: demo test test-slow lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,7 +28,10 @@ demo: install
 	HF_HUB_OFFLINE=1 $(BIN)/flowrl train overwrite=true  # a rerun replaces the previous demo run
 
 test: install
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m slow
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

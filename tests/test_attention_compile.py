@@ -182,6 +182,7 @@ def _check_like_the_eager_run(tmp_path, runs):
     assert sorted(transformer.state_dict()) == sorted(eager.adapter.transformer.state_dict())
 
 
+@pytest.mark.slow
 def test_compile_trains_with_the_onpolicy_check_and_the_same_checkpoints(tmp_path, tiny_cfg_overrides, monkeypatch):
     """torch.compile's graph capture (dynamo, AOT autograd) through the LoRA layers, the NFE hook, the
     no-grad rollout, the update's backward and the LoRA-disabled reference; the kernels are left to eager

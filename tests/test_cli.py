@@ -52,6 +52,7 @@ def test_user_errors_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_console_script_train_then_sample(tmp_path):
     """The real entry point: a 1-iteration run, then sampling from its folder with its LoRA."""
     run = tmp_path / "run"

@@ -45,6 +45,7 @@ def one_process(tmp_path_factory):
     return out, _run([sys.executable, "-m", "flowrl", "train"], out)
 
 
+@pytest.mark.slow
 def test_two_processes_match_one(tmp_path, one_process):
     _, one = one_process
     two = _run([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two")
@@ -52,6 +53,7 @@ def test_two_processes_match_one(tmp_path, one_process):
     _assert_same_metrics(one, two)
 
 
+@pytest.mark.slow
 def test_fsdp_shards_match_one_process_and_resume_exactly(tmp_path, one_process):
     """FSDP2 over 2 processes (``_fsdp_train.py`` shards as accelerate would on GPUs): the metrics of one
     process; checkpoints and the LoRA export hold whole tensors equal to one process's; resuming from
@@ -80,6 +82,7 @@ def test_fsdp_shards_match_one_process_and_resume_exactly(tmp_path, one_process)
     assert {k: resumed[0][k] for k in KEYS} == {k: fsdp[1][k] for k in KEYS}
 
 
+@pytest.mark.slow
 def test_a_branch_method_on_two_processes_matches_one(tmp_path):
     """G²RPO over 2 processes (one prompt group each): its per-branch optimizer steps, shared-input
     forwards and the KL reference give one process's metrics."""

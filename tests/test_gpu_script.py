@@ -135,6 +135,7 @@ def test_smoke_measures_one_iteration_of_every_method(capsys):
     assert "| method iteration | setting | s | vs flow_grpo |" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_smoke_compares_attention_backends_and_compile(capsys):
     """--what attention: today's path, each backend that runs here (on a CPU: native; a CUDA-only one is
     skipped with a note), torch.compile with today's attention and with the fastest backend."""

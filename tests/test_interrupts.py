@@ -72,6 +72,7 @@ def signals_ignored_outside_training():
         signal.signal(s, h)
 
 
+@pytest.mark.slow
 def test_interrupts_at_random_instants_lose_nothing(tmp_path, one_thread, signals_ignored_outside_training):
     timing = []
     for clean in ("clean", "clean-again"):  # the second run is warm: its duration is what a case takes

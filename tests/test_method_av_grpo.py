@@ -338,6 +338,7 @@ def _cli(command: list[str], out: Path, *extra: str) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
     reason="torchrun not installed",
@@ -376,6 +377,7 @@ def _train_rows(run: Path, *extra: str) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
 
 
+@pytest.mark.slow
 def test_sigterm_during_the_update_then_resume_repeats_the_run(
     tmp_path, one_thread, monkeypatch, signals_ignored_outside_training
 ):

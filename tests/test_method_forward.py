@@ -446,6 +446,7 @@ def test_nft_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one
     assert rows(tmp_path / "part") == rows(tmp_path / "full")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("torch.distributed.run") is None, reason="torchrun not installed")
 def test_nft_on_two_processes_matches_one(tmp_path):
     """1 vs 2 processes (gloo on CPU): DiffusionNFT's grid times and dpm2 endpoints draw from streams keyed by the

@@ -171,6 +171,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
         assert message in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo on linux")
 @pytest.mark.parametrize(
     "switches",

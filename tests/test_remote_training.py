@@ -3,6 +3,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from flowrl.config import resolve_config
 from flowrl.trainer import Trainer
 
@@ -19,6 +21,7 @@ SMALL = [
 KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/grad_norm"]
 
 
+@pytest.mark.slow
 def test_training_against_a_served_reward_matches_in_process(tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "flowrl", "serve-reward", "jpeg_compressibility", "--port", "0"],

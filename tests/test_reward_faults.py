@@ -103,6 +103,7 @@ def test_a_process_whose_reward_hung_exits_at_once():
     assert time.monotonic() - start < 60  # interpreter start and torch import; the hung call is not waited for
 
 
+@pytest.mark.slow
 def test_a_hung_reward_ends_the_training_process_with_one_line(tmp_path):
     cmd = [
         sys.executable,
@@ -215,6 +216,7 @@ def _console_script() -> str:
     return script
 
 
+@pytest.mark.slow
 def test_the_readme_reward_works_with_the_installed_console_script(tmp_path):
     """The console script, unlike ``python -m``, does not put the working directory on sys.path."""
     (tmp_path / "my_rewards.py").write_text(README_REWARD)

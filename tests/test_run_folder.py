@@ -108,6 +108,7 @@ def test_a_held_lock_refuses_and_a_dead_one_is_taken_over(tmp_path, caplog):
     assert (tmp_path / runs.LOCK).read_text() == ""  # a clean exit leaves nothing to take over
 
 
+@pytest.mark.slow
 def test_a_second_launch_into_a_folder_in_use_is_refused(tmp_path, capsys):
     """Two real launches into one folder: the second is refused at once and the first finishes intact."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")

@@ -185,6 +185,7 @@ def test_tokens_are_not_written_and_files_are_group_readable(tmp_path):
             assert f.stat().st_mode & 0o044 == 0o044, f
 
 
+@pytest.mark.slow
 def test_debug_after_the_command_and_a_closed_pipe(tmp_path):
     out = subprocess.run(
         [sys.executable, "-m", "flowrl", "validate", "--debug", "train.learnig_rate=1"], capture_output=True, text=True

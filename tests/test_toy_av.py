@@ -162,6 +162,7 @@ def test_codes_are_local_in_time(toy_adapter):
     assert audio[: onset_frame - 5].abs().max() < 0.1 * audio[onset_frame].abs().max()  # silence: about 0
 
 
+@pytest.mark.slow
 def test_pretrain_writes_a_pipeline_that_loads(tmp_path):
     from flowrl.benchmarks.toy_av import pretrain
 

@@ -64,6 +64,7 @@ def _run(command: list[str], out: Path, *extra: str) -> list[dict]:
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(
     shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
     reason="torchrun not installed",
