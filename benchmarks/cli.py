@@ -447,6 +447,20 @@ def missing_model_hint(path: str) -> str | None:
     return None
 
 
+def check_model_path_or_hint(model_cfg) -> None:
+    """``check_model_path``, whose "no such file or folder" names the command that makes a benchmark's cached base
+    model when ``model.path`` is one (train, validate, sample and generation all check through this)."""
+    from flowrl.pipelines.base import check_model_path
+
+    try:
+        check_model_path(model_cfg)
+    except FileNotFoundError as exc:
+        hint = missing_model_hint(model_cfg.path)
+        if hint is None:
+            raise
+        raise FileNotFoundError(f"{exc}; {hint}") from None
+
+
 # ------------------------------------------------------------------------------------------------ hook
 
 

@@ -200,6 +200,7 @@ def _record(
 def cmd_sample(args: argparse.Namespace) -> int:
     import torch
 
+    from flowrl.benchmarks.cli import check_model_path_or_hint
     from flowrl.media import num_samples, to_cpu
     from flowrl.pipelines.base import adapter_class
 
@@ -212,6 +213,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
         cfg, _ = _sample_config(str(run))
     if checkpoint is not None and args.ema and not (checkpoint / "ema.safetensors").is_file():
         raise ValueError(f"--ema: checkpoint {checkpoint} has no ema.safetensors (the run trained without train.ema)")
+    check_model_path_or_hint(cfg.model)  # before the build: a toy recipe names `flowrl eval toy --pretrain`
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
     if checkpoint is not None:
         loaded = load_checkpoint_weights(adapter, cfg, checkpoint, args.ema)

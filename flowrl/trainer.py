@@ -209,18 +209,10 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
 
 def preflight(cfg: Config) -> None:
     """Input errors that would otherwise surface after the model is built (or never): one line each."""
-    from flowrl.pipelines.base import check_model_path
+    from flowrl.benchmarks.cli import check_model_path_or_hint
     from flowrl.reward_models import check_reward_args
 
-    try:
-        check_model_path(cfg.model)
-    except FileNotFoundError as exc:  # a benchmark's cached base model not made yet: say which command makes it
-        from flowrl.benchmarks.cli import missing_model_hint
-
-        hint = missing_model_hint(cfg.model.path)
-        if hint is None:
-            raise
-        raise FileNotFoundError(f"{exc}; {hint}") from None
+    check_model_path_or_hint(cfg.model)  # a benchmark's cached base model not made yet: names the command
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")

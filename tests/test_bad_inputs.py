@@ -280,6 +280,23 @@ CASES = [
         "the toy audio-video base model is not made yet: create it with `flowrl eval toy-av --pretrain`",
     ),
     (
+        ["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE=", "sample", "toy-flow-grpo", "--prompt", "a red circle"],
+        "the toy GenEval base model is not made yet: create it with `flowrl eval toy --pretrain`",
+    ),
+    (
+        [
+            "ENV:HOME={tmp}/home",
+            "ENV:FLOWRL_CACHE=",
+            "eval",
+            "geneval",
+            "--generate",
+            "toy-flow-grpo",
+            "--out",
+            "{tmp}/gen",
+        ],
+        "the toy GenEval base model is not made yet: create it with `flowrl eval toy --pretrain`",
+    ),
+    (
         ["ENV:HOME={tmp}/home", "ENV:FLOWRL_CACHE={tmp}/cache", "validate", "toy-flow-grpo"],
         "the toy GenEval base model is in $FLOWRL_CACHE: set model.path={tmp}/cache/toy/default",
     ),
