@@ -49,7 +49,6 @@ FLOWRL_OUTPUTS: dict[str, re.Pattern | None] = {
     "checkpoints": re.compile(r"^iter-\d+(\.tmp)?(/.*)?$"),
     "samples": re.compile(r"^(iter|eval)-\d+(\.(png|gif|mp4|wav))?(/.*)?$"),
 }
-RUN_OUTPUTS = tuple(FLOWRL_OUTPUTS)
 
 
 def run_dir(cfg: Config, broadcast=None) -> Path:

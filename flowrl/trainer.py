@@ -799,7 +799,7 @@ class Trainer:
         # ones a method does not train now (AV-GRPO's other tower, which its loss may not reach) join the loss with
         # weight 0, and their gradient is dropped before the optimizer step as on one process
         ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel) and self.method.freezes_parameters
-        self._untrained_for_ddp = [p for n, p in self.trainable.items() if not self.method.trains(n)] if ddp else []
+        untrained = [p for n, p in self.trainable.items() if not self.method.trains(n)] if ddp else []
         for entries in self.method.schedule(len(layout)):
             named: dict[tuple[int, int | None], torch.Tensor | None] = {}  # (unit, k) -> its rows named, None: all
             for q, k, *row in entries:
@@ -836,7 +836,7 @@ class Trainer:
             for u, ((b, adv, weight_rows), js) in enumerate(units):
                 scale = weight_rows / step_kept * world  # DDP/FSDP average gradients over processes
                 measure = not measured and weight_rows > 0
-                self._update_unit(ctx, b, adv, js, scale, u == passes - 1, stats, measure)
+                self._update_unit(ctx, b, adv, js, scale, u == passes - 1, stats, measure, untrained)
                 if not measured:
                     measured = True
                     if first:
@@ -921,10 +921,12 @@ class Trainer:
         sync: bool,
         stats: UpdateStats,
         measure: bool,
+        untrained: list[torch.nn.Parameter] = (),
     ) -> None:
         """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
-        the iteration's first unit, still on-policy, so log the log-prob gap.
+        the iteration's first unit, still on-policy, so log the log-prob gap. ``untrained``: parameters the
+        method does not train now, joined to the loss with weight 0 under DDP (see ``update``).
 
         With a ``row_mask`` (a per-row subset of the transitions) each transition forwards only the rows
         that train it, and every trained (row, transition) pair weighs the same; a transition no row
@@ -949,7 +951,6 @@ class Trainer:
             with sync_ctx:
                 tl = self.method.transition_loss(ctx, unit, j, cond, adv_j)
                 loss = tl.loss * weight
-                untrained = getattr(self, "_untrained_for_ddp", [])
                 if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``update``)
                     loss = loss + 0.0 * sum(p.sum() for p in untrained)
                 if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
