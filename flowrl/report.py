@@ -653,8 +653,13 @@ def write_report(
             out = out / REPORT_FILE
     if not out.parent.is_dir():
         raise ConfigError(f"report: -o: no folder {str(out.parent)!r} to write {out.name!r} in")
-    if out.exists() and not force and not (output is None and len(runs) == 1):
-        raise ConfigError(f"report: -o: {str(out)!r} already exists; pass --force to replace it, or name a new file")
+    if not (output is None and len(runs) == 1):  # a run's own report.html is the report's to rewrite
+        from flowrl.cli import refuse_overwrite
+
+        try:
+            refuse_overwrite([out], "-o", force)
+        except ValueError as exc:
+            raise ConfigError(f"report: {exc}") from None
     text = render(runs, max_grids=max_grids)
     try:
         out.write_text(text, encoding="utf-8")
