@@ -1,10 +1,6 @@
 """Two processes (gloo on CPU, launched by torchrun) against one: same rewards, advantages and losses,
 with the transformer replicated (DDP) or sharded (FSDP2), and an FSDP run resumed exactly."""
 
-import json
-import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -12,24 +8,17 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from _processes import needs_torchrun, torchrun, train_metrics
 from flowrl.benchmarks.perf.strategies import KEYS, OVERRIDES  # the GPU check runs the same comparison
 
 TESTS = Path(__file__).parent
-ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1"}
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29531"]
+TORCHRUN = torchrun(29531)
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-    reason="torchrun not installed",
-)
+pytestmark = needs_torchrun
 
 
 def _run(command: list[str], out: Path, *extra: str) -> list[dict]:
-    done = subprocess.run(
-        [*command, f"output_dir={out}", *OVERRIDES, *extra], env=ENV, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return train_metrics(command, out, *OVERRIDES, *extra, timeout=300)
 
 
 def _assert_same_metrics(a: list[dict], b: list[dict]) -> None:

@@ -5,17 +5,15 @@ parameter and the video-to-audio cross-attention bit-identical (and the mirror c
 1; the phases alternate on the same prompts with the optimizer state cleared at each switch; a NaN advantage
 drops the step and switches at once; the phase travels in checkpoints; single-tensor pipelines are refused."""
 
-import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from _processes import needs_torchrun, torchrun, train_metrics
 from flowrl.config import ConfigError, resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
@@ -322,27 +320,15 @@ KEYS = [
     "cost/optimizer_steps",
 ]
 SKIP = ("timing_s/", "throughput/", "memory/")
-ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29563"]
+TORCHRUN = torchrun(29563)
 
 
 def _cli(command: list[str], out: Path, *extra: str) -> list[dict]:
-    done = subprocess.run(
-        [*command, "tiny-ltx2-av-grpo", f"output_dir={out}", *RUN, "train.iterations=2", *extra],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return train_metrics([*command, "tiny-ltx2-av-grpo"], out, *RUN, "train.iterations=2", *extra)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-    reason="torchrun not installed",
-)
+@needs_torchrun
 @pytest.mark.parametrize("frozen_input", ["anchor", "dropped"])
 def test_two_processes_give_one_process_metrics(tmp_path, frozen_input):
     """One prompt group per process: each per-(sample, transition) optimizer step joins one row of each process

@@ -451,24 +451,12 @@ def test_nft_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one
 def test_nft_on_two_processes_matches_one(tmp_path):
     """1 vs 2 processes (gloo on CPU): DiffusionNFT's grid times and dpm2 endpoints draw from streams keyed by the
     sample's global position, so rewards, advantages, losses and gradient norms are the same."""
-    import json
-    import os
-    import subprocess
-    import sys
+    from _processes import ONE_PROCESS, torchrun, train_metrics
 
-    env = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29537"]
     opts = [*SMALL, "method.name=diffusion_nft", "train.iterations=2", "train.optimizer_steps_per_iteration=2"]
 
-    def run(command, out):
-        done = subprocess.run(
-            [*command, f"output_dir={out}", *opts], env=env, capture_output=True, text=True, timeout=600
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-    one = run([sys.executable, "-m", "flowrl", "train"], tmp_path / "one")
-    two = run([*torchrun, "-m", "flowrl", "train"], tmp_path / "two")
+    one = train_metrics(ONE_PROCESS, tmp_path / "one", *opts)
+    two = train_metrics([*torchrun(29537), "-m", "flowrl", "train"], tmp_path / "two", *opts)
     assert len(one) == len(two) == 2
     for a, b in zip(one, two):
         for key in ("reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/grad_norm"):

@@ -181,24 +181,14 @@ def test_bad_options_are_one_line_errors(tmp_path):
 def test_two_processes_give_one_processs_win_rates(tmp_path, switches):
     """The pairwise judge sees whole groups on each process: the same win rates, advantages and losses; with
     GDPO (over the gathered iteration), RatioNorm and shared initial noise as well."""
-    import subprocess
-
-    from test_distributed import ENV, TORCHRUN, _assert_same_metrics
+    from _processes import ENV, ONE_PROCESS, torchrun, train_metrics
+    from test_distributed import _assert_same_metrics
 
     env = {**ENV, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), ENV.get("PYTHONPATH", "")])}
     common = [*SMALL, "method.name=pref_grpo", *PAIRWISE, "train.iterations=2", "log.monitors=false", *switches]
 
-    def run(command, out):
-        done = subprocess.run(
-            [*command, f"output_dir={out}", *common], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        import json
-
-        return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-    one = run([sys.executable, "-m", "flowrl", "train"], tmp_path / "one")
-    two = run([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two")
+    one = train_metrics(ONE_PROCESS, tmp_path / "one", *common, env=env, timeout=300)
+    two = train_metrics([*torchrun(29531), "-m", "flowrl", "train"], tmp_path / "two", *common, env=env, timeout=300)
     _assert_same_metrics(one, two)
     for a, b in zip(one, two):
         for key in ("method/pref/win_rate_std", "cost/reward_calls"):

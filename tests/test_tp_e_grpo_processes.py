@@ -1,16 +1,14 @@
 """TP-GRPO (per-rollout-batch balancing) and E-GRPO (z-scored weighted sum of two rewards) over two processes
 and through a SIGTERM during the update: one process's metrics, and the uninterrupted run's after resuming."""
 
-import json
 import os
-import shutil
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from _processes import needs_torchrun, torchrun, train_metrics
 from flowrl.config import resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
@@ -48,27 +46,16 @@ KEYS = [
     "policy/grad_norm",
 ]
 SKIP = ("timing_s/", "throughput/", "memory/")
-ENV = {**os.environ, "ACCELERATE_USE_CPU": "1", "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29547"]
+TORCHRUN = torchrun(29547)
 
 
 def _run(command: list[str], out: Path, *extra: str) -> list[dict]:
-    done = subprocess.run(
-        [*command, "tiny-cpu", f"output_dir={out}", *COMMON, *extra, "train.iterations=1", "log.save_every=1000"],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    overrides = [*COMMON, *extra, "train.iterations=1", "log.save_every=1000"]
+    return train_metrics([*command, "tiny-cpu"], out, *overrides, timeout=300)
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    shutil.which("torchrun") is None and not (Path(sys.executable).parent / "torchrun").exists(),
-    reason="torchrun not installed",
-)
+@needs_torchrun
 @pytest.mark.parametrize("method", sorted(METHODS))
 def test_two_processes_give_one_process_credit_and_losses(tmp_path, method):
     """Credit runs on the rewards gathered in global order, so each method's own figures (turning points
