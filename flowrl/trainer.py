@@ -25,7 +25,7 @@ import torch
 
 from flowrl import checkpoint as ckpt
 from flowrl import latents, runs, sharding, trackers
-from flowrl.advantages import batch_zscore, clip_advantages, zero_std_ratio
+from flowrl.advantages import zero_std_ratio
 from flowrl.config import (
     Config,
     ConfigError,
@@ -40,7 +40,7 @@ from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, timed
 from flowrl.lr import lr_factor
 from flowrl.media import cat_media, media_monitors, monitor_names, num_samples, save_media, select_media, to_cpu
-from flowrl.methods import build_method, method_class
+from flowrl.methods import build_method, seam
 from flowrl.methods.base import Context, PromptBatch
 from flowrl.pipelines.base import Conditioning, adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
@@ -214,9 +214,10 @@ def preflight(cfg: Config) -> None:
 
     check_model_path_or_hint(cfg.model)  # a benchmark's cached base model not made yet: names the command
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
-    check_whole_groups(cfg, build_method(cfg), 1)  # unknown or mistyped method.options
+    method = build_method(cfg)  # unknown or mistyped method.options
+    check_whole_groups(cfg, method, 1)
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
-    kinds = getattr(method_class(cfg.method.name), "media_kinds", None)
+    kinds = seam.needs(method).media
     if kinds is not None and kind not in kinds:
         raise ConfigError(
             f"method {cfg.method.name} trains {' or '.join(kinds)} media; model.pipeline="
@@ -242,9 +243,9 @@ def preflight(cfg: Config) -> None:
 
 
 def check_whole_groups(cfg: Config, method, world: int) -> None:
-    """A method that explores per prompt group (``Method.whole_groups``) needs every rollout batch to hold
+    """A method that explores per prompt group (``Needs.whole_groups``) needs every rollout batch to hold
     whole groups: each process's share of samples and ``sample.batch_size`` multiples of the group size."""
-    if not method.whole_groups:
+    if not seam.needs(method).whole_groups:
         return
     s = cfg.sample
     share = s.prompts_per_iteration * s.group_size // world
@@ -292,9 +293,7 @@ def logged_metric_names(cfg: Config) -> set[str]:
         "throughput/nfe_per_s",
         "cost/optimizer_steps",
     }
-    from flowrl.methods import method_class
-
-    names |= {f"method/{k}" for k in method_class(cfg.method.name).metric_names}
+    names |= {f"method/{k}" for k in seam.needs(build_method(cfg)).metrics}
     for name in cfg.reward:
         names |= {f"reward/{name}/mean", f"reward/{name}/std", f"cost/reward_calls/{name}"}
     if cfg.log.monitors:
@@ -383,6 +382,7 @@ class Trainer:
             self.acc.process_index,
         )
         self.method = build_method(cfg)  # its typed options are checked before any weights load
+        self.needs = seam.needs(self.method)
         check_whole_groups(cfg, self.method, self.acc.num_processes)
         self.out = self._prepare_run_dir()
         self._resume_path = self._resume_checkpoint(cfg.resume) if cfg.resume else None
@@ -390,9 +390,7 @@ class Trainer:
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
-        self.method.pairwise_rewards = frozenset(
-            n for n, (r, _) in self.reward.rewards.items() if getattr(r, "pairwise", False)
-        )
+        self.pairwise = frozenset(n for n, (r, _) in self.reward.rewards.items() if getattr(r, "pairwise", False))
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = load_eval_prompts(cfg.data) or self.prompts  # a dataset folder: its test split
         share = s.prompts_per_iteration * s.group_size // self.acc.num_processes
@@ -404,12 +402,12 @@ class Trainer:
         self._setup_policy()
         self.start_iteration = 0
         self._checked_onpolicy = False
-        if cfg.train.onpolicy_check and not self.method.checks_onpolicy:
+        if cfg.train.onpolicy_check and self.needs.onpolicy_check is not None:
             self._checked_onpolicy = True
             logger.warning(
                 "train.onpolicy_check does not apply to method %s: %s, so no on-policy check is made",
                 self.method.name,
-                self.method.no_onpolicy_reason,
+                self.needs.onpolicy_check,
             )
         self._reward_worker: BackgroundWorker | None = None
         if self._resume_path is not None:
@@ -504,7 +502,7 @@ class Trainer:
             transformer.add_adapter(lora_config(t.lora, self.adapter.lora_target_modules))
         else:
             transformer.requires_grad_(True)
-            if self.method.needs_reference:  # full fine-tuning keeps a frozen copy as the reference
+            if self.needs.reference:  # full fine-tuning keeps a frozen copy as the reference
                 self.ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
         for p in transformer.parameters():
             if p.requires_grad:
@@ -540,9 +538,7 @@ class Trainer:
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
         # the method's parameter averages (RAM's lagged policy), updated once an iteration
-        self.averages = {
-            name: ParamAverage(self.trainable, decay_at) for name, decay_at in self.method.averages().items()
-        }
+        self.averages = {name: ParamAverage(self.trainable, decay_at) for name, decay_at in self.needs.averages.items()}
         self.optimizer_steps = 0
         num_units = len(self._unit_layout(self.cfg.sample.prompts_per_iteration * self.cfg.sample.group_size))
         self.total_optimizer_steps = t.iterations * len(self.method.schedule(num_units))
@@ -619,14 +615,17 @@ class Trainer:
         logger.info("resumed from %s at iteration %d", path, self.start_iteration)
 
     # ------------------------------------------------------------------------------------ phases
-    def collect(self, iteration: int, ctx: Context | None = None) -> tuple[list[RolloutBatch], torch.Tensor]:
+    def collect(
+        self, iteration: int, ctx: Context | None = None, turn: seam.Turn | None = None
+    ) -> tuple[list[RolloutBatch], torch.Tensor]:
         """Rollout phase: this process's share of the iteration's samples, in rollout batches.
 
         All randomness is seeded by (seed, iteration, global sample position), so a sample's noise, SDE
         draws and window do not depend on the number of processes, and a resumed run repeats them.
         """
         s = self.cfg.sample
-        samples = self.sampler.iteration(self.method.prompt_iteration(iteration))
+        turn = turn or seam.begin(self.method, iteration)
+        samples = self.sampler.iteration(turn.prompts_of)
         prompt_index = samples.prompt_index[samples.local]
         group_ids = samples.group_ids[samples.local]
         noise = self._initial_noise(iteration, samples)
@@ -772,7 +771,13 @@ class Trainer:
         return Scores(columns["final"], components, columns, int(sum(by_reward.values())), by_reward)
 
     def update(
-        self, batches: list[RolloutBatch], adv_all: torch.Tensor, first: bool, ctx: Context | None = None
+        self,
+        batches: list[RolloutBatch],
+        adv_all: torch.Tensor,
+        first: bool,
+        ctx: Context | None = None,
+        keep_rows: torch.Tensor | None = None,
+        turn: seam.Turn | None = None,
     ) -> dict[str, float]:
         """Update phase: the method's loss over every trained transition of every kept sample.
 
@@ -784,12 +789,15 @@ class Trainer:
         equal batch boundaries, which equal results need anyway). Every step runs at the rate the method's
         ``learning_rate`` gives (default: ``train.lr_schedule`` over the run's optimizer steps). Rows whose
         advantage is 0 at every transition a step trains carry no signal and are dropped; every kept sample weighs
-        the same in its step's gradient (1 / the step's kept samples), ragged batches included.
+        the same in its step's gradient (1 / the step's kept samples), ragged batches included; ``keep_rows``
+        (the credit's ``Advantages.keep``) names the rows every step trains instead. ``turn.trains`` names the
+        parameters that step (default: the method's ``begin``).
         Processes run the same number of forward/backward passes (zero-weight passes where one holds
         fewer units) so that DDP and FSDP collectives stay in step.
         """
         t, world = self.cfg.train, self.acc.num_processes
         ctx = ctx or self.context(0)
+        trains = (turn or seam.begin(self.method, 0)).trains
         layout = self._unit_layout(len(adv_all))  # (rank, global start, rows) per unit, in rank order
         local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.acc.process_index]
         trained = self._trained_per_unit(batches, local)  # unit -> its trained transitions
@@ -798,8 +806,8 @@ class Trainer:
         # DDP (without find_unused_parameters) waits in every backward for a gradient of each parameter it wraps: the
         # ones a method does not train now (AV-GRPO's other tower, which its loss may not reach) join the loss with
         # weight 0, and their gradient is dropped before the optimizer step as on one process
-        ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel) and self.method.freezes_parameters
-        untrained = [p for n, p in self.trainable.items() if not self.method.trains(n)] if ddp else []
+        ddp = isinstance(self.model, torch.nn.parallel.DistributedDataParallel) and trains is not None
+        untrained = [p for n, p in self.trainable.items() if not trains(n)] if ddp else []
         for entries in self.method.schedule(len(layout)):
             named: dict[tuple[int, int | None], torch.Tensor | None] = {}  # (unit, k) -> its rows named, None: all
             for q, k, *row in entries:
@@ -815,8 +823,8 @@ class Trainer:
                 _, start, rows = layout[q]
                 adv = adv_all[start : start + rows]
                 keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)
-                if not self.method.drops_flat_rows:
-                    keep = torch.ones_like(keep)
+                if keep_rows is not None:
+                    keep = keep_rows[start : start + rows].to(keep.device)
                 if mask is not None:
                     keep = keep & mask.to(keep.device)
                 work.append((q, js, keep))
@@ -841,9 +849,9 @@ class Trainer:
                     measured = True
                     if first:
                         self._check_onpolicy(stats)
-            if self.method.freezes_parameters:  # this phase's frozen set: no gradient, so AdamW leaves it be
+            if trains is not None:  # this phase's frozen set: no gradient, so AdamW leaves it be
                 for name, p in self.trainable.items():
-                    if not self.method.trains(name):
+                    if not trains(name):
                         p.grad = None
             grad_norm = self.acc.clip_grad_norm_(list(self.trainable.values()), t.max_grad_norm)
             grad_norm = (
@@ -863,7 +871,9 @@ class Trainer:
                 self.ema.update(self.trainable)
         for average in self.averages.values():
             average.update(self.trainable)
-        if self.method.after_update():  # the method starts afresh (AV-GRPO's phase switch): no moments carried
+        if seam.end(
+            self.method
+        ).reset_optimizer:  # the method starts afresh (AV-GRPO's phase switch): no moments carried
             getattr(self.optimizer, "optimizer", self.optimizer).state.clear()
         out = stats.reduce(self.acc)
         keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)
@@ -1036,10 +1046,11 @@ class Trainer:
     def step(self, iteration: int) -> dict[str, float]:
         metrics: dict[str, float] = {"iteration": iteration}
         ctx = self.context(iteration)
+        turn = seam.begin(self.method, iteration)
         self._nfe = 0
         with timed(metrics, "iteration"):
             with timed(metrics, "rollout"):
-                batches, group_ids = self.collect(iteration, ctx)
+                batches, group_ids = self.collect(iteration, ctx, turn)
             with timed(metrics, "reward"):
                 scored = self.score(batches)
             if scored is None:
@@ -1047,15 +1058,16 @@ class Trainer:
                 return metrics
             scores, comps = scored.final, scored.components
             with timed(metrics, "advantage"):
-                adv_all = self.method.credit(scored.columns, group_ids)
-                if self.cfg.train.batch_renorm:  # GDPO: the whole iteration's advantages z-scored again, then clipped
-                    adv_all = clip_advantages(batch_zscore(adv_all), self.cfg.train.adv_clip_max)
-            metrics.update({f"method/{k}": v for k, v in self.method.metrics().items()})
+                adv = seam.credit(self.method, seam.RewardTable(scored.columns, group_ids, self.pairwise))
+                adv_all = adv.values
+            metrics.update({f"method/{k}": v for k, v in adv.metrics.items()})
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()
             steps_before = self.optimizer_steps
             with timed(metrics, "update"):
-                upd = self.update(batches, adv_all, first=iteration == self.start_iteration, ctx=ctx)
+                upd = self.update(
+                    batches, adv_all, first=iteration == self.start_iteration, ctx=ctx, keep_rows=adv.keep, turn=turn
+                )
             metrics["cost/optimizer_steps"] = float(self.optimizer_steps - steps_before)
         metrics.update(self._reward_metrics(scores, comps, group_ids))
         if self.cfg.log.monitors:
