@@ -100,7 +100,7 @@ def load_checkpoint_weights(adapter: Any, cfg: Any, path: Path, ema: bool = Fals
     name = "ema.safetensors" if ema else "trainable.safetensors"
     if not (path / name).is_file():
         raise ValueError(f"checkpoint {path}: no {name}")
-    from flowrl.trainer import lora_config
+    from flowrl.policy import lora_config
 
     tensors = load_file(path / name)
     transformer = adapter.transformer

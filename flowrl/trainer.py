@@ -8,15 +8,13 @@ the pipeline adapter (``flowrl.pipelines``) owns the model; rewards come from ``
 
 from __future__ import annotations
 
-import copy
 import difflib
 import logging
 import queue
-import random
 import threading
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,11 +39,14 @@ from flowrl.logs import MetricsWriter, plot_reward_curve, read_metrics, timed
 from flowrl.lr import lr_factor
 from flowrl.media import cat_media, media_monitors, monitor_names, num_samples, save_media, select_media, to_cpu
 from flowrl.methods import build_method, seam
-from flowrl.methods.base import Context, PromptBatch
+from flowrl.methods.base import PromptBatch
+from flowrl.methods.context import Context
 from flowrl.pipelines.base import Conditioning, adapter_class
+from flowrl.policy import EMA, ParamAverage, Policy, check_compile, compile_forward, lora_config  # noqa: F401 (re-exported)
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
 from flowrl.reward_models.base import reward_target
 from flowrl.rollout import Trajectory, sample_images
+from flowrl.seeds import seed_of
 
 logger = logging.getLogger(__name__)
 
@@ -147,31 +148,6 @@ class UpdateStats:
         n = len(keys)
         out = {k: sums[i] / sums[n + i] for i, k in enumerate(keys) if sums[n + i] > 0}
         return {**out, **maxima}
-
-
-class ParamAverage:
-    """A moving average of the trainable parameters: at its k-th update (k from 1)
-    ``shadow <- d_k * shadow + (1 - d_k) * params``, ``d_k = decay_at(k)``; fp32, sharded like the params."""
-
-    def __init__(self, params: dict[str, torch.Tensor], decay_at):
-        self.decay_at = decay_at
-        self.shadow = {k: p.detach().clone().float() for k, p in params.items()}
-        self.updates = 0
-
-    @torch.no_grad()
-    def update(self, params: dict[str, torch.Tensor]) -> None:
-        self.updates += 1
-        d = float(self.decay_at(self.updates))
-        for k, p in params.items():
-            self.shadow[k].mul_(d).add_(p.detach().float(), alpha=1 - d)
-
-
-class EMA(ParamAverage):
-    """Exponential moving average of the trainable parameters (Flow-GRPO: used for export, not rollouts)."""
-
-    def __init__(self, params: dict[str, torch.Tensor], decay: float):
-        self.decay = decay
-        super().__init__(params, lambda k: min(decay, (1 + k) / (10 + k)))  # warm-up as in Flow-GRPO
 
 
 def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> WeightedReward:
@@ -306,55 +282,6 @@ def logged_metric_names(cfg: Config) -> set[str]:
     return names
 
 
-def lora_config(lora, default_targets: list[str]):
-    """The peft ``LoraConfig`` for ``train.lora`` (also used to rebuild a checkpoint's adapter for sampling)."""
-    from peft import LoraConfig
-
-    return LoraConfig(
-        r=lora.rank,
-        lora_alpha=lora.alpha,
-        init_lora_weights="gaussian" if lora.init == "gaussian" else True,
-        target_modules=lora.target_modules or default_targets,
-        lora_dropout=lora.dropout,
-    )
-
-
-def check_compile(device: torch.device) -> None:
-    """Refuse ``train.compile`` in one line where torch.compile's inductor cannot build kernels: a C++
-    compiler on a CPU, Triton on a GPU."""
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            raise RuntimeError(
-                "train.compile: torch.compile needs Triton on a GPU, which is not installed "
-                "(pip install triton), or set train.compile=false"
-            )
-    elif device.type == "cpu":
-        from torch._inductor.cpp_builder import get_cpp_compiler
-
-        try:
-            get_cpp_compiler()
-        except Exception as exc:  # noqa: BLE001 -- torch raises InvalidCxxCompiler
-            raise RuntimeError(
-                f"train.compile: torch.compile on a CPU needs a C++ compiler (g++ or clang++, or $CXX) "
-                f"({type(exc).__name__}); install one, or set train.compile=false"
-            ) from None
-
-
-def compile_forward(module: torch.nn.Module, mode: str, device: torch.device) -> None:
-    """``train.compile``: ``module.forward`` becomes its ``torch.compile`` in place (compiled at its first calls,
-    again for a new grad mode, adapter state or batch shape). The module object, its parameter names and
-    state_dict keys stay as they were, so checkpoints, the LoRA export and ``disable_adapters`` (the KL
-    reference) are unchanged; its hooks (the NFE count, FSDP's) run outside the compiled graph."""
-    check_compile(device)
-    module.forward = torch.compile(module.forward, mode=mode)
-
-
-def _seed_of(*parts: object) -> int:
-    return random.Random(":".join(map(str, parts))).getrandbits(63)
-
-
 class Trainer:
     def __init__(self, cfg: Config, accelerator=None):
         from accelerate import Accelerator
@@ -368,7 +295,7 @@ class Trainer:
                 "fsdp_version: 2 in the accelerate config, as flowrl/recipes/accelerate/fsdp.yaml does"
             )
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
-        torch.manual_seed(_seed_of(cfg.seed, "init", 0))
+        torch.manual_seed(seed_of(cfg.seed, "init", 0))
         self.prompts = load_train_prompts(cfg.data)
         # any negative prompt: every rollout batch's conditioning holds each row's negative (else CFG's is "")
         self._own_negatives = uses_negatives(self.prompts)
@@ -489,68 +416,25 @@ class Trainer:
         return path
 
     def _setup_policy(self) -> None:
-        t = self.cfg.train
-        transformer = self.adapter.transformer
-        if not getattr(self.adapter, "attention_backpropagates", True):
-            raise ValueError(
-                f"model.attention_backend={self.cfg.model.attention_backend!r} is an inference-only "
-                "kernel (no backward pass): it cannot train; choose another (or null)"
-            )
-        transformer.requires_grad_(False)
-        self.ref_model = None
-        if t.lora.enabled:
-            transformer.add_adapter(lora_config(t.lora, self.adapter.lora_target_modules))
-        else:
-            transformer.requires_grad_(True)
-            if self.needs.reference:  # full fine-tuning keeps a frozen copy as the reference
-                self.ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
-        for p in transformer.parameters():
-            if p.requires_grad:
-                p.data = p.data.float()
-        if t.gradient_checkpointing:
-            transformer.enable_gradient_checkpointing()
-        transformer.eval()  # no dropout anywhere: rollout and update must compute the same function
+        self.policy = Policy(self.cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages)
         # cost/nfe: every transformer forward, counted by its rows (CFG branches are rows)
-        self._nfe = 0
         self.cost_totals = {"nfe": 0.0, "reward_calls": 0.0}
-        transformer.register_forward_pre_hook(self._count_forward, with_kwargs=True)
-        if self.ref_model is not None:  # the full fine-tuning reference's forwards cost the same
-            self.ref_model.register_forward_pre_hook(self._count_forward, with_kwargs=True)
-        self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
-        if not self.trainable:
-            raise ValueError("train.lora.target_modules matched no module: nothing to train")
-        optimizer = torch.optim.AdamW(
-            list(self.trainable.values()),
-            lr=t.learning_rate,
-            betas=tuple(t.adam_betas),
-            weight_decay=t.weight_decay,
-            eps=t.adam_eps,
-        )
-        self._deepspeed = self.acc.state.deepspeed_plugin is not None
-        if self._deepspeed:
-            self._configure_deepspeed()
-        self.model, self.optimizer = self._prepare(transformer, optimizer)
-        if t.compile:  # inside accelerate's wrapper, so rollout, update and evaluation all run the compiled forward
-            compile_forward(transformer, t.compile_mode, self.acc.device)
-            if self.ref_model is not None:
-                compile_forward(self.ref_model, t.compile_mode, self.acc.device)
-        # FSDP2 swaps each parameter for its shard (a DTensor) in place: take them again
-        self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
-        self.ema = EMA(self.trainable, t.ema_decay) if t.ema else None
-        # the method's parameter averages (RAM's lagged policy), updated once an iteration
-        self.averages = {name: ParamAverage(self.trainable, decay_at) for name, decay_at in self.needs.averages.items()}
         self.optimizer_steps = 0
         num_units = len(self._unit_layout(self.cfg.sample.prompts_per_iteration * self.cfg.sample.group_size))
-        self.total_optimizer_steps = t.iterations * len(self.method.schedule(num_units))
+        self.total_optimizer_steps = self.cfg.train.iterations * len(self.method.schedule(num_units))
 
-    def _count_forward(self, module, args, kwargs) -> None:
-        x = kwargs.get("hidden_states", args[0] if args else None)
-        self._nfe += int(x.shape[0]) if x is not None else 0
+    # the policy's parts, as the phases read them
+    model = property(lambda self: self.policy.model)
+    optimizer = property(lambda self: self.policy.optimizer)
+    trainable = property(lambda self: self.policy.trainable)
+    ref_model = property(lambda self: self.policy.ref_model)
+    ema = property(lambda self: self.policy.ema)
+    averages = property(lambda self: self.policy.averages)
 
     def _cost_metrics(self, reward_calls: int, seconds: float) -> dict[str, float]:
         """This iteration's transformer forwards (sample rows) and reward evaluations over all processes,
         their running totals (kept in checkpoints) and forwards per second."""
-        local = torch.tensor([float(self._nfe), float(reward_calls)], dtype=torch.float64, device=self.acc.device)
+        local = torch.tensor([float(self.policy.nfe), float(reward_calls)], dtype=torch.float64, device=self.acc.device)
         nfe, calls = (self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local).tolist()
         self.cost_totals["nfe"] += nfe
         self.cost_totals["reward_calls"] += calls
@@ -561,31 +445,6 @@ class Trainer:
             "cost/reward_calls_total": self.cost_totals["reward_calls"],
             "throughput/nfe_per_s": nfe / seconds,
         }
-
-    def _prepare(self, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer):
-        """Wrap for the launch's strategy (DDP, DeepSpeed, FSDP2) through accelerate."""
-        return self.acc.prepare(transformer, optimizer)
-
-    def _configure_deepspeed(self) -> None:
-        """DeepSpeed wants a micro-batch size (there is no dataloader to read it from) and does the
-        clipping itself: fill both from the config where the accelerate config left them on ``auto``, and
-        refuse a clipping value that disagrees with ``train.max_grad_norm``."""
-        plugin, t = self.acc.state.deepspeed_plugin, self.cfg.train
-        ds = plugin.deepspeed_config
-        if plugin.is_auto("train_micro_batch_size_per_gpu") or "train_micro_batch_size_per_gpu" not in ds:
-            ds["train_micro_batch_size_per_gpu"] = self.cfg.sample.batch_size
-        if plugin.is_auto("gradient_clipping") or "gradient_clipping" not in ds:
-            ds["gradient_clipping"] = t.max_grad_norm
-        elif float(ds["gradient_clipping"]) != float(t.max_grad_norm):
-            raise ValueError(
-                f"deepspeed gradient_clipping={ds['gradient_clipping']} differs from train.max_grad_norm="
-                f"{t.max_grad_norm}: DeepSpeed clips, so set them equal"
-            )
-        if ds.get("gradient_accumulation_steps", 1) not in (1, "auto"):
-            raise ValueError(
-                "deepspeed gradient_accumulation_steps must be 1: flowrl accumulates over transitions itself"
-            )
-        ds["gradient_accumulation_steps"] = 1
 
     def _resume(self, path: Path) -> None:
         state = ckpt.load_checkpoint(path, rank=self.acc.process_index)
@@ -668,7 +527,7 @@ class Trainer:
         return to_cpu(self.adapter.decode(latents.tree_map(lambda t: t.flatten(0, 1), many)))
 
     def context(self, iteration: int) -> Context:
-        return Context(self, iteration)
+        return Context(self.adapter, self.cfg, self.policy, iteration)
 
     def _initial_noise(self, iteration: int, samples) -> torch.Tensor:
         """x at sigma = 1 for the local samples; shared within a group if ``same_noise_in_group``.
@@ -678,7 +537,7 @@ class Trainer:
         """
         cfg, device = self.cfg, self.acc.device
         n_draws = int(samples.group_ids.max()) + 1 if cfg.sample.same_noise_in_group else len(samples.group_ids)
-        gen = torch.Generator(device).manual_seed(_seed_of(cfg.seed, iteration, "x0"))
+        gen = torch.Generator(device).manual_seed(seed_of(cfg.seed, iteration, "x0"))
         noise = self.adapter.initial_noise(n_draws, gen)
         if cfg.sample.same_noise_in_group:
             noise = latents.rows(noise, samples.group_ids)
@@ -963,7 +822,7 @@ class Trainer:
                 loss = tl.loss * weight
                 if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``update``)
                     loss = loss + 0.0 * sum(p.sum() for p in untrained)
-                if self._deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
+                if self.policy.deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
                 self.acc.backward(loss)
             if tl.logp_gap is not None:
@@ -1012,9 +871,9 @@ class Trainer:
         items = items + items[-1:] * ((-n) % world)
         share = len(items) // world
         mine = items[rank * share : (rank + 1) * share]
-        gen = torch.Generator(self.acc.device).manual_seed(_seed_of(cfg.seed, "eval"))
+        gen = torch.Generator(self.acc.device).manual_seed(seed_of(cfg.seed, "eval"))
         noise = latents.rows(self.adapter.initial_noise(len(items), gen), slice(rank * share, (rank + 1) * share))
-        with self._ema_weights():
+        with self.policy.weights("ema"):
             media = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=self.model,
                                   negative_prompts=[it.negative_prompt for it in mine])  # fmt: skip
@@ -1047,7 +906,7 @@ class Trainer:
         metrics: dict[str, float] = {"iteration": iteration}
         ctx = self.context(iteration)
         turn = seam.begin(self.method, iteration)
-        self._nfe = 0
+        self.policy.nfe = 0
         with timed(metrics, "iteration"):
             with timed(metrics, "rollout"):
                 batches, group_ids = self.collect(iteration, ctx, turn)
@@ -1185,7 +1044,7 @@ class Trainer:
     def _prepare_method(self) -> None:
         """The method's set-up before the first iteration (``Method.prepare``), its state written to
         ``method_state.json``; its forwards and reward calls count in the cost totals."""
-        self._nfe, self._prepare_calls = 0, 0
+        self.policy.nfe, self._prepare_calls = 0, 0
         figures = self.method.prepare(self.context(-1), self._sample_round)
         if not figures:
             return
@@ -1363,55 +1222,8 @@ class Trainer:
         self.acc.wait_for_everyone()
 
     def export(self, run_dir: Path) -> None:
-        """The trained weights in diffusers format (EMA weights when enabled): ``lora/`` for LoRA
-        (``pipe.load_lora_weights``), ``transformer/`` for full fine-tuning (``from_pretrained``).
-
-        Every process calls it (gathering FSDP shards is collective); the main process writes."""
-        transformer = self.acc.unwrap_model(self.model)
-        main = self.acc.is_main_process
-        with self._ema_weights():
-            if self.cfg.train.lora.enabled:
-                from peft.utils import get_peft_model_state_dict
-
-                state = sharding.whole_on_main(get_peft_model_state_dict(transformer), main)
-                if main:
-                    (run_dir / "lora").mkdir(parents=True, exist_ok=True)
-                    self.adapter.save_lora(run_dir / "lora", state)
-            else:
-                state = sharding.whole_on_main(transformer.state_dict(), main)
-                if main:
-                    from huggingface_hub import save_torch_state_dict
-
-                    transformer.save_config(run_dir / "transformer")
-                    save_torch_state_dict(
-                        state,
-                        run_dir / "transformer",
-                        max_shard_size="10GB",
-                        filename_pattern="diffusion_pytorch_model{suffix}.safetensors",
-                    )
-
-    @contextmanager
-    def _ema_weights(self):
-        """Temporarily load the EMA weights into the trainable parameters (no-op without EMA)."""
-        if self.ema is None:
-            yield
-            return
-        with self._swapped_in(self.ema.shadow):
-            yield
-
-    @contextmanager
-    def _swapped_in(self, shadow: dict[str, torch.Tensor]):
-        """Temporarily load ``shadow`` (an average's weights) into the trainable parameters."""
-        saved = {k: p.detach().clone() for k, p in self.trainable.items()}
-        with torch.no_grad():
-            for k, p in self.trainable.items():
-                p.copy_(shadow[k])
-        try:
-            yield
-        finally:
-            with torch.no_grad():
-                for k, p in self.trainable.items():
-                    p.copy_(saved[k])
+        """The trained weights in diffusers format (``Policy.export``)."""
+        self.policy.export(run_dir)
 
 
 def _peak_memory_gib(device: torch.device) -> float:

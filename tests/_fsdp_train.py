@@ -15,11 +15,12 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from flowrl.config import resolve_config
+from flowrl.policy import Policy
 from flowrl.trainer import Trainer
 
 
-class ShardedTrainer(Trainer):
-    def _prepare(self, transformer, optimizer):
+class ShardedPolicy(Policy):
+    def wrap(self, transformer, optimizer):
         names = {id(p): n for n, p in transformer.named_parameters()}
         order = [names[id(p)] for p in optimizer.param_groups[0]["params"]]
         mesh = init_device_mesh("cpu", (self.acc.num_processes,))
@@ -32,7 +33,10 @@ class ShardedTrainer(Trainer):
 
 
 if __name__ == "__main__":
-    trainer = ShardedTrainer(resolve_config("tiny-cpu", sys.argv[1:]))
+    import flowrl.trainer
+
+    flowrl.trainer.Policy = ShardedPolicy  # the one policy the Trainer builds
+    trainer = Trainer(resolve_config("tiny-cpu", sys.argv[1:]))
     assert all(type(p).__name__ == "DTensor" for p in trainer.trainable.values())
     trainer.train()
     torch.distributed.destroy_process_group()

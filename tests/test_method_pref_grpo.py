@@ -153,10 +153,10 @@ def test_each_sample_trains_its_own_subset_and_only_its_rows_are_forwarded(tmp_p
     assert len({tuple(m.tolist()) for m in masks}) > 1  # not one draw for all
     scored = tr.score(batches)
     adv = tr.method.credit(scored.columns, group_ids)
-    tr._nfe = 0
+    tr.policy.nfe = 0
     upd = tr.update(batches, adv, first=True, ctx=tr.context(0))
     kept = adv != 0
-    assert tr._nfe == 2 * int(masks[kept].sum())
+    assert tr.policy.nfe == 2 * int(masks[kept].sum())
     assert upd["onpolicy_logp_diff"] <= 1e-4
 
 

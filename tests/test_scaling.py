@@ -12,7 +12,7 @@ from flowrl.config import resolve_config
 
 
 class _FakePlugin:
-    """The two things ``Trainer._configure_deepspeed`` reads from accelerate's DeepSpeedPlugin."""
+    """The two things ``flowrl.policy.configure_deepspeed`` reads from accelerate's DeepSpeedPlugin."""
 
     def __init__(self, config):
         self.deepspeed_config = config
@@ -22,14 +22,11 @@ class _FakePlugin:
 
 
 def _configure(config, max_grad_norm=1.0, batch_size=8):
-    from types import SimpleNamespace
-
-    from flowrl.trainer import Trainer
+    from flowrl.policy import configure_deepspeed
 
     cfg = resolve_config("tiny-cpu", [f"train.max_grad_norm={max_grad_norm}", f"sample.batch_size={batch_size}"])
     plugin = _FakePlugin(dict(config))
-    fake = SimpleNamespace(cfg=cfg, acc=SimpleNamespace(state=SimpleNamespace(deepspeed_plugin=plugin)))
-    Trainer._configure_deepspeed(fake)
+    configure_deepspeed(plugin, cfg)
     return plugin.deepspeed_config
 
 

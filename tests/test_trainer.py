@@ -79,7 +79,7 @@ def test_resume_continues_with_the_same_metrics(tmp_path, tiny_cfg_overrides):
 
 def test_onpolicy_check_stops_a_mismatched_update(tmp_path, tiny_cfg_overrides, monkeypatch):
     trainer = Trainer(_cfg(tmp_path, tiny_cfg_overrides, "train.iterations=1"))
-    import flowrl.methods.base as tr  # the context's forwards: rollout and update go through `transition`
+    import flowrl.methods.context as tr  # the context's forwards: rollout and update go through `transition`
 
     real = tr.transition
 
