@@ -346,3 +346,57 @@ def prune_checkpoints(root: str | Path, keep_last: int) -> None:
     for old in found:
         if old not in keep:
             shutil.rmtree(old, ignore_errors=True)
+
+
+def save_run(root: Path, iterations_done: int, acc: Any, policy: Any, extra: dict[str, Any], keep_last: int) -> None:
+    """Checkpoint ``iterations_done`` of a run under ``root``: every process's RNG, and the policy's weights,
+    optimizer state, EMA and parameter averages as whole tensors (gathered from FSDP shards by every process,
+    written by the main one) with ``extra`` (JSON: the run's counters, config and method state); then keep the
+    newest ``keep_last``. Every process calls it."""
+    tmp = root / (checkpoint_name(iterations_done) + ".tmp")
+    acc.wait_for_everyone()
+    if acc.is_main_process:
+        begin_checkpoint(root, iterations_done)
+    acc.wait_for_everyone()
+    write_rng(tmp, acc.process_index)  # every process's RNG
+    acc.wait_for_everyone()
+    main = acc.is_main_process
+    trainable = whole_on_main(policy.trainable, main)
+    optimizer_state = optimizer_to_tensors(policy.optimizer.optimizer, main)
+    ema = whole_on_main(policy.ema.shadow, main) if policy.ema else None
+    averages = {name: whole_on_main(a.shadow, main) for name, a in policy.averages.items()}
+    if main:
+        counts = {
+            "ema_updates": policy.ema.updates if policy.ema else 0,
+            "average_updates": {name: a.updates for name, a in policy.averages.items()},
+            "processes": acc.num_processes,
+        }
+        finish_checkpoint(
+            tmp, iterations_done, trainable, optimizer_state, ema=ema, averages=averages, extra={**extra, **counts}
+        )
+        prune_checkpoints(root, keep_last)
+
+
+def restore_run(path: Path, acc: Any, policy: Any, method_name: str) -> dict[str, Any]:
+    """Load the checkpoint ``path`` into ``policy`` (weights, optimizer, EMA, the averages method
+    ``method_name`` keeps, sharded like the live ones) and this process's RNG; returns its state for the rest."""
+    state = load_checkpoint(path, rank=acc.process_index)
+    check_trainable_against(state["trainable"], policy.trainable, path)  # a DTensor's shape is the whole one
+    with torch.no_grad():
+        for name, p in policy.trainable.items():
+            p.copy_(shard_like(state["trainable"][name], p))
+    optimizer_from_tensors(policy.optimizer.optimizer, state["optimizer_tensors"], state["optimizer"])
+    if policy.ema is not None and state["ema"] is not None:
+        policy.ema.shadow = {k: shard_like(v, policy.ema.shadow[k]) for k, v in state["ema"].items()}
+        policy.ema.updates = state.get("ema_updates", 0)
+    for name, average in policy.averages.items():
+        saved = state["averages"].get(name)
+        if saved is None:
+            raise CheckpointError(
+                f"resume={str(path)!r}: the checkpoint holds no parameter average {name!r}, "
+                f"which method {method_name} keeps"
+            )
+        average.shadow = {k: shard_like(v, average.shadow[k]) for k, v in saved.items()}
+        average.updates = int(state.get("average_updates", {}).get(name, 0))
+    set_rng_state(state["rng_tensors"], state["rng"])
+    return state

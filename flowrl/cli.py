@@ -69,7 +69,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from flowrl.config import dump_config, resolve_config
     from flowrl.data import load_eval_prompts, load_train_prompts
-    from flowrl.trainer import preflight
+    from flowrl.preflight import preflight
 
     cfg = resolve_config(args.recipe, args.overrides)
     load_train_prompts(cfg.data)

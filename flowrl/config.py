@@ -221,6 +221,11 @@ class TrainConfig:
     # score each rollout batch in a background thread while the next one samples (the same calls and
     # results as in turn; a pairwise reward, which needs whole groups, is always called once after the rollout)
     reward_overlap: bool = True
+    # with reward_overlap, the rollout batches whose reward calls may run at once (the others wait their turn,
+    # results kept in batch order): 2 keeps up with a reward up to twice as slow as a batch's rollout (a served
+    # judge), so only the last batch's reward is left after the rollout, while a local reward model holds at
+    # most two calls' memory; raise it for a slower remote reward
+    reward_in_flight: int = 2
     # stop (after saving) when this many iterations in a row kept no sample: every group's reward was flat
     max_flat_iterations: int = 5
     onpolicy_check: bool = True  # stop at step 0 if the recomputed log-prob differs from the rollout's
@@ -256,6 +261,7 @@ class TrainConfig:
         _choice("train.on_reward_error", self.on_reward_error, ("stop", "skip"))
         _positive("train.reward_timeout_s", self.reward_timeout_s, strict=False)
         _positive("train.reward_report_s", self.reward_report_s)
+        _positive("train.reward_in_flight", self.reward_in_flight)
         _positive("train.max_flat_iterations", self.max_flat_iterations)
         _choice(
             "train.compile_mode",
@@ -760,6 +766,7 @@ RESUME_FREE_KEYS = (
     "train.reward_timeout_s",
     "train.reward_report_s",
     "train.reward_overlap",
+    "train.reward_in_flight",
     "data.eval_split",
     "train.on_reward_error",
     "train.onpolicy_check",

@@ -85,3 +85,42 @@ def plot_reward_curve(metrics: list[dict], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    """Peak accelerator memory since the last call (CUDA), else the process's peak resident memory."""
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        return peak / 2**30
+    # VmHWM is this process's own high-water mark; ru_maxrss survives exec, so a process started from a
+    # large parent (pytest, a launcher) would report the parent's peak
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20  # kB
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def progress(iterable, disable: bool):
+    """The run's one progress bar (rank 0)."""
+    from tqdm.auto import tqdm
+
+    # disable=None: no bar when stderr is not a terminal (logs of batch jobs, a piped error line)
+    return tqdm(iterable, desc="flowrl", unit="it", disable=True if disable else None, dynamic_ncols=True)
+
+
+def stop_rule_hit(rules: list[str], metrics: dict[str, float]) -> str | None:
+    """The first ``log.stop_if`` rule that an iteration's metrics satisfy."""
+    from flowrl.config import parse_stop_rule
+
+    for rule in rules:
+        name, op, value = parse_stop_rule(rule)
+        if name in metrics and (metrics[name] < value if op == "<" else metrics[name] > value):
+            return f"{rule} ({name} = {metrics[name]:.4g})"
+    return None

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -279,3 +280,18 @@ def sample_images(
                        guidance_scale, model=model, keep_all_states=False)  # fmt: skip
         images.append(to_cpu(adapter.decode(traj.final)))
     return cat_media(images)
+
+
+@dataclass
+class RolloutBatch:
+    """The rollout phase's output for one rollout batch of this process (the update's training unit)."""
+
+    traj: Trajectory
+    cond: Conditioning
+    prompts: list[str]
+    metadata: list[dict]
+    media: Any  # the final samples as the adapter decodes them (``flowrl.media``: images, video, audio), CPU
+    # name -> media of B x K samples (sample-major: sample i's K are rows i K .. i K + K - 1): more to score
+    extra: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B,) or (B, K): facts for credit
+    pending: Future | None = None  # its reward calls, running in the background (``train.reward_overlap``)

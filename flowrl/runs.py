@@ -286,3 +286,82 @@ def share_with_group(path: Path) -> None:
         for f in (path / name).rglob("*") if (path / name).is_dir() else ():
             if f.is_file() and (f.stat().st_mode & 0o777) != mode:
                 f.chmod(mode)
+
+
+def broadcast(acc, obj):
+    """``obj`` as the main process has it, on every process."""
+    if acc.num_processes == 1:
+        return obj
+    from accelerate.utils import broadcast_object_list
+
+    return broadcast_object_list([obj])[0]
+
+
+def prepare_run_dir(cfg: Config, acc) -> tuple[Path, RunLock | None]:
+    """Resolve the run folder and make it this run's (refuse to mix runs, ``overwrite``), before any weights
+    load; the main process decides and holds the lock (returned; None on the others). ``cfg`` then records the
+    resolved folder."""
+    out = run_dir(cfg, broadcast=lambda obj: broadcast(acc, obj))
+    # the main process decides (another process checking later could see the main one's new run)
+    error, lock = None, None
+    if acc.is_main_process:
+        try:  # the lock first: a second launch into the folder is refused before anything is read or removed
+            make_folder(out)
+            lock = RunLock.acquire(out)
+            check_run_dir(out, cfg)
+            if cfg.overwrite and holds_run(out):
+                clear_run(out)
+            claim(out)
+        except ConfigError as exc:
+            error = str(exc)
+    error = broadcast(acc, error)
+    if error is not None:
+        raise ConfigError(error)
+    cfg.output_dir = str(out)  # the resolved folder, as config.yaml records it
+    cfg.run_name = None
+    return out, lock
+
+
+def resolve_resume(cfg: Config, out: Path) -> Path | None:
+    """The checkpoint ``cfg.resume`` names (``latest``: the newest intact one under ``out``; None: the run in
+    ``out`` had completed no iteration), refusing one whose run differs from ``cfg`` in a setting that changes
+    the math (unless ``resume_allow_changes``)."""
+    from flowrl import checkpoint as ckpt
+    from flowrl.config import math_changes
+    from flowrl.logs import read_metrics
+
+    spec, root = cfg.resume, out / "checkpoints"
+    if spec == "latest":
+        path, corrupt = ckpt.latest_intact_checkpoint(root)
+        for line in corrupt if path is not None else ():  # with none intact, the error names the first
+            logger.warning("resume=latest: skipping %s", line)
+        if path is None and not corrupt and (out / "config.yaml").is_file():
+            rows = read_metrics(out / "metrics.jsonl") if (out / "metrics.jsonl").is_file() else []
+            if rows:  # iterations ran (then the process was killed) but none was saved
+                raise ckpt.CheckpointError(
+                    f"resume=latest: the run in {out} logged {len(rows)} iteration(s) but saved no checkpoint; "
+                    f"start it again with overwrite=true"
+                )
+            logger.warning("resume=latest: the run in %s had completed no iteration; starting at iteration 0", out)
+            return None
+        if path is None:
+            why = f" ({len(corrupt)} corrupt: {corrupt[0]})" if corrupt else ""
+            raise ckpt.CheckpointError(f"resume=latest: no complete checkpoint under {root}{why}")
+    else:
+        path = Path(spec).expanduser()
+    ckpt.verify_checkpoint(path)
+    old = ckpt.read_state(path).get("config")
+    if old is None and (path.parent.parent / "config.yaml").is_file():  # checkpoints from before v0.1.1
+        import yaml
+
+        old = yaml.safe_load((path.parent.parent / "config.yaml").read_text())
+    changes = math_changes(old, cfg.to_dict()) if isinstance(old, dict) else []
+    if changes and not cfg.resume_allow_changes:
+        shown = ", ".join(changes[:4]) + (f" and {len(changes) - 4} more" if len(changes) > 4 else "")
+        raise ConfigError(
+            f"resume={spec}: this config differs from the checkpoint's run in {shown}; these change what "
+            f"is trained: keep them, or set resume_allow_changes=true"
+        )
+    for change in changes:
+        logger.warning("resume_allow_changes: %s differs from the checkpoint's run", change)
+    return path

@@ -211,17 +211,15 @@ def start(accelerator, cfg: Config, run_dir: Path, start_iteration: int) -> Trac
 
 
 @contextmanager
-def session(trainer) -> Iterator[Tracking]:
-    """Trackers for one ``Trainer.train()``: started on entry, finished (flushed, closed) on any exit, an
-    interrupt or an error included. Not ``accelerator.end_training()``, which also destroys the process group
-    a caller may still use; the trackers a caller's Accelerator already ran stay open."""
-    tracking = start(trainer.acc, trainer.cfg, trainer.out, trainer.start_iteration)
-    trainer._tracking = tracking
+def session(accelerator, cfg: Config, run_dir: Path, start_iteration: int) -> Iterator[Tracking]:
+    """Trackers for one ``Trainer.train()``: started on entry, finished (flushed, closed, and then empty) on any
+    exit, an interrupt or an error included. Not ``accelerator.end_training()``, which also destroys the process
+    group a caller may still use; the trackers a caller's Accelerator already ran stay open."""
+    tracking = start(accelerator, cfg, run_dir, start_iteration)
     try:
         yield tracking
     finally:
         started = list(tracking.trackers)
         tracking.finish()
         if started:
-            trainer.acc.trackers = [t for t in trainer.acc.trackers if all(t is not s for s in started)]
-        trainer._tracking = NO_TRACKING
+            accelerator.trackers = [t for t in accelerator.trackers if all(t is not s for s in started)]

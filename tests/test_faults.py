@@ -82,16 +82,17 @@ KILLER = textwrap.dedent(
         collect = T.Trainer.collect
         T.Trainer.collect = lambda self, it, *a: die() if it == at else collect(self, it, *a)
     elif mode == "update":
-        update = T.Trainer._update_unit
+        import flowrl.update as U
+        update, now = U.Updater.unit, {}
         def killing_update(self, *args, **kwargs):
-            if self._iteration == at and self.optimizer_steps > 0:
+            if now["iteration"] == at and self.optimizer_steps > 0:
                 die()  # after this iteration's first optimizer step: the weights are half updated
             return update(self, *args, **kwargs)
         step = T.Trainer.step
         def tracking_step(self, it):
-            self._iteration = it
+            now["iteration"] = it
             return step(self, it)
-        T.Trainer._update_unit, T.Trainer.step = killing_update, tracking_step
+        U.Updater.unit, T.Trainer.step = killing_update, tracking_step
     elif mode == "save":
         save_file = C.save_file
         def killing_save(tensors, path, *args, **kwargs):

@@ -16,6 +16,7 @@ from flowrl.config import resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer
+from flowrl.update import Updater
 
 RUN = [
     "sample.num_steps=2",
@@ -112,7 +113,7 @@ def test_a_signal_during_the_update_finishes_the_iteration_then_saves(
     tmp_path, monkeypatch, signals_ignored_outside_training
 ):
     """The case that lost work before: SIGTERM while the weights are being updated."""
-    update = Trainer._update_unit
+    update = Updater.unit
     calls = {"n": 0}
 
     def signalling_update(self, *args, **kwargs):
@@ -121,7 +122,7 @@ def test_a_signal_during_the_update_finishes_the_iteration_then_saves(
             os.kill(os.getpid(), signal.SIGTERM)
         return update(self, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "_update_unit", signalling_update)
+    monkeypatch.setattr(Updater, "unit", signalling_update)
     message = _train(tmp_path)
     assert message.startswith("interrupted (SIGTERM): 2 completed iterations are saved"), message
     assert [p.name for p in list_checkpoints(tmp_path / "checkpoints")] == ["iter-000002"]
@@ -131,7 +132,7 @@ def test_a_signal_during_the_update_finishes_the_iteration_then_saves(
 def test_a_second_signal_stops_at_once_and_says_what_it_abandons(
     tmp_path, monkeypatch, signals_ignored_outside_training
 ):
-    update = Trainer._update_unit
+    update = Updater.unit
     calls = {"n": 0}
 
     def signalling_update(self, *args, **kwargs):
@@ -140,7 +141,7 @@ def test_a_second_signal_stops_at_once_and_says_what_it_abandons(
             os.kill(os.getpid(), signal.SIGINT)
         return update(self, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "_update_unit", signalling_update)
+    monkeypatch.setattr(Updater, "unit", signalling_update)
     message = _train(tmp_path)
     assert message.startswith("stopped at once by a second signal"), message
     assert "abandoned iteration 1" in message and "iter-000000" not in message

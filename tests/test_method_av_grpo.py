@@ -19,6 +19,7 @@ from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
 from flowrl.trainer import Trainer, preflight
+from flowrl.update import Updater
 
 SMALL = [
     "train.iterations=1",
@@ -186,13 +187,13 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
     assert tr.method.schedule(2) == [[(0, k, i), (1, k, i)] for i in range(4) for k in range(3)]
     assert tr.total_optimizer_steps == 12
     passes, rates = [], []
-    update_unit = tr._update_unit
+    update_unit = tr.updater.unit
 
     def record(ctx, b, adv, transitions, *args):
         passes.append((len(b.traj), list(transitions), b.metadata[0]["group"]))
         return update_unit(ctx, b, adv, transitions, *args)
 
-    tr._update_unit = record
+    tr.updater.unit = record
     opt = getattr(tr.optimizer, "optimizer", tr.optimizer)
     step = opt.step
 
@@ -371,7 +372,7 @@ def test_sigterm_during_the_update_then_resume_repeats_the_run(
     is saved (phase, AV-GRPO step count and optimizer state with it); resuming gives the uninterrupted run."""
     reference = _train_rows(tmp_path / "clean")
     assert [r["method/av/phase_video"] for r in reference] == [1.0, 0.0, 1.0]
-    update, calls = Trainer._update_unit, {"n": 0}
+    update, calls = Updater.unit, {"n": 0}
 
     def signalling_update(self, *args, **kwargs):
         calls["n"] += 1
@@ -379,10 +380,10 @@ def test_sigterm_during_the_update_then_resume_repeats_the_run(
             os.kill(os.getpid(), signal.SIGTERM)
         return update(self, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "_update_unit", signalling_update)
+    monkeypatch.setattr(Updater, "unit", signalling_update)
     with pytest.raises(Interrupted, match=r"^interrupted \(SIGTERM\)"):
         _train_rows(tmp_path / "cut")
-    monkeypatch.setattr(Trainer, "_update_unit", update)
+    monkeypatch.setattr(Updater, "unit", update)
     assert _train_rows(tmp_path / "cut", "resume=latest") == reference
 
 

@@ -14,6 +14,7 @@ from flowrl.methods.diffusion_nft import nft_loss, optimality_weight
 from flowrl.methods.forward_process import ramp_decay, sample_times
 from flowrl.methods.ram import ram_target
 from flowrl.trainer import ParamAverage, Trainer
+from flowrl.update import Updater
 
 # 2 prompts x 4 members, 4 ODE steps with CFG 4.5, K = 2 noisings: one group per rollout batch
 SMALL = [
@@ -426,7 +427,7 @@ def test_nft_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one
         return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
 
     _trainer(tmp_path / "full", *opts).train()
-    update, calls = Trainer._update_unit, {"n": 0}
+    update, calls = Updater.unit, {"n": 0}
 
     def signalling_update(self, *args, **kwargs):
         calls["n"] += 1
@@ -436,11 +437,11 @@ def test_nft_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one
 
     previous = signal.signal(signal.SIGTERM, lambda *a: None)
     try:
-        Trainer._update_unit = signalling_update
+        Updater.unit = signalling_update
         with pytest.raises(Interrupted, match="2 completed iterations are saved"):
             _trainer(tmp_path / "part", *opts).train()
     finally:
-        Trainer._update_unit = update
+        Updater.unit = update
         signal.signal(signal.SIGTERM, previous)
     _trainer(tmp_path / "part", *opts, "resume=latest").train()
     assert rows(tmp_path / "part") == rows(tmp_path / "full")

@@ -15,6 +15,7 @@ from flowrl.cli import main
 from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer, logged_metric_names
+from flowrl.update import Updater
 
 SMALL = [
     "sample.num_steps=2",
@@ -103,13 +104,13 @@ def test_every_sample_weighs_the_same_with_ragged_batches(tmp_path, monkeypatch)
     """8 samples in rollout batches of 3, 3 and 2, two optimizer steps: the units of a step carry
     weights proportional to their rows (each sample 1 / the step's kept samples)."""
     seen = []
-    update = Trainer._update_unit
+    update = Updater.unit
 
     def recording(self, ctx, b, adv, transitions, scale, *args, **kwargs):
         seen.append((len(b.traj), scale))
         return update(self, ctx, b, adv, transitions, scale, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "_update_unit", recording)
+    monkeypatch.setattr(Updater, "unit", recording)
     cfg = resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "sample.batch_size=3", "train.iterations=1"])
     Trainer(cfg).train()
     # step 0 trains units 0 and 2 (3 + 2 rows), step 1 unit 1 (3 rows)

@@ -13,6 +13,7 @@ from flowrl.config import resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer
+from flowrl.update import Updater
 
 TWO_REWARDS = "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}"
 COMMON = [
@@ -91,7 +92,7 @@ def test_sigterm_during_the_update_then_resume_repeats_the_run(
     tmp_path, one_thread, monkeypatch, method, signals_ignored_outside_training
 ):
     reference = _train(tmp_path / "clean", method)
-    update, calls = Trainer._update_unit, {"n": 0}
+    update, calls = Updater.unit, {"n": 0}
 
     def signalling_update(self, *args, **kwargs):
         calls["n"] += 1
@@ -99,8 +100,8 @@ def test_sigterm_during_the_update_then_resume_repeats_the_run(
             os.kill(os.getpid(), signal.SIGTERM)
         return update(self, *args, **kwargs)
 
-    monkeypatch.setattr(Trainer, "_update_unit", signalling_update)
+    monkeypatch.setattr(Updater, "unit", signalling_update)
     with pytest.raises(Interrupted, match=r"^interrupted \(SIGTERM\)"):
         _train(tmp_path / "cut", method)
-    monkeypatch.setattr(Trainer, "_update_unit", update)
+    monkeypatch.setattr(Updater, "unit", update)
     assert _train(tmp_path / "cut", method, "resume=latest") == reference

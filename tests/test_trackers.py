@@ -108,7 +108,7 @@ def test_interrupted_run_has_its_events_on_disk_and_trackers_closed(tmp_path, on
     writers = []
 
     def step_then_stop(iteration):
-        writers.extend(t.writer for t in trainer._tracking.trackers)
+        writers.extend(t.writer for t in trainer.tracking.trackers)
         if iteration == 1:
             raise KeyboardInterrupt("SIGINT")
         return step(iteration)
@@ -116,7 +116,7 @@ def test_interrupted_run_has_its_events_on_disk_and_trackers_closed(tmp_path, on
     monkeypatch.setattr(trainer, "step", step_then_stop)
     with pytest.raises(Interrupted, match="1 completed iterations are saved"):
         trainer.train()
-    assert trainer.acc.trackers == [] and not trainer._tracking
+    assert trainer.acc.trackers == [] and not trainer.tracking
     assert writers and all(w.all_writers is None for w in writers)  # closed
     scalars, images, _ = _events(run / "trackers" / "proj")
     _same(scalars["reward/mean"], read_metrics(run / "metrics.jsonl"), "reward/mean")

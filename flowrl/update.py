@@ -1,0 +1,303 @@
+"""The update phase: the method's loss over every trained transition of every kept sample, accumulated into
+optimizer steps.
+
+Every rollout batch of an iteration (over all processes, in rank order) is one training unit; the method's
+``schedule`` says which units and transitions each optimizer step trains. The phase keeps the rows that carry
+signal, weighs every kept sample the same, runs zero-weight padding passes so that processes make the same
+collectives, clips, sets each step's learning rate, steps the optimizer and the EMA, updates the parameter
+averages once an iteration, and checks at the run's first update that the recomputed log-probs are the rollout's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from flowrl import sharding
+from flowrl.lr import lr_factor
+from flowrl.media import select_media
+from flowrl.methods import seam
+from flowrl.methods.context import Context
+from flowrl.rollout import RolloutBatch
+
+logger = logging.getLogger(__name__)
+
+
+class OnPolicyError(RuntimeError):
+    """The first update's recomputed log-probs differ from the rollout's."""
+
+
+class UpdateStats:
+    """Update statistics as weighted sums, so that means over processes are means over samples."""
+
+    def __init__(self):
+        self.sums: dict[str, float] = {}
+        self.weights: dict[str, float] = {}
+        self.maxima: dict[str, float] = {}
+
+    def add(self, weight: float = 1.0, **kwargs: float | None) -> None:
+        for k, v in kwargs.items():
+            if v is None:  # a figure this method's loss does not have
+                continue
+            self.sums[k] = self.sums.get(k, 0.0) + float(v) * weight
+            self.weights[k] = self.weights.get(k, 0.0) + weight
+
+    def add_max(self, **kwargs: float) -> None:
+        for k, v in kwargs.items():
+            self.maxima[k] = max(self.maxima.get(k, float("-inf")), float(v))
+
+    def reduce(self, acc) -> dict[str, float]:
+        """Weighted means over every process's entries, and maxima over processes (collective)."""
+        keys = sorted(self.sums)
+        sums = [self.sums[k] for k in keys] + [self.weights[k] for k in keys]
+        maxima = dict(self.maxima)
+        if acc.num_processes > 1:
+            t = acc.reduce(torch.tensor(sums, dtype=torch.float64, device=acc.device), reduction="sum")
+            sums = t.tolist()
+            names = ["onpolicy_logp_diff"]  # the only maximum logged; the same list on every process
+            m = torch.tensor([maxima.get(k, 0.0) for k in names], dtype=torch.float64, device=acc.device)
+            maxima = dict(zip(names, acc.gather(m[None]).max(dim=0).values.tolist()))
+        n = len(keys)
+        out = {k: sums[i] / sums[n + i] for i, k in enumerate(keys) if sums[n + i] > 0}
+        return {**out, **maxima}
+
+
+class Updater:
+    """The update phase of a run: the policy's optimizer stepped by the method's losses (``run``).
+    ``optimizer_steps`` counts the run's steps (checkpointed); ``total_optimizer_steps`` is the run's whole count,
+    which the learning-rate schedule spans; ``checked_onpolicy``: the on-policy check is done or does not apply."""
+
+    def __init__(self, cfg: Any, acc: Any, policy: Any, method: Any):
+        self.cfg, self.acc, self.policy, self.method = cfg, acc, policy, method
+        self.optimizer_steps = 0
+        num_units = len(self.layout(cfg.sample.prompts_per_iteration * cfg.sample.group_size))
+        self.total_optimizer_steps = cfg.train.iterations * len(method.schedule(num_units))
+        self.checked_onpolicy = False
+
+    def run(
+        self,
+        batches: list[RolloutBatch],
+        adv_all: torch.Tensor,
+        first: bool,
+        ctx: Context,
+        keep_rows: torch.Tensor | None = None,
+        trains: Callable[[str], bool] | None = None,
+    ) -> dict[str, float]:
+        """Update phase: the method's loss over every trained transition of every kept sample.
+
+        ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
+        batch of the iteration (over all processes, in rank order) is one training unit; the method's
+        ``schedule`` says which (unit, transition) pairs, or (unit, transition, row) triples, each optimizer
+        step trains (default: step s trains the units q with q % S == s; AV-GRPO: one step per sample and
+        transition), so each step sees the same global samples whatever the number of processes (given
+        equal batch boundaries, which equal results need anyway). Every step runs at the rate the method's
+        ``learning_rate`` gives (default: ``train.lr_schedule`` over the run's optimizer steps). Rows whose
+        advantage is 0 at every transition a step trains carry no signal and are dropped; every kept sample weighs
+        the same in its step's gradient (1 / the step's kept samples), ragged batches included; ``keep_rows``
+        (the credit's ``Advantages.keep``) names the rows every step trains instead. ``trains`` names the
+        parameters that step (None: all).
+        Processes run the same number of forward/backward passes (zero-weight passes where one holds
+        fewer units) so that DDP and FSDP collectives stay in step.
+        """
+        t, world, policy = self.cfg.train, self.acc.num_processes, self.policy
+        layout = self.layout(len(adv_all))  # (rank, global start, rows) per unit, in rank order
+        local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.acc.process_index]
+        trained = self.trained_per_unit(batches, local)  # unit -> its trained transitions
+        stats = UpdateStats()
+        measured = False
+        # DDP (without find_unused_parameters) waits in every backward for a gradient of each parameter it wraps: the
+        # ones a method does not train now (AV-GRPO's other tower, which its loss may not reach) join the loss with
+        # weight 0, and their gradient is dropped before the optimizer step as on one process
+        ddp = isinstance(policy.model, torch.nn.parallel.DistributedDataParallel) and trains is not None
+        untrained = [p for n, p in policy.trainable.items() if not trains(n)] if ddp else []
+        for entries in self.method.schedule(len(layout)):
+            named: dict[tuple[int, int | None], torch.Tensor | None] = {}  # (unit, k) -> its rows named, None: all
+            for q, k, *row in entries:
+                rows = layout[q][2]
+                if row and row[0] >= rows:
+                    continue  # a row past the end of a shorter (last) unit
+                mask = None if not row else torch.arange(rows) == row[0]
+                prev = named.get((q, k), mask)
+                named[(q, k)] = None if prev is None or mask is None else prev | mask
+            work = []  # (unit, its transitions this step, which of its rows train)
+            for (q, k), mask in named.items():
+                js = trained[q] if k is None else [trained[q][k]]
+                _, start, rows = layout[q]
+                adv = adv_all[start : start + rows]
+                keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)
+                if keep_rows is not None:
+                    keep = keep_rows[start : start + rows].to(keep.device)
+                if mask is not None:
+                    keep = keep & mask.to(keep.device)
+                work.append((q, js, keep))
+            step_kept = sum(int(keep.sum()) for _, _, keep in work)
+            if step_kept == 0:
+                continue  # no sample of this step carries signal, on any process
+            busy = [(q, js, keep) for q, js, keep in work if keep.any()]
+            passes = max(sum(1 for q, _, _ in busy if layout[q][0] == r) for r in range(world))
+            units = [
+                (self.kept_unit(batches[local.index(q)], adv_all, layout[q], keep), js)
+                for q, js, keep in busy
+                if q in local
+            ]
+            if len(units) < passes:  # padding: one real row, weight 0, as many transitions as a busy unit
+                pad, adv_pad, _ = self.kept_unit(batches[0], adv_all, layout[local[0]], None, rows=1)
+                units += [((pad, adv_pad, 0.0), trained[local[0]][: len(busy[0][1])])] * (passes - len(units))
+            for u, ((b, adv, weight_rows), js) in enumerate(units):
+                scale = weight_rows / step_kept * world  # DDP/FSDP average gradients over processes
+                measure = not measured and weight_rows > 0
+                self.unit(ctx, b, adv, js, scale, u == passes - 1, stats, measure, untrained)
+                if not measured:
+                    measured = True
+                    if first:
+                        self.check_onpolicy(stats)
+            if trains is not None:  # this phase's frozen set: no gradient, so AdamW leaves it be
+                for name, p in policy.trainable.items():
+                    if not trains(name):
+                        p.grad = None
+            grad_norm = self.acc.clip_grad_norm_(list(policy.trainable.values()), t.max_grad_norm)
+            grad_norm = (
+                float("nan") if grad_norm is None else sharding.as_float(grad_norm)
+            )  # None: DeepSpeed's first step
+            scheduled = t.learning_rate * lr_factor(
+                self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule, t.lr_warmup_steps, t.lr_min_ratio
+            )
+            lr = self.method.learning_rate(scheduled, self.optimizer_steps)
+            for group in policy.optimizer.param_groups:
+                group["lr"] = lr
+            policy.optimizer.step()
+            policy.optimizer.zero_grad(set_to_none=True)
+            self.optimizer_steps += 1
+            stats.add(grad_norm=float(grad_norm), lr=lr)
+            if policy.ema is not None and self.optimizer_steps % t.ema_every == 0:
+                policy.ema.update(policy.trainable)
+        for average in policy.averages.values():
+            average.update(policy.trainable)
+        if seam.end(
+            self.method
+        ).reset_optimizer:  # the method starts afresh (AV-GRPO's phase switch): no moments carried
+            getattr(policy.optimizer, "optimizer", policy.optimizer).state.clear()
+        out = stats.reduce(self.acc)
+        keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)
+        out["kept_frac"] = float(keep_all.float().mean())
+        return out
+
+    def trained_per_unit(self, batches: list[RolloutBatch], local: list[int]) -> list[list[int]]:
+        """Every unit's trained transitions (plan indices), the same lists on every process: a process
+        knows only its own units' plans, so they are gathered (one small list per process)."""
+        mine = [list(batches[local.index(q)].traj.trained_indices) for q in local]
+        if self.acc.num_processes == 1:
+            return mine
+        from accelerate.utils import gather_object
+
+        return [js for part in gather_object([mine]) for js in part]
+
+    def layout(self, n: int) -> list[tuple[int, int, int]]:
+        """(rank, global start, rows) of every rollout batch of an iteration of ``n`` samples, the batches
+        of rank 0 first (``collect`` cuts each process's share into ``sample.batch_size`` rows)."""
+        world, b = self.acc.num_processes, self.cfg.sample.batch_size
+        share = n // world
+        return [(r, r * share + s, min(b, share - s)) for r in range(world) for s in range(0, share, b)]
+
+    @staticmethod
+    def kept_unit(
+        b: RolloutBatch,
+        adv_all: torch.Tensor,
+        where: tuple[int, int, int],
+        keep: torch.Tensor | None,
+        rows: int | None = None,
+    ) -> tuple[RolloutBatch, torch.Tensor, float]:
+        """The unit's rows that train (``keep``, (rows,) over the unit's rows), or its first ``rows`` rows;
+        with their advantages and count."""
+        _, start, n = where
+        adv = adv_all[start : start + n]
+        idx = keep.nonzero().flatten() if keep is not None else torch.arange(rows)
+        if len(idx) < n:
+            b = RolloutBatch(
+                b.traj.select(idx),
+                {k: v[idx.to(v.device)] for k, v in b.cond.items()},
+                [b.prompts[i] for i in idx.tolist()],
+                [b.metadata[i] for i in idx.tolist()],
+                select_media(b.media, idx),
+            )
+            adv = adv[idx]
+        return b, adv, float(len(idx))
+
+    def unit(
+        self,
+        ctx: Context,
+        b: RolloutBatch,
+        adv: torch.Tensor,
+        transitions: list[int],
+        scale: float,
+        sync: bool,
+        stats: UpdateStats,
+        measure: bool,
+        untrained: list[torch.nn.Parameter] = (),
+    ) -> None:
+        """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
+        (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
+        the iteration's first unit, still on-policy, so log the log-prob gap. ``untrained``: parameters the
+        method does not train now, joined to the loss with weight 0 under DDP (see ``update``).
+
+        With a ``row_mask`` (a per-row subset of the transitions) each transition forwards only the rows
+        that train it, and every trained (row, transition) pair weighs the same; a transition no row
+        trains still makes one zero-weight pass, so processes run the same passes."""
+        traj = b.traj.states_to(self.acc.device) if self.cfg.train.offload_states else b.traj
+        max_diff = None
+        mask = traj.row_mask
+        pairs = int(mask[:, transitions].sum()) if mask is not None else 0
+        for k, j in enumerate(transitions):
+            last = sync and k == len(transitions) - 1
+            sync_ctx = nullcontext() if last or self.acc.num_processes == 1 else self.acc.no_sync(self.policy.model)
+            adv_j = (adv if adv.ndim == 1 else adv[:, j]).to(self.acc.device)
+            unit, cond, weight = traj, b.cond, scale / len(transitions)
+            rows = float(len(traj)) if scale > 0 else 0.0  # a padding pass adds nothing to the statistics
+            if mask is not None:
+                idx = mask[:, j].nonzero().flatten()
+                weight = scale * len(idx) / pairs if len(idx) and pairs else 0.0
+                idx = idx if len(idx) else torch.zeros(1, dtype=torch.long)
+                unit, adv_j = traj.select(idx), adv_j[idx.to(adv_j.device)]
+                cond = {key: v.index_select(0, idx.to(v.device)) for key, v in b.cond.items()}
+                rows = float(len(idx)) if weight > 0 else 0.0
+            with sync_ctx:
+                tl = self.method.transition_loss(ctx, unit, j, cond, adv_j)
+                loss = tl.loss * weight
+                if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``update``)
+                    loss = loss + 0.0 * sum(p.sum() for p in untrained)
+                if self.policy.deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
+                    self.acc.gradient_state._set_sync_gradients(last)
+                self.acc.backward(loss)
+            if tl.logp_gap is not None:
+                max_diff = max(max_diff or 0.0, tl.logp_gap)
+            stats.add(
+                rows,
+                loss=tl.loss.item(),
+                pg_loss=tl.policy_loss,
+                kl=tl.kl,
+                approx_kl=tl.approx_kl,
+                clip_frac=tl.clip_frac,
+                ratio_mean=tl.ratio_mean,
+            )
+        if measure and max_diff is not None:  # None: the method's loss has no rollout log-prob to match
+            stats.add_max(onpolicy_logp_diff=max_diff)
+
+    def check_onpolicy(self, stats: UpdateStats) -> None:
+        """The run's first update: stop if the recomputed log-prob is not the rollout's (on any process)."""
+        if not self.cfg.train.onpolicy_check or self.checked_onpolicy:
+            return
+        self.checked_onpolicy = True
+        diff = stats.maxima.get("onpolicy_logp_diff", 0.0)
+        if self.acc.num_processes > 1:
+            diff = float(self.acc.gather(torch.tensor([diff], device=self.acc.device)).max())
+        if diff > self.cfg.train.onpolicy_tol:
+            raise OnPolicyError(
+                f"step-0 on-policy check failed: recomputed log-prob differs from the rollout's by "
+                f"{diff:.3g} > train.onpolicy_tol={self.cfg.train.onpolicy_tol:g}; the training "
+                "forward is not the rollout's (precision/autocast mismatch, a different schedule or "
+                "batch, or dropout left on)"
+            )
