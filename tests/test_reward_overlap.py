@@ -1,5 +1,6 @@
 """Rewards that overlap the rollout (``train.reward_overlap``): each rollout batch is scored in a background
-thread while the next one samples, with the same calls and results as in turn."""
+thread while the next one samples, up to ``train.reward_in_flight`` at once, with the same calls and results as
+in turn."""
 
 import time
 
@@ -60,6 +61,23 @@ def test_a_batch_is_scored_in_the_background_while_the_next_one_samples(tmp_path
     assert calls[0][0] < collected[0]  # batch 0's reward began before the rollout ended
 
 
+def test_a_reward_slower_than_a_batch_gives_the_same_metrics_with_several_calls_in_flight(tmp_path, one_thread):
+    """Each batch's call takes 1.5 s, longer than a rollout batch: one in flight, each call waits for the one before;
+    three in flight, they overlap; every logged value is the same (results in batch order)."""
+    slow = ["reward={'fault_rewards:Slow': 1.0}", "reward_args={'fault_rewards:Slow': {seconds: 1.5}}"]
+    rows, starts = {}, {}
+    for n in (1, 3):
+        fault_rewards.Slow.CALLS.clear()
+        rows[n] = _rows(tmp_path / str(n), *slow, "train.iterations=1", f"train.reward_in_flight={n}")
+        starts[n] = sorted(t for t, _, _ in fault_rewards.Slow.CALLS)
+        assert len(starts[n]) == 3  # one call per rollout batch
+    assert all(b - a >= 1.5 for a, b in zip(starts[1], starts[1][1:]))  # one call at a time
+    assert any(b - a < 1.5 for a, b in zip(starts[3], starts[3][1:]))  # calls overlap
+    assert {k: v for k, v in rows[1][0].items() if not k.startswith(SKIP)} == {
+        k: v for k, v in rows[3][0].items() if not k.startswith(SKIP)
+    }
+
+
 @pytest.mark.parametrize("policy", ["skip", "stop"])
 def test_a_failing_background_reward_keeps_the_error_policy(tmp_path, policy, one_thread):
     """Call 1 (the second rollout batch of iteration 0) raises in the background thread."""
@@ -72,3 +90,10 @@ def test_a_failing_background_reward_keeps_the_error_policy(tmp_path, policy, on
 
         with pytest.raises(RewardError, match="reward 'fault_rewards:FailAt' raised ConnectionError"):
             _rows(tmp_path, *opts)
+
+
+def test_reward_in_flight_is_at_least_one():
+    from flowrl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^train.reward_in_flight: must be > 0, got 0$"):
+        resolve_config("tiny-cpu", ["train.reward_in_flight=0"])
