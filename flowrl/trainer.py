@@ -31,13 +31,16 @@ from flowrl.methods import build_method, seam
 from flowrl.methods.base import PromptBatch
 from flowrl.methods.context import Context
 from flowrl.pipelines.base import adapter_class
-from flowrl.policy import EMA, ParamAverage, Policy, check_compile, compile_forward, lora_config  # noqa: F401
+from flowrl.policy import ParamAverage, Policy, check_compile, compile_forward, lora_config  # noqa: F401
 from flowrl.preflight import check_whole_groups, logged_metric_names, preflight  # noqa: F401
 from flowrl.reward_models import RewardError
 from flowrl.rollout import RolloutBatch
 from flowrl.scoring import Scores, Scoring, build_rewards, check_reward_modality, reward_metrics  # noqa: F401
 from flowrl.seeds import seed_of
-from flowrl.update import OnPolicyError, Updater, UpdateStats  # noqa: F401
+from flowrl.update import OnPolicyError, Updater  # noqa: F401
+
+# importable from here as before they moved to their rooms (until their importers move): ParamAverage,
+# check_compile, compile_forward, lora_config, logged_metric_names, check_reward_modality, OnPolicyError
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ from flowrl.checkpoint import list_checkpoints
 from flowrl.cli import main
 from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
-from flowrl.trainer import Trainer, logged_metric_names
+from flowrl.preflight import logged_metric_names
+from flowrl.trainer import Trainer
 from flowrl.update import Updater
 
 SMALL = [

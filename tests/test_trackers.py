@@ -8,7 +8,8 @@ import pytest
 from flowrl import trackers
 from flowrl.config import ConfigError, resolve_config
 from flowrl.logs import read_metrics
-from flowrl.trainer import Trainer, preflight
+from flowrl.preflight import preflight
+from flowrl.trainer import Trainer
 
 TINY = [
     "sample.num_steps=2",

@@ -5,7 +5,8 @@ import torch
 
 from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
-from flowrl.trainer import OnPolicyError, Trainer
+from flowrl.trainer import Trainer
+from flowrl.update import OnPolicyError
 
 REQUIRED = [
     "iteration",
