@@ -155,3 +155,28 @@ def test_periodic_evaluation_on_held_out_prompts(tmp_path, tiny_cfg_overrides):
     assert "reward/mean" not in rows[-1]  # the final row holds the evaluation of the trained policy only
     assert rows[0]["reward/jpeg_compressibility/mean"] < 0
     assert (tmp_path / "reward_curve.png").is_file() and list((tmp_path / "samples").glob("eval-*.png"))
+
+
+def test_a_context_is_built_from_adapter_config_and_policy_without_a_trainer():
+    """A method's services need no trainer and no run folder: a tiny adapter, its Policy and the config."""
+    from accelerate import Accelerator
+
+    from flowrl.methods.context import Context
+    from flowrl.pipelines.base import adapter_class
+    from flowrl.policy import Policy
+
+    cfg = resolve_config("tiny-cpu")
+    adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=torch.device("cpu"), seed=0)
+    policy = Policy(cfg, adapter, Accelerator(mixed_precision="no"), reference=False, averages={"old": lambda k: 0.5})
+    ctx = Context(adapter, cfg, policy, 0)
+    start = {k: p.detach().clone() for k, p in policy.trainable.items()}
+    with torch.no_grad():
+        for p in policy.trainable.values():
+            p.add_(1.0)
+    with ctx.average_weights("old") as model:  # the average is still the initial policy
+        assert model is policy.model and all(torch.equal(p, start[k]) for k, p in policy.trainable.items())
+    assert all(torch.equal(p, start[k] + 1.0) for k, p in policy.trainable.items())  # restored
+    with pytest.raises(RuntimeError, match="set train.ema=true"), ctx.ema_weights():
+        pass
+    with pytest.raises(RuntimeError, match="asked for the average 'new'"), ctx.weights("new"):
+        pass
