@@ -221,10 +221,8 @@ class TrainConfig:
     # score each rollout batch in a background thread while the next one samples (the same calls and
     # results as in turn; a pairwise reward, which needs whole groups, is always called once after the rollout)
     reward_overlap: bool = True
-    # with reward_overlap, the rollout batches whose reward calls may run at once (the others wait their turn,
-    # results kept in batch order): 2 keeps up with a reward up to twice as slow as a batch's rollout (a served
-    # judge), so only the last batch's reward is left after the rollout, while a local reward model holds at
-    # most two calls' memory; raise it for a slower remote reward
+    # with reward_overlap, the rollout batches scored at once (results in batch order): 2 keeps up with a reward twice
+    # as slow as a batch's rollout (a served judge) while a local reward holds two calls' memory at most
     reward_in_flight: int = 2
     # stop (after saving) when this many iterations in a row kept no sample: every group's reward was flat
     max_flat_iterations: int = 5

@@ -211,11 +211,8 @@ class Context:
         policy = self.policy
         if name == "ema" and policy.ema is None:
             raise RuntimeError(f"method {self.cfg.method.name} asked for EMA weights: set train.ema=true")
-        if name not in ("reference", "ema") and name not in policy.averages:
-            raise RuntimeError(
-                f"method {self.cfg.method.name} asked for the average {name!r}, which it does "
-                f"not declare in Method.averages ({sorted(policy.averages) or 'none'})"
-            )
+        if name not in ("reference", "ema"):
+            self._check_average(name)
         if name == "reference":
             with policy.weights(name) as model:
                 yield model
@@ -223,10 +220,20 @@ class Context:
         with torch.no_grad(), policy.weights(name) as model:
             yield model
 
+    @contextmanager
     def average_weights(self, name: str) -> Iterator[torch.nn.Module]:
         """The policy with the method's parameter average ``name`` (``Method.averages``) swapped in,
         restored on exit; no grad inside. Before its first update the average is the initial policy."""
-        return self.weights(name)
+        self._check_average(name)
+        with self.weights(name) as model:
+            yield model
+
+    def _check_average(self, name: str) -> None:
+        if name not in self.policy.averages:
+            raise RuntimeError(
+                f"method {self.cfg.method.name} asked for the average {name!r}, which it does "
+                f"not declare in Method.averages ({sorted(self.policy.averages) or 'none'})"
+            )
 
     def ema_weights(self) -> Iterator[torch.nn.Module]:
         """The policy with its EMA weights swapped in (``train.ema``), restored on exit; no grad inside."""
