@@ -78,7 +78,8 @@ from flowrl.credit.av_grpo import (
     reward_weight,
 )
 from flowrl.losses import gaussian_kl, ppo_clip_loss
-from flowrl.methods.base import Context, Experience, Method, PromptBatch, TransitionLoss
+from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
+from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, Turn
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan, ode_plan
 from flowrl.rollout import Trajectory
@@ -120,14 +121,14 @@ class AVGRPOOptions:
     allow_promptless_phase_reward: bool = False
 
 
-class AVGRPO(Method):
+class AVGRPO(MethodBase):
     name = "av_grpo"
     Options = AVGRPOOptions
-    whole_groups = True  # one anchor per prompt group
-    freezes_parameters = True
-    media_kinds = ("audio_video",)
-    # the phase (1: video trains), the groups on a fallback, the transitions whose std the cap lowered, NaN switches
-    metric_names = ("av/phase_video", "av/fallback_frac", "av/capped_frac", "av/nan_switches")
+    media = ("audio_video",)
+    # its metrics (``Part.metrics``): the phase (1: video trains), the groups on a fallback, the transitions whose
+    # std the cap lowered, NaN switches
+    default_credit = "modality_zscore"
+    default_loss = "av_grpo"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -142,12 +143,6 @@ class AVGRPO(Method):
             )
         if o.first_learning_rate is not None and not 0 < o.first_learning_rate < float("inf"):
             raise ConfigError(f"method.options.first_learning_rate: must be > 0 (or null), got {o.first_learning_rate}")
-        if o.frozen_input == "dropped":  # by design not the rollout's forward: log the gap, do not stop on it
-            self.checks_onpolicy = False
-            self.no_onpolicy_reason = (
-                "method.options.frozen_input=dropped leaves the frozen modality out of the "
-                "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap"
-            )
         if o.steps_per_phase < 1:
             raise ConfigError(f"method.options.steps_per_phase: must be >= 1, got {o.steps_per_phase}")
         for name in ("noise_video", "noise_audio", "max_std", "clip_range"):
@@ -175,6 +170,33 @@ class AVGRPO(Method):
         self._dropped = False
         self._capped = 0.0
         self._last: dict[str, float] = {}
+
+    def records(self) -> frozenset[str]:
+        return frozenset({"log_probs", "joint_phases"})
+
+    def needs(self) -> Needs:
+        o = self.options
+        # frozen_input=dropped is by design not the rollout's forward: log the gap, do not stop on it
+        dropped = (
+            "method.options.frozen_input=dropped leaves the frozen modality out of the "
+            "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap"
+        )
+        return Needs(
+            media=self.media,
+            whole_groups=True,  # one anchor per prompt group
+            reference=o.beta_video > 0 or o.beta_audio > 0,
+            onpolicy_check=dropped if o.frozen_input == "dropped" else None,
+            metrics=self.parts.credit.metrics,
+            freezes_parameters=True,
+        )
+
+    def begin(self, iteration: int) -> Turn:
+        """The cycle's prompt draw (``prompt_iteration``) and the phase's parameters (``trains``)."""
+        return Turn(prompts_of=self.prompt_iteration(iteration), trains=self.trains)
+
+    def end(self) -> Ending:
+        """The optimizer state is cleared at a phase switch (``after_update``)."""
+        return Ending(reset_optimizer=self.after_update())
 
     # ------------------------------------------------------------------ phases
     @property
@@ -252,10 +274,6 @@ class AVGRPO(Method):
             return True
         return self.schedule_state.after_step()
 
-    @property
-    def needs_reference(self) -> bool:
-        return self.options.beta_video > 0 or self.options.beta_audio > 0
-
     # ------------------------------------------------------------------ exploration
     def plan(self, ctx: Context) -> StepPlan:
         """Every transition SDE and trained for the trained modality, at its noise level capped per step;
@@ -312,8 +330,11 @@ class AVGRPO(Method):
         return Experience(traj, {"final": traj.final})
 
     # ------------------------------------------------------------------ credit
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+    def modality_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``modality_zscore``: the phase's rewards per group (``modality_advantages``), with the
+        NaN guard (zero advantages, the phase switched at once)."""
         o = self.options
+        rewards, group_ids = table.columns, table.group_ids
         names = self._phase_rewards(self.phase)
         columns = {name: rewards[f"final/{name}"] for name in names}  # each reward's own score
         adv = torch.zeros(len(group_ids))
@@ -335,15 +356,13 @@ class AVGRPO(Method):
             "av/capped_frac": self._capped,
             "av/nan_switches": float(s.nan_switches),
         }
-        return adv
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self._last)
+        return Advantages(adv, metrics=dict(self._last))
 
     # ------------------------------------------------------------------ loss
-    def transition_loss(
+    def weighted_loss(
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
+        """The loss part ``av_grpo``: lambda_pol PPO-clip plus beta lambda_rw KL of the phase's modality."""
         o = self.options
         phase = traj.plan.trained_modalities[0]
         x, x_next = traj.pair(j)
