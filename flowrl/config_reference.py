@@ -125,7 +125,7 @@ def _parts_section() -> list[str]:
         for name in registry.names():
             part = registry.get(name)
             needs = [RECORDS[r] for r in RECORDS if r in part.requires]
-            needs += [f"method.options.{f}" for f in part.reads]
+            needs += [f"method.options.{f}" for f in part.reads] + list(part.shared)
             lines.append(f"| `{registry.key}` | `{name}` | {_cell('; '.join(needs))} | {_cell(part.summary)} |")
     lines += ["", "| method | credit | credit_norm | loss |", "|---|---|---|---|"]
     for name in list_methods():

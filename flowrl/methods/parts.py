@@ -48,6 +48,7 @@ class Part:
     kind: str = "credit"  # credit | norm | policy | transition
     metrics: tuple[str, ...] = ()  # the figures it reports (logged as method/<name>)
     keeps_flat_rows: bool = False  # a loss that still pulls a row whose advantage is 0 (every row trains)
+    shared: tuple[str, ...] = ()  # the shared config keys it reads (train.*)
 
     def load(self) -> Callable[..., Any]:
         module, _, attr = self.target.partition(":")
@@ -100,6 +101,7 @@ for _part in (
         "group_zscore",
         f"{_M}.flow_grpo:group_zscore_credit",
         "the final reward z-scored within its prompt group (train.global_std, train.std_eps), clipped",
+        shared=("train.global_std", "train.std_eps", "train.adv_clip_max"),
     ),
     Part(
         "iteration_zscore",
@@ -112,6 +114,7 @@ for _part in (
         f"{_M}.pref_grpo:PrefGRPO.win_rate_credit",
         "each reward's win rates (pairwise, or derived from scores) z-scored within groups, weighted sum",
         reads=("win_rate_from", "std_eps", "unbiased_std"),
+        shared=("train.adv_clip_max",),
         metrics=("pref/win_rate_mean", "pref/win_rate_std"),
     ),
     Part(
@@ -120,6 +123,7 @@ for _part in (
         "per-transition reward gains of the completed states, z-scored per transition: (N, T)",
         requires=frozenset({"state_completions"}),
         reads=("baseline",),
+        shared=("train.global_std", "train.std_eps", "train.adv_clip_max"),
     ),
     Part(
         "turning_points",
@@ -127,6 +131,7 @@ for _part in (
         "incremental step rewards with turning points credited the long-term reward, balanced: (N, T)",
         requires=frozenset({"window_completions"}),
         reads=("eta", "first_step", "consistency", "balance", "drop_incremental", "balance_pool"),
+        shared=("train.global_std", "train.std_eps", "train.adv_clip_max"),
         metrics=("tp/detected_frac", "tp/kept_frac", "tp/kept_positive", "tp/kept_negative", "tp/active_frac"),
     ),
     Part(
@@ -135,6 +140,7 @@ for _part in (
         "per-(branch, granularity, reward) z-scores within groups, summed over granularities and rewards",
         requires=frozenset({"branches"}),
         reads=("granularities", "eps", "unbiased"),
+        shared=("train.adv_clip_max",),
     ),
     Part(
         "entropy_merged",
@@ -142,6 +148,7 @@ for _part in (
         "z-scores of each merged branch's weighted reward sum (or G²RPO's per reward), summed over granularities",
         requires=frozenset({"branches"}),
         reads=("granularities", "eps", "unbiased", "reward_zscore"),
+        shared=("train.adv_clip_max",),
     ),
     Part(
         "modality_zscore",
@@ -162,6 +169,7 @@ for _part in (
         "GDPO: the advantages z-scored again over the whole iteration (sample std, eps 1e-8; a 0 stays 0), "
         "then clipped to train.adv_clip_max",
         kind="norm",
+        shared=("train.adv_clip_max",),
     ),
 ):
     CREDIT_NORMS.register(_part)
@@ -173,6 +181,7 @@ for _part in (
         "Flow-GRPO's PPO-clipped ratio of the recomputed log-prob (plus train.beta times the Gaussian KL)",
         requires=frozenset({"log_probs"}),
         kind="policy",
+        shared=("train.clip_range", "train.beta"),
     ),
     Part(
         "ratio_norm",
@@ -180,6 +189,7 @@ for _part in (
         "GRPO-Guard's RatioNorm: the corrected ratio, the clipped loss divided by |dt| (plus the KL)",
         requires=frozenset({"log_probs", "gaussian_means"}),
         kind="policy",
+        shared=("train.clip_range", "train.beta"),
     ),
     Part(
         "ram_regression",
@@ -197,6 +207,7 @@ for _part in (
         requires=frozenset({"endpoints"}),
         reads=("beta", "kl_beta"),
         kind="transition",
+        shared=("train.adv_clip_max",),
         keeps_flat_rows=True,
     ),
     Part(
