@@ -199,14 +199,8 @@ class TrainConfig:
     beta: float = 0.004  # KL weight, exact per-element Gaussian KL (= Flow-GRPO code beta 0.04 x |dt| 0.1)
     global_std: bool = True  # normalise by the std of all rewards (True) or of each group (False)
     std_eps: float = 1e-4  # group advantage (r - mean) / (std + std_eps)
-    # GDPO (Pref-GRPO's --apply_gdpo): the method's advantages z-scored again over the whole iteration, all
-    # processes together (sample std, eps 1e-8; each transition's column on its own; a 0 stays 0), then clipped
-    # to adv_clip_max
-    batch_renorm: bool = False
-    # GRPO-Guard's RatioNorm (Pref-GRPO's --rationorm) on the PPO ratio of Flow-GRPO and every method built on
-    # its loss: (log-ratio + mean_d (mu - mu_old)^2 / (2 s^2)) s, the clipped loss divided by |dt|; needs a
-    # Gaussian step (flow_sde, dance_sde); the rollout keeps each transition's mean
-    ratio_norm: bool = False
+    batch_renorm: bool = False  # deprecated: method.credit_norm=gdpo
+    ratio_norm: bool = False  # deprecated: method.loss=ratio_norm
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
     gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
     # keep the rollout's stored states (the latents of the transitions that train) on the CPU until the update
@@ -272,6 +266,15 @@ class TrainConfig:
 class MethodConfig:
     name: str = "flow_grpo"  # `flowrl ls methods`
     options: dict[str, Any] = field(default_factory=dict)  # method-specific settings
+    # the method's parts (docs/config.md, "Method parts"); null: the method's own. The credit rule from rewards to
+    # advantages: group_zscore, win_rates, dense_gains, turning_points, granular, ...
+    credit: str | None = None
+    # none | gdpo (GDPO, Pref-GRPO's --apply_gdpo: the advantages z-scored again over the whole iteration, all
+    # processes together, sample std, eps 1e-8, each transition's column on its own, a 0 stays 0; then clipped)
+    credit_norm: str | None = None
+    # a transition's loss: ppo_clip | ratio_norm (GRPO-Guard's RatioNorm, Pref-GRPO's --rationorm, on Flow-GRPO's
+    # loss and every method built on it; needs a flow_sde or dance_sde step) | the method's own (ram_regression, ...)
+    loss: str | None = None
 
 
 def parse_stop_rule(rule: str) -> tuple[str, str, float]:
@@ -374,7 +377,7 @@ class Config:
                 f"{', '.join(self.reward)}); add reward.{orphans[0]}=<weight>, or replace reward_args "
                 "whole (reward_args={...})"
             )
-        from flowrl.methods import check_method_name, method_class
+        from flowrl.methods import check_method_name
 
         try:
             check_method_name(self.method.name)
@@ -384,23 +387,9 @@ class Config:
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
-        if self.train.ratio_norm:
-            if not hasattr(method_class(self.method.name), "policy_loss"):
-                raise ConfigError(
-                    f"train.ratio_norm: method {self.method.name} has no clipped PPO ratio to normalise "
-                    "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)"
-                )
-            from flowrl.pipelines.base import adapter_class
+        from flowrl.methods.parts import check_part_keys
 
-            try:
-                kind = getattr(adapter_class(self.model.pipeline), "media_kind", "image")
-            except ValueError:
-                kind = None  # an unknown pipeline: its own error comes when the model is built
-            if kind == "audio_video":
-                raise ConfigError(
-                    f"train.ratio_norm: model.pipeline={self.model.pipeline} steps joint latents with "
-                    "one std per modality, where RatioNorm's single step scale is not defined"
-                )
+        check_part_keys(self)  # train.ratio_norm / train.batch_renorm: deprecated aliases of method.loss / credit_norm
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 

@@ -107,6 +107,33 @@ def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
     return out
 
 
+def _parts_section() -> list[str]:
+    """The registered parts (``flowrl.methods.parts``) and each method's own."""
+    from flowrl.methods import list_methods, method_class
+    from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, RECORDS
+
+    lines = [
+        "## Method parts",
+        "",
+        "`method.credit`, `method.credit_norm` and `method.loss` swap a method's part where it fits (a part that",
+        "needs what the method's exploration does not record, or options it does not have, is a one-line error).",
+        "",
+        "| key | part | needs | what it does |",
+        "|---|---|---|---|",
+    ]
+    for registry in (CREDIT_RULES, CREDIT_NORMS, LOSSES):
+        for name in registry.names():
+            part = registry.get(name)
+            needs = [RECORDS[r] for r in RECORDS if r in part.requires]
+            needs += [f"method.options.{f}" for f in part.reads] + list(part.shared)
+            lines.append(f"| `{registry.key}` | `{name}` | {_cell('; '.join(needs))} | {_cell(part.summary)} |")
+    lines += ["", "| method | credit | credit_norm | loss |", "|---|---|---|---|"]
+    for name in list_methods():
+        cls = method_class(name)
+        lines.append(f"| `{name}` | `{cls.default_credit}` | `{cls.default_credit_norm}` | `{cls.default_loss}` |")
+    return [*lines, ""]
+
+
 def reference() -> str:
     from flowrl.config import Config
     from flowrl.methods import list_methods, method_class
@@ -124,6 +151,7 @@ def reference() -> str:
         "Typed per method (`flowrl ls methods`); an unknown or mistyped option is a one-line error.",
         "",
     ]
+    lines += _parts_section()
     for name in list_methods():
         options = method_class(name).Options
         rows = _rows(options, "method.options.")

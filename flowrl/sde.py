@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Callable, Literal, NamedTuple
 
 import torch
 
@@ -379,3 +379,127 @@ def step(kind: str, *args, **kwargs) -> StepOutput:
     except KeyError:
         raise ValueError(f"unknown step kind {kind!r}; choose one of {', '.join(STEP_KINDS)}") from None
     return fn(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------------------
+# A capped diffusion coefficient and the SDE step with a given g (AV-GRPO, arXiv 2609.29816 §7 step 3)
+# --------------------------------------------------------------------------------------------------------
+MAX_STD = 0.5  # AV-GRPO's cap on the per-step std g·sqrt(|Δ|) [the authors' code]
+ONE_MINUS_T_MIN = 1e-5  # the AV-GRPO code's clamp of 1 − t in g = a·sqrt(t/(1−t)): g = a·sqrt(1e5) at t = 1
+ScalarOrTensor = float | torch.Tensor
+
+
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+def _as_f32(name: str, value: ScalarOrTensor) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.float32)
+    if not torch.isfinite(t).all():
+        _fail(f"{name} must be finite, got {value!r}")
+    return t
+
+
+def _scalar(value):
+    """A 0-d tensor becomes a python float (as the steps above treat it); anything else is left alone."""
+    return float(value) if isinstance(value, torch.Tensor) and value.ndim == 0 else value
+
+
+class CappedNoise(NamedTuple):
+    """g: the diffusion coefficient to step with; std = g·sqrt(|Δ|) (<= max_std); capped: the cap fired.
+    Python floats and a bool for scalar inputs, fp32 tensors (``capped`` bool) for tensor ones."""
+
+    g: ScalarOrTensor
+    std: ScalarOrTensor
+    capped: bool | torch.Tensor
+
+
+def _check_step(sigma, sigma_next, a, max_std, sigma_at_one) -> None:
+    s, s_next, a_t = _as_f32("sigma", sigma), _as_f32("sigma_next", sigma_next), _as_f32("a", a)
+    if not ((s > 0).all() and (s <= 1).all()):
+        _fail(f"sigma must be in (0, 1], got {sigma!r}")
+    if not ((s_next >= 0).all() and (s_next < s).all()):
+        _fail(f"sigma_next must be in [0, sigma), got {sigma_next!r}")
+    if not (a_t > 0).all():
+        _fail(f"a (noise level) must be > 0, got {a!r}")
+    if not (isinstance(max_std, (int, float)) and 0 < max_std < math.inf):
+        _fail(f"max_std must be a finite number > 0, got {max_std!r}")
+    if sigma_at_one is not None and not 0 < sigma_at_one < 1:
+        _fail(f"sigma_at_one must be in (0, 1) or None, got {sigma_at_one!r}")
+
+
+def _cap_float(g: float, dt_abs: float, max_std: float) -> tuple[float, bool]:
+    root = math.sqrt(dt_abs)
+    if not g * root > max_std:
+        return g, False
+    g = max_std / root
+    if g * root > max_std:  # one ulp down makes the step's own std g·sqrt(|Δ|) <= max_std
+        g = math.nextafter(g, 0.0)
+    return g, True
+
+
+def capped_noise(
+    sigma: ScalarOrTensor,
+    sigma_next: ScalarOrTensor,
+    a: ScalarOrTensor,
+    max_std: float = MAX_STD,
+    sigma_at_one: float | None = None,
+) -> CappedNoise:
+    """§7 step 3: g = a·sqrt(t/(1−t)) (``flow_sde_g``), scaled down so that g·sqrt(|Δ|) <= max_std.
+
+    ``sigma_at_one=None`` (the authors' code): 1 − t is clamped at ``ONE_MINUS_T_MIN`` (1e-5), so at t = 1
+    g = a·sqrt(1e5) and the cap decides the first step's std (0.5 unless |Δ_0| is tiny). Given, Flow-GRPO's
+    first-step substitute 1 − σ_1 (``flow_sde_g``). Uncapped and below t = 1, g is bitwise
+    ``flow_sde_g(sigma, a)`` (float path for floats, fp32 for tensors, as ``flow_sde`` computes it). Capped,
+    g = max_std/sqrt(|Δ|) (one ulp lower if the product would round above max_std), so the std the step
+    computes is max_std to the last bit or one ulp below. The cap is strict: s == max_std is not capped.
+    sigma, sigma_next: floats or (B,) tensors; a: the trained modality's noise level (``NOISE_LEVEL``).
+    """
+    sigma, sigma_next, a = _scalar(sigma), _scalar(sigma_next), _scalar(a)
+    _check_step(sigma, sigma_next, a, max_std, sigma_at_one)
+    if all(isinstance(v, (int, float)) for v in (sigma, sigma_next, a)):
+        sigma, sigma_next, a = float(sigma), float(sigma_next), float(a)
+        dt_abs = -(sigma_next - sigma)  # bitwise the |dt| flowrl.sde uses
+        g = (
+            a * math.sqrt(sigma / max(1 - sigma, ONE_MINUS_T_MIN))
+            if sigma_at_one is None
+            else flow_sde_g(sigma, a, sigma_at_one)
+        )
+        g, capped = _cap_float(g, dt_abs, float(max_std))
+        return CappedNoise(g, g * math.sqrt(dt_abs), capped)
+    s = torch.as_tensor(sigma, dtype=torch.float32)
+    root = torch.sqrt(-(torch.as_tensor(sigma_next, dtype=torch.float32) - s))
+    if sigma_at_one is None:  # the code's clamp of 1 - t; bitwise flow_sde_g wherever 1 - t >= 1e-5
+        g = torch.as_tensor(a, dtype=torch.float32) * torch.sqrt(s / (1 - s).clamp_min(ONE_MINUS_T_MIN))
+    else:
+        g = flow_sde_g(s, a, sigma_at_one)
+    capped = g * root > max_std
+    g_cap = max_std / root
+    g_cap = torch.where(g_cap * root > max_std, torch.nextafter(g_cap, torch.zeros_like(g_cap)), g_cap)
+    g = torch.where(capped, g_cap, g)
+    return CappedNoise(g, g * root, capped)
+
+
+def sde_step_with_g(
+    v: torch.Tensor,
+    x: torch.Tensor,
+    sigma: ScalarOrTensor,
+    sigma_next: ScalarOrTensor,
+    g: ScalarOrTensor,
+    x_next: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> StepOutput:
+    """Flow-GRPO SDE step with an explicit diffusion coefficient g (float or (B,)), e.g. a capped one:
+    μ = x + Δ·[v + g²/(2t)·(x + (1−t)v)], std = g·sqrt(|Δ|), log-prob = dimension-mean Gaussian log-density.
+
+    ``flow_sde`` derives g from the noise level and cannot take one; ``dance_sde`` takes g as its noise
+    level and is exactly this step (same drift ``_sde_mean``, same ``gaussian_log_prob``), so this calls it.
+    With g = flow_sde_g(t, a) the result is bitwise ``flow_sde(v, x, t, t', a)``.
+    """
+    g = _scalar(g)
+    g_t = _as_f32("g", g)
+    if not (g_t > 0).all():
+        _fail(f"g must be > 0 (a zero-noise step has no density), got {g!r}")
+    _check_step(_scalar(sigma), _scalar(sigma_next), 1.0, MAX_STD, None)
+    return dance_sde(v, x, sigma, sigma_next, g, x_next=x_next, noise=noise, generator=generator, reduction="mean")

@@ -80,15 +80,18 @@ def test_gdpo_z_scores_the_weighted_sum_of_group_z_scores_again_over_the_batch(t
     # reward 1: group 0 [1, 2, 3] -> z [-1, 0, 1] (mean 2, std 1); group 1 [5, 3, 4] -> [1, -1, 0]
     # reward 2: group 0 [7, 8, 6] -> [0, 1, -1]; group 1 [2, 2, 2] flat -> 0
     r1, r2 = torch.tensor([1.0, 2.0, 3.0, 5.0, 3.0, 4.0]), torch.tensor([7.0, 8.0, 6.0, 2.0, 2.0, 2.0])
-    total = build_method(cfg).credit(
-        {"final": 0.4 * r1 + 0.6 * r2, "final/jpeg_compressibility": r1, "final/aesthetic": r2}, groups
-    )
+    from flowrl.methods.seam import RewardTable
+
+    method = build_method(cfg)
+    columns = {"final": 0.4 * r1 + 0.6 * r2, "final/jpeg_compressibility": r1, "final/aesthetic": r2}
+    total = method.win_rate_credit(RewardTable(columns, groups)).values  # the credit part, before GDPO
     # 0.4 z1 + 0.6 z2 = [-0.4, 0.6, -0.2, 0.4, -0.4, 0]: unclipped (the clip follows GDPO), mean 0,
     # sample variance (0.16 + 0.36 + 0.04 + 0.16 + 0.16) / 5 = 0.176
     torch.testing.assert_close(total, torch.tensor([-0.4, 0.6, -0.2, 0.4, -0.4, 0.0]))
     std = math.sqrt(0.176)
     want = [-0.4 / std, 0.6 / std, -0.2 / std, 0.4 / std, -0.4 / std, 0.0]  # [-0.9535, 1.4302, ...]
     assert batch_zscore(total).tolist() == pytest.approx(want, rel=1e-5)
+    assert method.credit(RewardTable(columns, groups)).values.tolist() == pytest.approx(want, rel=1e-5)  # + GDPO
 
 
 def test_batch_zscore_by_hand():

@@ -6,26 +6,11 @@ import math
 import pytest
 import torch
 
-from flowrl.credit.av_grpo import (
-    A_AUDIO,
-    A_VIDEO,
-    MAX_STD,
-    PhaseSchedule,
-    av_grpo_learning_rate,
-    av_grpo_loss,
-    av_grpo_lr_factor,
-    capped_noise,
-    desync_reward,
-    kl_factor,
-    modality_advantages,
-    policy_weight,
-    reward_weight,
-    sde_step_with_g,
-    zscore,
-)
-from flowrl.losses import gaussian_kl
+from flowrl.credit.av_grpo import A_AUDIO, A_VIDEO, desync_reward, modality_advantages, zscore
+from flowrl.losses import av_grpo_loss, gaussian_kl, kl_factor, policy_weight, reward_weight
 from flowrl.lr import lr_factor
-from flowrl.sde import flow_sde, flow_sde_g
+from flowrl.methods.av_grpo import PhaseSchedule, av_grpo_learning_rate, av_grpo_lr_factor
+from flowrl.sde import MAX_STD, capped_noise, flow_sde, flow_sde_g, sde_step_with_g
 
 S = 1 / math.sqrt(1.25)  # 1 / population std of [1, 2, 3, 4] (or of [-1.5, -0.5, 0.5, 1.5])
 U = 1 / math.sqrt(5 / 3)  # 1 / sample std of the same
@@ -196,15 +181,22 @@ def test_loss_by_hand():
     # policy = mean(2 * [-1.2, 1.6]) = 0.4.  MSE(v, v_ref) = [1, (4 + 4)/4 = 2].
     # video: KL = mean(4 * 0.28125 * [1, 2]) = 1.6875, β = 0.01 -> 0.016875; loss 0.416875
     # audio: KL = mean(1 * 0.28125 * [1, 2]) = 0.421875, β = 0.002 -> 0.00084375; loss 0.40084375
+    # The loss takes the step means of v and v_ref at the step's own g: their exact Gaussian KL is λ_KL·MSE.
     logp_new, logp_old = torch.log(torch.tensor([1.5, 0.5])), torch.zeros(2)
     adv = torch.tensor([1.0, -2.0])
     v_ref = torch.zeros(2, 4)
     v = torch.tensor([[1.0, -1.0, 1.0, -1.0], [2.0, 2.0, 0.0, 0.0]])
-    loss, fig = av_grpo_loss(logp_new, logp_old, adv, 0.5, 0.25, v, v_ref, 1.0, "video")
+    x, noise = torch.randn(2, 4, generator=torch.Generator().manual_seed(0)), torch.zeros(2, 4)
+    new, ref = (sde_step_with_g(u, x, 0.5, 0.25, 1.0, noise=noise) for u in (v, v_ref))
+    loss, _, _, fig = av_grpo_loss(
+        logp_new, logp_old, adv, 0.5, 0.25, new.mean, ref.mean, new.std, "video", 0.2, 0.01, 0.002
+    )
     assert loss.item() == pytest.approx(0.416875, rel=1e-6)
     assert fig["loss/policy"] == pytest.approx(0.4) and fig["loss/kl"] == pytest.approx(0.016875)
-    assert fig["policy/clip_frac"] == 1.0 and fig["kl/mse_v"] == pytest.approx(1.5)
-    loss, fig = av_grpo_loss(logp_new, logp_old, adv, 0.5, 0.25, v, v_ref, 1.0, "audio")
+    assert fig["policy/clip_frac"] == 1.0 and fig["kl/gaussian"] == pytest.approx(0.28125 * 1.5)  # λ_KL·MSE
+    loss, _, _, fig = av_grpo_loss(
+        logp_new, logp_old, adv, 0.5, 0.25, new.mean, ref.mean, new.std, "audio", 0.2, 0.01, 0.002
+    )
     assert loss.item() == pytest.approx(0.40084375, rel=1e-6) and fig["weights/lambda_rw"] == 1.0
 
 
@@ -213,8 +205,11 @@ def test_loss_at_ratio_one_and_no_drift_is_minus_weighted_advantage():
     # logp_new is -λ_pol A / B = [-1, sqrt(40)], and the KL term has zero gradient in v.
     logp = torch.tensor([-1.0, -2.0], requires_grad=True)
     v = torch.randn(2, 3, 5, requires_grad=True)
+    x, noise = torch.randn(2, 3, 5), torch.randn(2, 3, 5)
     t, dt, adv = torch.tensor([0.5, 0.8]), torch.tensor([0.25, 0.1]), torch.tensor([1.0, -2.0])
-    loss, _ = av_grpo_loss(logp, logp.detach(), adv, t, dt, v, v.detach().clone(), torch.tensor([1.0, 2.0]), "video")
+    g = torch.tensor([1.0, 2.0])
+    new, ref = (sde_step_with_g(u, x, t, t - dt, g, noise=noise) for u in (v, v.detach().clone()))
+    loss, *_ = av_grpo_loss(logp, logp.detach(), adv, t, dt, new.mean, ref.mean, new.std, "video", 0.2, 0.01, 0.002)
     assert loss.item() == pytest.approx(math.sqrt(40) - 1, rel=1e-6)
     loss.backward()
     assert logp.grad.tolist() == pytest.approx([-1.0, math.sqrt(40)]) and v.grad.abs().max() == 0
@@ -412,7 +407,8 @@ def test_the_learning_rate_of_each_av_grpo_step():
 # ---------------------------------------------------------------------------------------- bad arguments
 
 _M = {"vq": torch.tensor([1.0, 2.0]), "clip": torch.tensor([0.1, 0.2])}
-_L = (torch.zeros(2), torch.zeros(2), torch.ones(2), 0.5, 0.25, torch.zeros(2, 3), torch.zeros(2, 3), 1.0)
+_L = (torch.zeros(2), torch.zeros(2), torch.ones(2), 0.5, 0.25, torch.zeros(2, 3), torch.zeros(2, 3), torch.ones(2))
+_W = (0.2, 0.01, 0.002)  # clip, beta_video, beta_audio
 
 
 @pytest.mark.parametrize(
@@ -429,11 +425,11 @@ _L = (torch.zeros(2), torch.zeros(2), torch.ones(2), 0.5, 0.25, torch.zeros(2, 3
         (lambda: policy_weight(0.5, 0.0), "dt_abs"),
         (lambda: policy_weight(0.0, 0.1), "t"),
         (lambda: reward_weight(0.5, 0.1, "image"), "phase"),
-        (lambda: av_grpo_loss(*_L, "both"), "phase"),
-        (lambda: av_grpo_loss(*_L, "video", clip=-0.2), "clip"),
-        (lambda: av_grpo_loss(*_L, "video", beta_audio=-1.0), "beta_audio"),
-        (lambda: av_grpo_loss(*_L[:5], torch.zeros(2, 3), torch.zeros(2, 4), 1.0, "video"), "v_ref"),
-        (lambda: av_grpo_loss(*_L[:3], torch.tensor([0.5, 0.5, 0.5]), *_L[4:], "video"), "t"),
+        (lambda: av_grpo_loss(*_L, "both", *_W), "phase"),
+        (lambda: av_grpo_loss(*_L, "video", -0.2, 0.01, 0.002), "clip"),
+        (lambda: av_grpo_loss(*_L, "video", 0.2, 0.01, -1.0), "beta_audio"),
+        (lambda: av_grpo_loss(*_L[:5], torch.zeros(2, 3), torch.zeros(2, 4), _L[7], "video", *_W), "ref_mean"),
+        (lambda: av_grpo_loss(*_L[:3], torch.tensor([0.5, 0.5, 0.5]), *_L[4:], "video", *_W), "t"),
         (lambda: zscore(torch.ones(1), unbiased=True), "G >= 2"),
         (lambda: modality_advantages({"vq": torch.ones(1)}, "video"), "G >= 2"),
         (lambda: modality_advantages(_M, "audio"), "clap"),

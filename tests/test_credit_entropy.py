@@ -21,6 +21,7 @@ from flowrl.credit.entropy import (
     tiled_merged_steps,
     transition_std,
 )
+from flowrl.methods.seam import RewardTable
 from flowrl.plan import make_plan
 from flowrl.sde import cps, flow_sde, step
 
@@ -289,11 +290,11 @@ def test_e_grpo_zscores_the_weighted_sum_of_raw_rewards():
       z(a) + .5 z(b) = -.70711 + .5 (.70711), .70711 + .5 (-.70711) = -.35355, .35355);
       k = 1: s = 0, 1 (b flat): -.70711, .70711."""
     columns, groups = _two_reward_columns()
-    adv = _e_grpo().credit(columns, groups)
+    adv = _e_grpo().credit(RewardTable(columns, groups)).values
     want = [[-0.87287, 0.57735], [-0.21822, 0.57735], [1.09109, -1.15470], [0.0, -0.70711], [0.0, 0.70711]]
     assert adv.tolist() == [pytest.approx(row, abs=1e-5) for row in want]
     assert adv[3:, 0].tolist() == [0.0, 0.0]  # a flat group is exactly 0 (the code: rounding / 1e-8)
-    per_reward = _e_grpo("method.options.reward_zscore=per_reward").credit(columns, groups)
+    per_reward = _e_grpo("method.options.reward_zscore=per_reward").credit(RewardTable(columns, groups)).values
     assert per_reward[:, 0].tolist() == pytest.approx([-1.37796, -0.18898, 1.56695, -0.35355, 0.35355], abs=1e-5)
 
 

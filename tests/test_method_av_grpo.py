@@ -18,6 +18,7 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
+from flowrl.methods.seam import RewardTable
 from flowrl.trainer import Trainer, preflight
 from flowrl.update import Updater
 
@@ -137,15 +138,15 @@ def test_a_nan_advantage_drops_the_step_and_switches_the_phase():
 
     method = AVGRPO(resolve_config("tiny-ltx2-av-grpo"))
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    fine = method.credit({"final": torch.arange(8.0), "final/video": torch.arange(8.0)}, groups)
+    fine = method.credit(RewardTable({"final": torch.arange(8.0), "final/video": torch.arange(8.0)}, groups)).values
     assert torch.allclose(fine[:4].mean(), torch.tensor(0.0), atol=1e-6)
     assert torch.allclose(fine[:4].std(), torch.tensor(1.0), atol=1e-5)
     assert method.phase == "video"
     bad = torch.arange(8.0)
     bad[2] = float("nan")
-    adv = method.credit({"final": bad, "final/video": bad}, groups)
+    adv = method.credit(RewardTable({"final": bad, "final/video": bad}, groups)).values
     assert torch.equal(adv, torch.zeros(8)) and method.phase == "audio"
-    assert method.after_update() is True  # the optimizer state goes with the switch
+    assert method.end().reset_optimizer is True  # the optimizer state goes with the switch
     state = method.state_dict()["phases"]
     assert state["cycle"] == 0 and state["step_in_phase"] == 0 and state["nan_switches"] == 1
 
@@ -246,7 +247,7 @@ def test_dropped_frozen_input_is_one_conditional_pass_without_cfg(tmp_path, one_
 
     batches, group_ids = tr.collect(0)
     scored = tr.score(batches)
-    adv = tr.method.credit(scored.columns, group_ids)
+    adv = tr.method.credit(RewardTable(scored.columns, group_ids)).values
     tr.adapter.velocity = record
     tr.update(batches, adv, first=True)
     assert calls and all(rows == inputs for rows, inputs, _ in calls)  # no CFG rows

@@ -13,6 +13,7 @@ from flowrl.credit.granular import tail_indices
 from flowrl.methods import build_method, list_methods
 from flowrl.methods.g2rpo import group_rows
 from flowrl.methods.grpo_guard import ratio_norm_log_ratio
+from flowrl.methods.seam import RewardTable
 from flowrl.trainer import Trainer
 
 # 2 prompts x 4 members, 4 steps, CFG 4.5 (2 transformer rows a sample): one group per rollout batch
@@ -141,7 +142,7 @@ def test_g2rpo_credit_sums_weighted_zscores_over_granularities_and_rewards():
         "final/jpeg_incompressibility": b[:, 0],
         "branch/jpeg_incompressibility": b[:, 1:],
     }
-    adv = method.credit(rewards, torch.zeros(3, dtype=torch.long))
+    adv = method.credit(RewardTable(rewards, torch.zeros(3, dtype=torch.long))).values
 
     def z(col):  # unbiased std, + 1e-8; a flat column is exactly 0
         return torch.zeros(3) if col.max() == col.min() else (col - col.mean()) / (col.std() + 1e-8)

@@ -15,6 +15,7 @@ import torch
 from flowrl.config import ConfigError, resolve_config
 from flowrl.methods import build_method
 from flowrl.methods.pref_grpo import score_win_rates
+from flowrl.methods.seam import RewardTable
 from flowrl.reward_models.base import win_rates
 from flowrl.trainer import Trainer
 
@@ -73,13 +74,11 @@ def test_score_derived_win_rates_ignore_monotone_transforms():
 
 def test_all_ties_give_zero_advantages_without_nan(tmp_path):
     method = build_method(_cfg(tmp_path, *PAIRWISE))
-    method.pairwise_rewards = frozenset({"pairwise_rewards:Brighter"})
     groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
-    adv = method.credit(
-        {"final": torch.full((8,), 0.5), "final/pairwise_rewards:Brighter": torch.full((8,), 0.5)}, groups
-    )
-    assert torch.equal(adv, torch.zeros(8))
-    assert method.metrics() == {"pref/win_rate_mean": 0.5, "pref/win_rate_std": 0.0}
+    columns = {"final": torch.full((8,), 0.5), "final/pairwise_rewards:Brighter": torch.full((8,), 0.5)}
+    out = method.credit(RewardTable(columns, groups, frozenset({"pairwise_rewards:Brighter"})))
+    assert torch.equal(out.values, torch.zeros(8))
+    assert out.metrics == {"pref/win_rate_mean": 0.5, "pref/win_rate_std": 0.0}
 
 
 def test_credit_z_scores_each_component_with_the_sample_std(tmp_path):
@@ -93,7 +92,8 @@ def test_credit_z_scores_each_component_with_the_sample_std(tmp_path):
     method = build_method(cfg)
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
     r1, r2 = torch.tensor([0.1, 0.4, 0.2, 5.0, 5.0, 1.0]), torch.tensor([1.0, 2.0, 4.0, 0.0, 1.0, 1.0])
-    adv = method.credit({"final": r1, "final/jpeg_compressibility": r1, "final/aesthetic": r2}, groups)
+    out = method.credit(RewardTable({"final": r1, "final/jpeg_compressibility": r1, "final/aesthetic": r2}, groups))
+    adv = out.values
 
     def z(v):
         out = torch.zeros_like(v)
@@ -104,7 +104,7 @@ def test_credit_z_scores_each_component_with_the_sample_std(tmp_path):
 
     w1 = torch.tensor([0.0, 1.0, 0.5, 0.75, 0.75, 0.0])
     torch.testing.assert_close(adv, (2.0 * z(w1) + 0.5 * z(r2)).clamp(-5, 5))
-    assert method.metrics()["pref/win_rate_mean"] == pytest.approx(0.5)
+    assert out.metrics["pref/win_rate_mean"] == pytest.approx(0.5)
 
 
 def test_judge_calls_are_the_pairs_of_each_group(tmp_path, one_thread):
@@ -152,7 +152,7 @@ def test_each_sample_trains_its_own_subset_and_only_its_rows_are_forwarded(tmp_p
     assert masks.shape == (8, 4) and masks.sum(dim=1).tolist() == [2] * 8
     assert len({tuple(m.tolist()) for m in masks}) > 1  # not one draw for all
     scored = tr.score(batches)
-    adv = tr.method.credit(scored.columns, group_ids)
+    adv = tr.method.credit(RewardTable(scored.columns, group_ids)).values
     tr.policy.nfe = 0
     upd = tr.update(batches, adv, first=True, ctx=tr.context(0))
     kept = adv != 0
@@ -253,8 +253,9 @@ def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
 
 
 def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
-    """``train.batch_renorm`` z-scores the method's advantages over the iteration before the clip, in the
-    trainer (so for every method); the update gets exactly clip(batch_zscore(credit))."""
+    """``train.batch_renorm`` (the deprecated alias of ``method.credit_norm=gdpo``) z-scores the credit part's
+    advantages over the iteration before the clip (a part every method takes); the update gets exactly
+    clip(batch_zscore(credit))."""
     from flowrl.advantages import batch_zscore
 
     # a pairwise judge's win rates at 0.4 and a pointwise score at 0.6, as the authors' UR-Think 0.4 + CLIP 0.6
@@ -269,17 +270,18 @@ def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
         )
     )
     seen = {}
-    update, credit = tr.update, tr.method.credit
+    update, rule = tr.update, tr.method._credit_rule
 
-    def spy_credit(columns, group_ids):
-        seen["credit"] = credit(columns, group_ids)
-        return seen["credit"]
+    def spy_rule(method, table):  # the credit part, before the credit normalisation
+        adv = rule(method, table)
+        seen["credit"] = adv.values
+        return adv
 
     def spy_update(batches, adv_all, *args, **kwargs):
         seen["adv"] = adv_all
         return update(batches, adv_all, *args, **kwargs)
 
-    tr.method.credit, tr.update = spy_credit, spy_update
+    tr.method._credit_rule, tr.update = spy_rule, spy_update
     (row,) = tr.train()
     torch.testing.assert_close(seen["adv"], batch_zscore(seen["credit"]).clamp(-5, 5), rtol=0, atol=0)
     assert float(seen["adv"].std()) == pytest.approx(1.0, rel=1e-5)  # the batch's sample std, before any clip
@@ -331,7 +333,7 @@ def test_the_sd35m_recipe_carries_the_authors_released_settings():
     ur = cfg.reward_args["unifiedreward"]
     assert ur["mode"] == "pairwise" and "template_from" in ur and ur["max_new_tokens"] == 4096
     assert cfg.reward_args["clipscore"]["formula"] == "cos"
-    assert t.batch_renorm and t.ratio_norm and s.same_noise_in_group
+    assert cfg.method.credit_norm == "gdpo" and cfg.method.loss == "ratio_norm" and s.same_noise_in_group
     assert (s.num_steps, s.noise_level, s.group_size, int(s.num_steps * s.timestep_fraction)) == (25, 0.7, 8, 24)
     assert cfg.method.options["subset_fraction"] == 0.6 and round(0.6 * 24) == 14  # the authors' int(24 x 0.6)
     assert (t.clip_range, t.adv_clip_max, t.beta, t.learning_rate, t.weight_decay) == (1e-4, 5.0, 0.0, 1e-5, 1e-4)

@@ -11,6 +11,7 @@ from flowrl.config import resolve_config
 from flowrl.credit.turning_point import extra_cost, turning_point_credit
 from flowrl.methods import build_method
 from flowrl.methods.base import Context
+from flowrl.methods.seam import RewardTable
 from flowrl.methods.tp_grpo import TPGRPO
 from flowrl.trainer import Trainer
 
@@ -108,10 +109,10 @@ def test_credit_puts_each_batch_window_at_its_own_transitions(tmp_path, one_thre
     credits = []
     credit = TPGRPO.credit
 
-    def spy(self, rewards, group_ids):
-        out = credit(self, rewards, group_ids)
-        credits.append((rewards, group_ids, out))
-        return out
+    def spy(self, table):
+        out = credit(self, table).values
+        credits.append((table.columns, table.group_ids, out))
+        return credit(self, table)
 
     monkeypatch.setattr(TPGRPO, "credit", spy)
     _train(tmp_path, "train.iterations=2", "sample.batch_size=3", *MOVING)
@@ -145,7 +146,7 @@ def test_credit_is_a_pure_function_of_the_gathered_columns():
         "window_start": starts,
     }
     group_ids = torch.arange(2).repeat_interleave(4)
-    outs = [build_method(cfg).credit(columns, group_ids) for _ in range(2)]
+    outs = [build_method(cfg).credit(RewardTable(columns, group_ids)).values for _ in range(2)]
     assert torch.equal(outs[0], outs[1]) and outs[0].shape == (8, 4)
     for row, start in enumerate(starts.long().tolist()):
         assert not outs[0][row, :start].any() and not outs[0][row, start + 2 :].any()
@@ -180,7 +181,7 @@ def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
         "window_start": torch.zeros(4),
     }
     method = build_method(cfg)
-    out = method.credit(columns, torch.tensor([0, 0, 1, 1]))  # (4, T = 4)
+    out = method.credit(RewardTable(columns, torch.tensor([0, 0, 1, 1]))).values  # (4, T = 4)
     assert method.last_credit.turning_points[:, 0].tolist() == [True] * 4
     want = [
         [-0.1 / 0.1001, -0.05 / 0.0501],
@@ -203,7 +204,7 @@ def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
             ],
         )
     )
-    pooled.credit(columns, torch.tensor([0, 0, 1, 1]))
+    pooled.credit(RewardTable(columns, torch.tensor([0, 0, 1, 1])))
     assert pooled.last_credit.turning_points[:, 0].tolist() == [False, True, False, True]
 
 
@@ -300,7 +301,7 @@ def test_turning_point_figures_are_logged_and_known_before_the_run(tmp_path, one
     rows = _train(tmp_path, "train.iterations=1")
     cfg = resolve_config("tiny-cpu", ["method.name=tp_grpo"])
     names = {k for k in rows[0] if k.startswith("method/")}
-    assert names == {f"method/{k}" for k in TPGRPO.metric_names}
+    assert names == {f"method/{k}" for k in build_method(cfg).needs().metrics}
     assert names <= logged_metric_names(cfg)
     assert 0 <= rows[0]["method/tp/active_frac"] <= 1
 

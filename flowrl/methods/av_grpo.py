@@ -1,7 +1,8 @@
 """AV-GRPO (arXiv 2609.29816): modality-anchored, decoupled GRPO for joint audio-video generators (LTX-2).
 
-On the method seam, for joint latents ``{"video", "audio"}`` (``flowrl.latents``); the math is in
-``flowrl.credit.av_grpo`` (pure functions with their oracles). One flowrl iteration is one AV-GRPO step;
+On the method seam, for joint latents ``{"video", "audio"}`` (``flowrl.latents``); the math is pure functions with
+their oracles: the credit in ``flowrl.credit.av_grpo``, the loss ``flowrl.losses.av_grpo_loss``, the capped noise
+``flowrl.sde.capped_noise``; the phase schedule is here (``PhaseSchedule``). One flowrl iteration is one AV-GRPO step;
 ``../shared/specs/addon_methods.md`` section 7 and its "Corrections" section (the authors' code,
 zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
 
@@ -41,8 +42,8 @@ zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
 * **Loss**: lambda_pol PPO-clip (clip 0.2) with lambda_pol = sqrt(t / (|dt| (1 - t))), plus beta lambda_rw KL,
   beta 0.01 (video) / 0.002 (audio), lambda_rw = t / (|dt| (1 - t)) in the video phase and 1 in the audio one.
   The KL is the exact Gaussian KL of the two step means under the step's own (capped) g, which equals
-  lambda_KL MSE(v, v_ref) (the oracle in ``tests/test_credit_av_grpo.py``); the authors' code uses the
-  uncapped g in lambda_KL.
+  lambda_KL MSE(v, v_ref) (``flowrl.losses.av_grpo_loss``, pinned in ``tests/test_credit_av_grpo.py``); the
+  authors' code uses the uncapped g in lambda_KL.
 * **The training forward** gets the stored joint state, the frozen modality's part being the anchor's state
   that the rollout saw, at the rollout's guidance, so the first ratio is 1 (flowrl's default: the
   recomputed policy is the one that sampled). ``frozen_input=dropped`` is the authors' code: one conditional
@@ -58,7 +59,9 @@ zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
@@ -67,22 +70,23 @@ from flowrl.credit.av_grpo import (
     BETA,
     CLAP_FLOOR,
     CLIP_RANGE,
-    MAX_STD,
+    LR_WARMUP_STEPS,
     NOISE_LEVEL,
+    PHASES,
+    PROMPTS_PER_CYCLE,
+    STEPS_PER_PHASE,
+    TOTAL_STEPS,
     VQ_FLOOR,
-    PhaseSchedule,
-    av_grpo_learning_rate,
-    capped_noise,
     modality_advantages,
-    policy_weight,
-    reward_weight,
 )
-from flowrl.losses import gaussian_kl, ppo_clip_loss
-from flowrl.methods.base import Context, Experience, Method, PromptBatch, TransitionLoss
+from flowrl.losses import av_grpo_loss
+from flowrl.lr import lr_factor
+from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
+from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, Turn
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan, ode_plan
 from flowrl.rollout import Trajectory
-from flowrl.sde import flow_sde_g
+from flowrl.sde import MAX_STD, capped_noise, flow_sde_g
 
 MODALITIES = ("video", "audio")
 # which parameter groups (``adapter.tower_of``) each phase trains
@@ -120,14 +124,14 @@ class AVGRPOOptions:
     allow_promptless_phase_reward: bool = False
 
 
-class AVGRPO(Method):
+class AVGRPO(MethodBase):
     name = "av_grpo"
     Options = AVGRPOOptions
-    whole_groups = True  # one anchor per prompt group
-    freezes_parameters = True
-    media_kinds = ("audio_video",)
-    # the phase (1: video trains), the groups on a fallback, the transitions whose std the cap lowered, NaN switches
-    metric_names = ("av/phase_video", "av/fallback_frac", "av/capped_frac", "av/nan_switches")
+    media = ("audio_video",)
+    # its metrics (``Part.metrics``): the phase (1: video trains), the groups on a fallback, the transitions whose
+    # std the cap lowered, NaN switches
+    default_credit = "modality_zscore"
+    default_loss = "av_grpo"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -142,12 +146,6 @@ class AVGRPO(Method):
             )
         if o.first_learning_rate is not None and not 0 < o.first_learning_rate < float("inf"):
             raise ConfigError(f"method.options.first_learning_rate: must be > 0 (or null), got {o.first_learning_rate}")
-        if o.frozen_input == "dropped":  # by design not the rollout's forward: log the gap, do not stop on it
-            self.checks_onpolicy = False
-            self.no_onpolicy_reason = (
-                "method.options.frozen_input=dropped leaves the frozen modality out of the "
-                "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap"
-            )
         if o.steps_per_phase < 1:
             raise ConfigError(f"method.options.steps_per_phase: must be >= 1, got {o.steps_per_phase}")
         for name in ("noise_video", "noise_audio", "max_std", "clip_range"):
@@ -175,6 +173,33 @@ class AVGRPO(Method):
         self._dropped = False
         self._capped = 0.0
         self._last: dict[str, float] = {}
+
+    def records(self) -> frozenset[str]:
+        return frozenset({"log_probs", "joint_phases"})
+
+    def needs(self) -> Needs:
+        o = self.options
+        # frozen_input=dropped is by design not the rollout's forward: log the gap, do not stop on it
+        dropped = (
+            "method.options.frozen_input=dropped leaves the frozen modality out of the "
+            "training forward (the authors' code); policy/onpolicy_logp_diff logs the gap"
+        )
+        return Needs(
+            media=self.media,
+            whole_groups=True,  # one anchor per prompt group
+            reference=o.beta_video > 0 or o.beta_audio > 0,
+            onpolicy_check=dropped if o.frozen_input == "dropped" else None,
+            metrics=self.parts.credit.metrics,
+            freezes_parameters=True,
+        )
+
+    def begin(self, iteration: int) -> Turn:
+        """The cycle's prompt draw (``prompt_iteration``) and the phase's parameters (``trains``)."""
+        return Turn(prompts_of=self.prompt_iteration(iteration), trains=self.trains)
+
+    def end(self) -> Ending:
+        """The optimizer state is cleared at a phase switch (``after_update``)."""
+        return Ending(reset_optimizer=self.after_update())
 
     # ------------------------------------------------------------------ phases
     @property
@@ -217,7 +242,7 @@ class AVGRPO(Method):
         ]
 
     def learning_rate(self, scheduled: float, optimizer_step: int) -> float:
-        """The rate of every optimizer step of this AV-GRPO step (``credit.av_grpo.av_grpo_learning_rate``):
+        """The rate of every optimizer step of this AV-GRPO step (``av_grpo_learning_rate`` below):
         ``first_learning_rate`` at the first, then ``train.learning_rate`` under ``train.lr_schedule`` counted in
         AV-GRPO steps (iterations that updated; a NaN-dropped one is not counted) over ``train.iterations``."""
         t, o = self.cfg.train, self.options
@@ -251,10 +276,6 @@ class AVGRPO(Method):
             self._dropped = False
             return True
         return self.schedule_state.after_step()
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.options.beta_video > 0 or self.options.beta_audio > 0
 
     # ------------------------------------------------------------------ exploration
     def plan(self, ctx: Context) -> StepPlan:
@@ -312,8 +333,11 @@ class AVGRPO(Method):
         return Experience(traj, {"final": traj.final})
 
     # ------------------------------------------------------------------ credit
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+    def modality_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``modality_zscore``: the phase's rewards per group (``modality_advantages``), with the
+        NaN guard (zero advantages, the phase switched at once)."""
         o = self.options
+        rewards, group_ids = table.columns, table.group_ids
         names = self._phase_rewards(self.phase)
         columns = {name: rewards[f"final/{name}"] for name in names}  # each reward's own score
         adv = torch.zeros(len(group_ids))
@@ -335,15 +359,13 @@ class AVGRPO(Method):
             "av/capped_frac": self._capped,
             "av/nan_switches": float(s.nan_switches),
         }
-        return adv
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self._last)
+        return Advantages(adv, metrics=dict(self._last))
 
     # ------------------------------------------------------------------ loss
-    def transition_loss(
+    def weighted_loss(
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
+        """The loss part ``av_grpo``: lambda_pol PPO-clip plus beta lambda_rw KL of the phase's modality."""
         o = self.options
         phase = traj.plan.trained_modalities[0]
         x, x_next = traj.pair(j)
@@ -353,15 +375,25 @@ class AVGRPO(Method):
             inputs, options = ctx.model_inputs(cond), None
         new = ctx.transition(traj.plan, j, x, inputs, x_next, velocity_options=options)
         t, t_next = float(traj.plan.sigma[j]), float(traj.plan.sigma_next[j])
-        dt = t - t_next
-        pg = ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, o.clip_range)
-        loss = float(policy_weight(t, dt)) * pg.loss
-        kl = torch.zeros(())
         beta = o.beta_video if phase == "video" else o.beta_audio
+        ref_mean = None
         if beta > 0:
-            ref = ctx.reference_transition(traj.plan, j, x, inputs, x_next, velocity_options=options)
-            kl = gaussian_kl(new.mean, ref.mean, new.std).mean()
-            loss = loss + beta * float(reward_weight(t, dt, phase)) * kl
+            ref_mean = ctx.reference_transition(traj.plan, j, x, inputs, x_next, velocity_options=options).mean
+        out = av_grpo_loss(
+            new.log_prob,
+            traj.log_probs[:, j],
+            advantages,
+            t,
+            t - t_next,
+            new.mean,
+            ref_mean,
+            new.std,
+            phase,
+            o.clip_range,
+            o.beta_video,
+            o.beta_audio,
+        )
+        loss, pg, kl = out.loss, out.policy, out.kl
         gap = float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max())
         return TransitionLoss(loss, pg.loss.detach(), kl.detach(), pg.clip_frac, pg.approx_kl, pg.ratio.mean(), gap)
 
@@ -383,3 +415,156 @@ def _promptless(name: str) -> bool:
     except Exception:  # an unknown or unimportable reward: preflight names it
         return False
     return getattr(target, "reads_prompt", True) is False and getattr(target, "modality", None) == "audio_video"
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# §7 step 1: the phase schedule; 8: the learning rate
+# ------------------------------------------------------------------------------------------------------------------
+def _fail(message: str) -> None:
+    raise ValueError(message)
+
+
+@dataclass
+class PhaseState:
+    cycle: int = 0  # which block of prompts_per_cycle prompts of the shuffled list
+    phase: str = "video"  # the trained modality
+    step_in_phase: int = 0  # AV-GRPO steps done in this phase, 0..steps_per_phase-1
+    optimizer_steps: int = 0  # AV-GRPO steps taken (a NaN-dropped one is not): the LR schedule's counter
+    nan_switches: int = 0
+
+
+class PhaseSchedule:
+    """§7 step 1 as a state machine. One cycle: ``start`` for ``steps_per_phase`` AV-GRPO steps, the other
+    modality for as many on the same prompts; the cycle index advances only when the second phase ends.
+
+    ``after_step()`` after every AV-GRPO step and ``on_nan()`` instead of a dropped step both return
+    whether the optimizer state must be cleared (at every switch). Rollouts are regenerated before every
+    step either way. ``state_dict()`` / ``load_state_dict()`` for checkpoints (plain JSON-able dict).
+    """
+
+    def __init__(
+        self, steps_per_phase: int = STEPS_PER_PHASE, prompts_per_cycle: int = PROMPTS_PER_CYCLE, start: str = "video"
+    ):
+        if not (isinstance(steps_per_phase, int) and steps_per_phase >= 1):
+            _fail(f"steps_per_phase must be an int >= 1, got {steps_per_phase!r}")
+        if not (
+            isinstance(prompts_per_cycle, int) and prompts_per_cycle >= 1 and prompts_per_cycle % steps_per_phase == 0
+        ):
+            _fail(
+                f"prompts_per_cycle must be a positive multiple of steps_per_phase={steps_per_phase}, "
+                f"got {prompts_per_cycle!r}"
+            )
+        if start not in PHASES:
+            _fail(f"start must be 'video' or 'audio', got {start!r}")
+        self.steps_per_phase, self.prompts_per_cycle, self.start = steps_per_phase, prompts_per_cycle, start
+        self.state = PhaseState(phase=start)
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.prompts_per_cycle // self.steps_per_phase
+
+    def _switch(self) -> None:
+        s = self.state
+        if s.phase != self.start:  # the cycle's second phase is over
+            s.cycle += 1
+        s.phase = "audio" if s.phase == "video" else "video"
+        s.step_in_phase = 0
+
+    def after_step(self) -> bool:
+        """Count one AV-GRPO step; True when the phase just ended (switch; clear the optimizer state)."""
+        s = self.state
+        s.optimizer_steps += 1
+        s.step_in_phase += 1
+        if s.step_in_phase < self.steps_per_phase:
+            return False
+        self._switch()
+        return True
+
+    def on_nan(self) -> bool:
+        """A step dropped for missing/NaN advantages [code]: switch to the other modality at once, in-phase
+        counter to 0, cycle index unchanged (also when leaving the second phase), not counted. Always True."""
+        s = self.state
+        s.phase = "audio" if s.phase == "video" else "video"
+        s.step_in_phase = 0
+        s.nan_switches += 1
+        return True
+
+    def prompts_of(self, cycle: int, num_prompts: int | None = None) -> list[int]:
+        """Indices into the shuffled prompt list used by ``cycle`` (both phases), wrapping modulo num_prompts."""
+        if not (isinstance(cycle, int) and cycle >= 0):
+            _fail(f"cycle must be an int >= 0, got {cycle!r}")
+        if num_prompts is not None and not (isinstance(num_prompts, int) and num_prompts >= 1):
+            _fail(f"num_prompts must be an int >= 1 or None, got {num_prompts!r}")
+        idx = range(cycle * self.prompts_per_cycle, (cycle + 1) * self.prompts_per_cycle)
+        return [i % num_prompts for i in idx] if num_prompts else list(idx)
+
+    def step_prompts(self, num_prompts: int | None = None) -> list[int]:
+        """The current step's prompts (one per GPU): block ``step_in_phase`` of the cycle's prompts."""
+        k, n = self.state.step_in_phase, self.prompts_per_step
+        return self.prompts_of(self.state.cycle, num_prompts)[k * n : (k + 1) * n]
+
+    def state_dict(self) -> dict:
+        return {
+            "steps_per_phase": self.steps_per_phase,
+            "prompts_per_cycle": self.prompts_per_cycle,
+            "start": self.start,
+            **asdict(self.state),
+        }
+
+    def load_state_dict(self, state: Mapping) -> None:
+        for key in ("steps_per_phase", "prompts_per_cycle", "start"):
+            if state.get(key) != getattr(self, key):
+                _fail(f"state {key}={state.get(key)!r} does not match this schedule's {getattr(self, key)!r}")
+        fields = {k: state.get(k) for k in PhaseState.__dataclass_fields__}
+        if fields["phase"] not in PHASES:
+            _fail(f"state phase must be 'video' or 'audio', got {fields['phase']!r}")
+        for k in ("cycle", "step_in_phase", "optimizer_steps", "nan_switches"):
+            if not (isinstance(fields[k], int) and fields[k] >= 0):
+                _fail(f"state {k} must be an int >= 0, got {fields[k]!r}")
+        if fields["step_in_phase"] >= self.steps_per_phase:
+            _fail(
+                f"state step_in_phase must be < steps_per_phase={self.steps_per_phase}, got {fields['step_in_phase']}"
+            )
+        self.state = PhaseState(**fields)
+
+
+def av_grpo_lr_factor(step: int, total: int = TOTAL_STEPS, first: float = 10.0) -> float:  # 1e-5 / 1e-6
+    """Multiplier of ``LR`` (1e-6) for AV-GRPO step ``step`` (0-based, dropped NaN steps not counted).
+
+    [code] sets the rate AFTER each step, from the count n of steps done: n <= 1 ("warm-up" from 1e-6 to
+    1e-6) -> 1, else 0.5·(1 + cos(π(n−1)/(total−1))), reaching 0 at n = total (never used). So step k >= 1
+    runs at 0.5·(1 + cos(π(k−1)/(total−1))) = ``flowrl.lr.lr_factor(k, total, "cosine", warmup=1)``, and
+    step 0 at the optimizer's initial rate: ``first`` = that rate / 1e-6 (the shipped yaml's 1e-5: 10, the
+    default). flowrl's lr_factor warms up from 0: its step 0 would be 0. Every optimizer step of one AV-GRPO
+    step (one per sample and transition) runs at the same rate.
+    """
+    if not (isinstance(total, int) and total >= 2):
+        _fail(f"total must be an int >= 2, got {total!r}")
+    if not (isinstance(step, int) and 0 <= step):
+        _fail(f"step must be an int >= 0, got {step!r}")
+    if not (isinstance(first, (int, float)) and first >= 0):
+        _fail(f"first must be a number >= 0, got {first!r}")
+    return float(first) if step == 0 else lr_factor(step, total, "cosine", warmup=LR_WARMUP_STEPS)
+
+
+def av_grpo_learning_rate(
+    step: int,
+    total: int,
+    base_lr: float,
+    first_lr: float,
+    schedule: str = "cosine",
+    warmup: int = LR_WARMUP_STEPS,
+    min_ratio: float = 0.0,
+) -> float:
+    """The learning rate of AV-GRPO step ``step`` (0-based; dropped NaN steps not counted) of ``total``:
+    ``first_lr`` at step 0 (the optimizer's initial rate [code]), then ``base_lr · lr_factor(step, total,
+    schedule, warmup, min_ratio)`` (``flowrl.lr``). With the code's 1e-6, 1e-5, cosine and one warm-up step
+    this is ``LR · av_grpo_lr_factor(step, total)``; it is never 0 at step 0."""
+    if not (isinstance(step, int) and step >= 0):
+        _fail(f"step must be an int >= 0, got {step!r}")
+    if not (isinstance(total, int) and total >= 1):
+        _fail(f"total must be an int >= 1, got {total!r}")
+    for name, rate in (("base_lr", base_lr), ("first_lr", first_lr)):
+        if not (isinstance(rate, (int, float)) and 0 < rate < math.inf):
+            _fail(f"{name} must be a finite number > 0, got {rate!r}")
+    return float(first_lr) if step == 0 else base_lr * lr_factor(step, total, schedule, warmup, min_ratio)

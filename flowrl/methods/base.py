@@ -1,4 +1,5 @@
-"""The method seam: what a method chooses, and the context the trainer hands it.
+"""The method seam: what a method chooses, and the context the trainer hands it (the seam's data types,
+``Needs``, ``Turn``, ``RewardTable``, ``Advantages``, ``Ending``, are in ``flowrl.methods.seam``).
 
 A method owns three things:
 
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from flowrl.methods.context import Context
+from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, Turn
 from flowrl.pipelines.base import Conditioning
 from flowrl.rollout import Trajectory
 
@@ -81,65 +83,90 @@ class NoOptions:
     """A method without options."""
 
 
-class Method:
-    """Base of every method: typed options from ``method.options``, no state, trajectory-level credit
-    left to subclasses. ``needs_reference``: the loss uses the reference weights when beta > 0."""
+class MethodBase:
+    """Base of every method: typed options from ``method.options``, its parts (``flowrl.methods.parts``) and the
+    declared seam with defaults. A method implements ``explore`` and names its default parts; it overrides the
+    rest where it differs.
+
+    The seam, in the order the trainer calls it: ``needs()`` once before any weight loads; per iteration
+    ``begin(i)``, ``explore``, ``credit(table)``, ``transition_loss`` for each transition ``schedule`` names,
+    ``learning_rate`` for each optimizer step, ``end()``; per run ``prepare``, ``state_dict`` /
+    ``load_state_dict``."""
 
     name = "method"
     Options: type = NoOptions
+    # the default parts, by registered name (``flowrl.methods.parts``); ``method.credit``, ``method.credit_norm``
+    # and ``method.loss`` choose others where they fit
+    default_credit: str = "group_zscore"
+    default_credit_norm: str = "none"
+    default_loss: str = "ppo_clip"
+    # the media kinds of the pipelines it trains (``adapter.media_kind``; ``Needs.media``); None: every kind
+    media: tuple[str, ...] | None = None
+    # the method computes a recomputed SDE step and lets a ``policy`` loss part score it (Flow-GRPO's family)
+    hosts_policy_loss: bool = False
 
     def __init__(self, cfg: Any):
         from flowrl.config import ConfigError, build_section
+        from flowrl.methods.parts import compose
 
         self.cfg = cfg
         try:
             self.options = build_section(self.Options, dict(cfg.method.options), "method.options.")
         except ConfigError as exc:
             raise ConfigError(f"{exc} (method {self.name})") from None
+        self.parts = compose(self.name, type(self), self.options, cfg, self.records())
+        self._credit_rule = self.parts.credit.load()
+        self._credit_norm = self.parts.credit_norm.load()
+        self._loss = self.parts.loss.load()
+
+    def records(self) -> frozenset[str]:
+        """What this method's exploration records (``flowrl.methods.parts.RECORDS``), which the parts need."""
+        return frozenset()
+
+    # ------------------------------------------------------------------ the declaration
+    def needs(self) -> Needs:
+        """What the method asks of the run, read before any weight loads. Default: nothing special; the credit
+        part's metric names."""
+        return Needs(media=self.media, metrics=self.parts.credit.metrics)
+
+    # ------------------------------------------------------------------ one iteration
+    def begin(self, iteration: int) -> Turn:
+        """Whose prompt draw iteration ``iteration`` samples and which parameters step. Default: its own draw,
+        every trainable parameter."""
+        return Turn(prompts_of=iteration)
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         raise NotImplementedError
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+    def credit(self, table: RewardTable, group_ids: torch.Tensor | None = None) -> Advantages:
+        """The iteration's advantages: the credit part on ``table``, then the credit normalisation part. Rows
+        whose advantage is 0 at every trained transition carry no signal (``keep`` None), unless the loss part
+        still pulls them (``Part.keeps_flat_rows``: every row trains).
+
+        The old call ``credit(columns, group_ids)`` (before ``RewardTable``) still works for one release and
+        returns the advantage tensor alone, with a FutureWarning."""
+        if group_ids is not None:
+            import warnings
+
+            warnings.warn(
+                "Method.credit(columns, group_ids) is deprecated; call credit(RewardTable(columns, group_ids)) "
+                "and read .values",
+                FutureWarning,
+                stacklevel=2,
+            )
+            return self.credit(RewardTable(table, group_ids)).values
+        adv = self._credit_norm(self._credit_rule(self, table), self.cfg)
+        if self.parts.loss.keeps_flat_rows and adv.keep is None:
+            adv.keep = torch.ones(adv.values.shape[0], dtype=torch.bool, device=adv.values.device)
+        return adv
 
     def transition_loss(
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss of transition ``j`` of the unit ``traj`` (its rows' conditioning ``cond``;
-        ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,)."""
-        raise NotImplementedError
-
-    # every rollout batch holds whole prompt groups (a method that explores per group: an anchor, branches)
-    whole_groups: bool = False
-
-    # the media kinds of the pipelines it trains (``adapter.media_kind``); None: every kind
-    media_kinds: tuple[str, ...] | None = None
-
-    # rows whose advantage is 0 at every transition a step trains carry no signal and are left out of it;
-    # False for a loss that still pulls them somewhere (RAM's regression to the reference velocity)
-    drops_flat_rows: bool = True
-
-    # the loss recomputes the rollout's per-step log-probs, so the run's first update checks that they
-    # match (``train.onpolicy_check``); False for methods without log-probs, where the trainer says so
-    # (``no_onpolicy_reason``), or whose training forward differs from the rollout's by design
-    checks_onpolicy: bool = True
-    no_onpolicy_reason: str = "it records no per-step log-probs to recompute"
-
-    # the names of the run's pairwise rewards (their scores are win rates), set by the trainer
-    pairwise_rewards: frozenset[str] = frozenset()
-
-    def averages(self) -> dict[str, Any]:
-        """Parameter averages the method needs, by name: a function of the update count k (from 1) to
-        the decay d_k (``shadow <- d_k shadow + (1 - d_k) params``). The trainer keeps each one from the
-        initial weights, updates it after each iteration's optimizer steps, saves it in checkpoints and
-        swaps it in through ``Context.average_weights(name)``. Default: none."""
-        return {}
-
-    @property
-    def needs_reference(self) -> bool:
-        """The loss evaluates the reference weights (full fine-tuning then keeps a frozen copy)."""
-        return self.cfg.train.beta > 0
+        ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,). Default: the loss part itself (a
+        ``transition`` part, called as ``part(method, ctx, traj, j, cond, advantages)``)."""
+        return self._loss(self, ctx, traj, j, cond, advantages)
 
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None] | tuple[int, int | None, int]]]:
         """The iteration's optimizer steps over its ``num_units`` training units (the rollout batches of
@@ -159,38 +186,16 @@ class Method:
         the authors' initial rate). The same on every process; it may use only config and method state."""
         return scheduled
 
-    # names of the figures ``metrics`` returns (``log.stop_if`` may name them before the run starts)
-    metric_names: tuple[str, ...] = ()
+    def end(self) -> Ending:
+        """After the iteration's optimizer steps. Default: nothing to report."""
+        return Ending()
 
-    def metrics(self) -> dict[str, float]:
-        """Figures of the latest ``credit``, logged as ``method/<name>`` (the same on every process)."""
-        return {}
-
+    # ------------------------------------------------------------------ the run
     def prepare(self, ctx: Context, sample_round: Any) -> dict[str, float]:
         """Before the first iteration of a run (not on resume): e.g. DenseGRPO's noise calibration.
         ``sample_round(k)`` explores and scores round k of fresh prompts without updating and returns
-        (reward columns, group ids) as ``credit`` gets them. Returns figures to log."""
+        (reward columns, group ids). Returns figures to log."""
         return {}
-
-    def prompt_iteration(self, iteration: int) -> int:
-        """Whose prompts iteration ``iteration`` samples: the prompt draw of that iteration (default: its own).
-        A method that revisits prompts (AV-GRPO's audio phase on the video phase's prompts) names an earlier
-        one; the initial noise and every other stream stay the iteration's own."""
-        return iteration
-
-    # the method trains a subset of the trainable parameters that changes over the run (``trains``)
-    freezes_parameters: bool = False
-
-    def trains(self, name: str) -> bool:
-        """Whether trainable parameter ``name`` (a transformer parameter name) steps this iteration: the others
-        get no gradient at the optimizer step (AdamW then leaves them, weight decay included). Asked only when
-        ``freezes_parameters``."""
-        return True
-
-    def after_update(self) -> bool:
-        """Called after each iteration's optimizer steps; True clears the optimizer's state (its moments and
-        step counts) before the next one. Default: False."""
-        return False
 
     def state_dict(self) -> dict[str, Any]:
         """JSON-able state saved in every checkpoint (``state.json``) and restored on resume."""
@@ -198,3 +203,7 @@ class Method:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
+
+
+# the name methods subclassed before ``MethodBase``
+Method = MethodBase

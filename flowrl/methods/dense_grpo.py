@@ -27,6 +27,7 @@ from flowrl.credit.dense import (
 )
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.seam import Advantages, RewardTable
 from flowrl.plan import StepPlan
 
 
@@ -53,6 +54,7 @@ class DenseGRPOOptions:
 class DenseGRPO(FlowGRPO):
     name = "dense_grpo"
     Options = DenseGRPOOptions
+    default_credit = "dense_gains"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -60,6 +62,9 @@ class DenseGRPO(FlowGRPO):
             raise ConfigError("sample.num_steps: dense_grpo needs at least 2 steps (intermediate states to complete)")
         self.psi: list[float] | None = None  # (T,) the noise of each transition
         self.calibration_rounds = 0
+
+    def records(self) -> frozenset[str]:
+        return super().records() | {"state_completions"}
 
     def _psi(self, ctx: Context) -> torch.Tensor:
         if self.psi is None:
@@ -95,12 +100,18 @@ class DenseGRPO(FlowGRPO):
     def _table(self, rewards: dict[str, torch.Tensor]) -> torch.Tensor:
         return completion_table(rewards["pure_ode"][:, 0], rewards["completion"], rewards["final"])  # (N, T+1)
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+    def dense_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``dense_gains``: each transition's gain, group-normalised per transition, clipped;
+        (N, T), column j transition j."""
         t = self.cfg.train
         adv = dense_advantages(
-            self._table(rewards), group_ids, eps=t.std_eps, baseline=self.options.baseline, global_std=t.global_std
+            self._table(table.columns),
+            table.group_ids,
+            eps=t.std_eps,
+            baseline=self.options.baseline,
+            global_std=t.global_std,
         )  # (N, T): column j is transition j
-        return clip_advantages(adv, t.adv_clip_max)
+        return Advantages(clip_advantages(adv, t.adv_clip_max))
 
     def prepare(self, ctx: Context, sample_round) -> dict[str, float]:
         """Algorithm 1: rounds of sampling with the current ψ (no update) until the stop rule holds."""

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 
 import torch
 
-from flowrl.advantages import clip_advantages, group_advantages
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, TransitionLoss
 from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardProcessOptions
@@ -82,22 +81,16 @@ class DiffusionNFTOptions(ForwardProcessOptions):
 class DiffusionNFT(ForwardProcess):
     name = "diffusion_nft"
     Options = DiffusionNFTOptions
-
-    @property
-    def needs_reference(self) -> bool:
-        return self.options.kl_beta > 0
+    default_credit = "group_zscore"
+    default_loss = "nft"
 
     def target_weights(self) -> tuple[str, ...]:
         return ("old", "ref") if self.options.kl_beta > 0 else ("old",)
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
-        t = self.cfg.train
-        adv = group_advantages(rewards["final"], group_ids, global_std=t.global_std, eps=t.std_eps)
-        return clip_advantages(adv, t.adv_clip_max)
-
-    def transition_loss(
+    def nft_transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
+        """The loss part ``nft``: A_max times ``nft_loss`` plus kl_beta ||v_theta - v_ref||^2."""
         o = self.options
         x_t, t = traj.x_t(j), traj.t[:, j]
         v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)

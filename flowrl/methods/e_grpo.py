@@ -24,7 +24,7 @@ noise times 1e8, a bias on the shared log-prob). Logs ``method/e_grpo/merge_leng
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -33,6 +33,7 @@ from flowrl.config import ConfigError
 from flowrl.credit.entropy import merged_steps
 from flowrl.credit.granular import granular_advantages
 from flowrl.methods.g2rpo import G2RPO, G2RPOOptions
+from flowrl.methods.seam import Advantages, Needs, RewardTable
 
 QUANTITIES = ("h_tilde", "per_element")
 REWARD_ZSCORES = ("weighted_sum", "per_reward")
@@ -74,7 +75,7 @@ class EGRPOOptions(G2RPOOptions):
 class EGRPO(G2RPO):
     name = "e_grpo"
     Options = EGRPOOptions
-    metric_names = ("e_grpo/merge_length_mean",)
+    default_credit = "entropy_merged"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -114,17 +115,20 @@ class EGRPO(G2RPO):
         self._pairs = [(s.start, s.end) for s in merged]
         return self._pairs
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
-        """(N, K): Σ_λ z(Σ_c w_c r_c) within groups (``reward_zscore="weighted_sum"``, the code), or G²RPO's
-        Σ_λ Σ_c w_c z(r_c) (``"per_reward"``); clipped to ``train.adv_clip_max``."""
+    def merged_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``entropy_merged``, (N, K): Σ_λ z(Σ_c w_c r_c) within groups
+        (``reward_zscore="weighted_sum"``, the code), or G²RPO's Σ_λ Σ_c w_c z(r_c) (``"per_reward"``); clipped
+        to ``train.adv_clip_max``. Its metric: the mean merge length of the latest exploration."""
         o = self.options
         if o.reward_zscore == "per_reward":
-            return super().credit(rewards, group_ids)
-        table = self.table(rewards, "final")[..., None]  # (N, K, L, 1): the weighted sum of the raw rewards
-        adv = granular_advantages(table, group_ids, unbiased=o.unbiased, eps=o.eps)  # (N, K)
-        return clip_advantages(adv, self.cfg.train.adv_clip_max)
+            adv = self.granular_credit(table)
+        else:
+            rewards = self.table(table.columns, "final")[..., None]  # (N, K, L, 1): the weighted raw reward sum
+            values = granular_advantages(rewards, table.group_ids, unbiased=o.unbiased, eps=o.eps)  # (N, K)
+            adv = Advantages(clip_advantages(values, self.cfg.train.adv_clip_max))
+        if self._pairs:
+            adv.metrics["e_grpo/merge_length_mean"] = sum(b - a for a, b in self._pairs) / len(self._pairs)
+        return adv
 
-    def metrics(self) -> dict[str, float]:
-        if not self._pairs:
-            return {}
-        return {"e_grpo/merge_length_mean": sum(b - a for a, b in self._pairs) / len(self._pairs)}
+    def needs(self) -> Needs:
+        return replace(super().needs(), metrics=(*super().needs().metrics, "e_grpo/merge_length_mean"))

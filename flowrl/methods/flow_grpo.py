@@ -5,9 +5,10 @@ noise level, window) from the batch's noise; ``credit`` normalises the final rew
 ``transition_loss`` is the clipped ratio of the recomputed log-prob plus beta times the exact Gaussian KL
 to the reference. Other methods subclass it and replace one of these.
 
-``train.ratio_norm`` swaps the ratio for GRPO-Guard's RatioNorm (``flowrl.losses.ratio_norm_clip_loss``) in
-this method and every method that inherits ``policy_loss`` (Pref-GRPO, TP-GRPO, DenseGRPO, G²RPO, E-GRPO;
-GRPO-Guard is Flow-GRPO with it always on): the rollout then keeps each transition's mean.
+Its parts (``flowrl.methods.parts``): credit ``group_zscore``, loss ``ppo_clip``. ``method.loss=ratio_norm`` swaps
+the ratio for GRPO-Guard's RatioNorm (``flowrl.losses.ratio_norm_clip_loss``) in this method and every method that
+inherits ``policy_loss`` (Pref-GRPO, TP-GRPO, DenseGRPO, G²RPO, E-GRPO; the recipe ``grpo_guard`` is Flow-GRPO with
+it): the rollout then keeps each transition's mean.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import torch
 from flowrl.advantages import clip_advantages, group_advantages
 from flowrl.config import ConfigError
 from flowrl.losses import PolicyLossOutput, gaussian_kl, ppo_clip_loss, ratio_norm_clip_loss
-from flowrl.methods.base import Context, Experience, Method, PromptBatch, TransitionLoss
+from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
+from flowrl.methods.parts import joint_pipeline
+from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan
 from flowrl.rollout import Trajectory
@@ -29,15 +32,53 @@ from flowrl.sde import StepOutput
 GAUSSIAN_KINDS = ("flow_sde", "dance_sde")
 
 
-class FlowGRPO(Method):
+def group_zscore_credit(method: MethodBase, table: RewardTable) -> Advantages:
+    """The credit part ``group_zscore``: the final reward z-scored within its group (``train.global_std``,
+    ``train.std_eps``), clipped to ``train.adv_clip_max``; (N,)."""
+    t = method.cfg.train
+    adv = group_advantages(table.columns["final"], table.group_ids, global_std=t.global_std, eps=t.std_eps)
+    return Advantages(clip_advantages(adv, t.adv_clip_max))
+
+
+def ppo_clip_policy(
+    method: MethodBase, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor
+) -> PolicyLossOutput:
+    """The loss part ``ppo_clip``: the clipped surrogate of the recomputed log-prob (``train.clip_range``)."""
+    return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, method.cfg.train.clip_range)
+
+
+def ratio_norm_policy(
+    method: MethodBase, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor
+) -> PolicyLossOutput:
+    """The loss part ``ratio_norm``: GRPO-Guard's corrected ratio, the clipped loss divided by |Δ_j|."""
+    if traj.means is None:
+        raise RuntimeError(f"method.loss=ratio_norm: method {method.name}'s rollout kept no transition means")
+    dt = float(traj.plan.sigma[j] - traj.plan.sigma_next[j])
+    return ratio_norm_clip_loss(
+        new.log_prob,
+        traj.log_probs[:, j],
+        new.mean,
+        traj.means[:, j].to(new.mean.device),
+        new.std,
+        advantages,
+        method.cfg.train.clip_range,
+        dt,
+    )
+
+
+class FlowGRPO(MethodBase):
+    """Flow-GRPO, and the base of the SDE family. Its own extension points (the SDE family's knobs): ``plan``
+    (the step plan of a batch), ``keep_means`` / ``keep_all_states`` (what the rollout records), ``policy_loss``
+    (the loss part on a recomputed step) and ``assemble`` (policy loss plus the KL)."""
+
     name = "flow_grpo"
-    # GRPO-Guard's RatioNorm on the clipped ratio: on with ``train.ratio_norm``, or always (GRPO-Guard)
-    ratio_norm = False
+    default_credit = "group_zscore"
+    default_loss = "ppo_clip"
+    hosts_policy_loss = True
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        self.ratio_norm = self.ratio_norm or cfg.train.ratio_norm
-        if self.ratio_norm:
+        if "gaussian_means" in self.parts.loss.requires:
             # a method that picks its own step kind (G²RPO, E-GRPO: method.options.sde_type) is checked on it
             own = hasattr(self.options, "sde_type")
             kind = self.options.sde_type if own else cfg.sample.sde_type
@@ -47,7 +88,18 @@ class FlowGRPO(Method):
                     f"step with an exact log-prob for RatioNorm ({', '.join(GAUSSIAN_KINDS)}), "
                     f"got {kind!r}"
                 )
+            if joint_pipeline(cfg):
+                raise ConfigError(
+                    f"method.loss={self.parts.loss.name}: model.pipeline={cfg.model.pipeline} steps joint latents "
+                    "with one std per modality, where RatioNorm's single step scale is not defined"
+                )
             self.keep_means = True
+
+    def records(self) -> frozenset[str]:
+        return frozenset({"log_probs", "gaussian_means"})
+
+    def needs(self) -> Needs:
+        return Needs(media=self.media, reference=self.cfg.train.beta > 0, metrics=self.parts.credit.metrics)
 
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
         """The batch's step plan; a window start is drawn from the stream ("plan", batch position)."""
@@ -81,11 +133,6 @@ class FlowGRPO(Method):
         )
         return Experience(traj, {"final": traj.final})
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
-        t = self.cfg.train
-        adv = group_advantages(rewards["final"], group_ids, global_std=t.global_std, eps=t.std_eps)
-        return clip_advantages(adv, t.adv_clip_max)
-
     def transition_loss(
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
@@ -97,24 +144,9 @@ class FlowGRPO(Method):
         )
 
     def policy_loss(self, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor) -> PolicyLossOutput:
-        """The clipped surrogate of transition ``j`` given its recomputed step ``new`` (a loss variant
-        replaces only this); with RatioNorm, of the corrected ratio and divided by |Δ_j|."""
-        clip_range = self.cfg.train.clip_range
-        if not self.ratio_norm:
-            return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, clip_range)
-        if traj.means is None:
-            raise RuntimeError(f"train.ratio_norm: method {self.name}'s rollout kept no transition means")
-        dt = float(traj.plan.sigma[j] - traj.plan.sigma_next[j])
-        return ratio_norm_clip_loss(
-            new.log_prob,
-            traj.log_probs[:, j],
-            new.mean,
-            traj.means[:, j].to(new.mean.device),
-            new.std,
-            advantages,
-            clip_range,
-            dt,
-        )
+        """The loss part (``method.loss``: ``ppo_clip``, ``ratio_norm``) on transition ``j`` given its
+        recomputed step ``new``."""
+        return self._loss(self, traj, j, new, advantages)
 
     def assemble(
         self,

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 
 from flowrl.config import ConfigError
-from flowrl.methods.base import Context, Experience, Method, PromptBatch
+from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch
+from flowrl.methods.seam import Needs
 from flowrl.plan import ODE_SOLVERS, ode_plan
 from flowrl.rollout import states_moved
 
@@ -171,13 +173,13 @@ class ForwardProcessOptions:
             )
 
 
-class ForwardProcess(Method):
+class ForwardProcess(MethodBase):
     """Exploration shared by forward-process methods: ODE endpoints, rewarded once, K noisings each,
     with the no-grad velocities the loss needs (``target_weights``) evaluated once per noising."""
 
     Options = ForwardProcessOptions
-    drops_flat_rows = False  # a row of a flat group still trains (towards the reference, for RAM)
-    checks_onpolicy = False  # no per-step log-probs
+    # a forward-process loss part (``keeps_flat_rows``) still trains a row of a flat group (towards the reference,
+    # for RAM); it records no per-step log-probs, so the on-policy check does not apply
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -199,7 +201,24 @@ class ForwardProcess(Method):
         k = self.options.num_noisings
         return k if k is not None else max(1, int(self.cfg.sample.num_steps * 0.99))
 
-    def averages(self):
+    def records(self) -> frozenset[str]:
+        return frozenset({"endpoints"})
+
+    def needs(self) -> Needs:
+        return Needs(
+            media=self.media,
+            reference=self.uses_reference(),
+            averages=self.averages(),
+            onpolicy_check="it records no per-step log-probs to recompute",
+            metrics=self.parts.credit.metrics,
+        )
+
+    def uses_reference(self) -> bool:
+        """The loss reads the reference weights (full fine-tuning then keeps a frozen copy)."""
+        return "ref" in self.target_weights()
+
+    def averages(self) -> dict[str, Any]:
+        """The lagged policy θ_old: a function of the update count k (from 1) to its decay d_k."""
         o = self.options
         ramp = ramp_decay(o.old_decay_rate, o.old_decay_max, o.old_decay_flat)
         if o.old_decay_unit == "update":

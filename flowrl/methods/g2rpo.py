@@ -25,7 +25,7 @@ NFEs per group, times 2 with CFG: T (anchor) + K (branch forwards, shared) + G·
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -34,6 +34,7 @@ from flowrl.config import ConfigError
 from flowrl.credit.granular import granular_zscores, ode_tail
 from flowrl.methods.base import Context, Experience, PromptBatch, TransitionLoss
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.pipelines.base import Conditioning, select
 from flowrl.plan import StepPlan, ode_plan
 from flowrl.rollout import Trajectory
@@ -86,7 +87,7 @@ class G2RPOOptions:
 class G2RPO(FlowGRPO):
     name = "g2rpo"
     Options = G2RPOOptions
-    whole_groups = True
+    default_credit = "granular"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -98,6 +99,12 @@ class G2RPO(FlowGRPO):
             raise ConfigError(
                 f"method.options.trained_steps: {max(steps)} is past the last step of sample.num_steps={self.num_steps}"
             )
+
+    def records(self) -> frozenset[str]:
+        return super().records() | {"branches"}
+
+    def needs(self) -> Needs:
+        return replace(super().needs(), whole_groups=True)  # one anchor per prompt group
 
     def branches(self, sigmas: torch.Tensor) -> list[tuple[int, int]]:
         """(start, end) state indices of every branch transition: G²RPO's k -> k + 1 for k in M
@@ -140,7 +147,7 @@ class G2RPO(FlowGRPO):
             inputs.append(a_k.index_select(0, rows.to(a_k.device)))
             outputs.append(out.x_next)
             log_probs.append(out.log_prob)
-            means.append(out.mean)  # kept for train.ratio_norm (keep_means)
+            means.append(out.mean)  # kept for method.loss=ratio_norm (keep_means)
             for lam in self.options.granularities:
                 tail = ode_tail(sigmas, end, lam)
                 scored.append(
@@ -170,13 +177,15 @@ class G2RPO(FlowGRPO):
         parts = [rewards[name].reshape(n, 1)] + ([rewards[rest]] if rest in rewards else [])
         return torch.cat(parts, 1).view(n, -1, lams)
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+    def granular_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``granular``: (N, K), column k the k-th branch."""
         o = self.options
+        rewards, group_ids = table.columns, table.group_ids
         tables = torch.stack([self.table(rewards, f"final/{name}") for name in self.weights], -1)  # (N, K, L, C)
         z = granular_zscores(tables, group_ids, unbiased=o.unbiased, eps=o.eps)  # (N, K, L, C)
         weights = torch.tensor(list(self.weights.values()), dtype=z.dtype)
         adv = (z * weights).sum(dim=(-2, -1))  # Σ_λ Σ_c w_c z: the code's plain sum at weight 1
-        return clip_advantages(adv, self.cfg.train.adv_clip_max)
+        return Advantages(clip_advantages(adv, self.cfg.train.adv_clip_max))
 
     # ------------------------------------------------------------------------------------ update
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:

@@ -14,9 +14,9 @@ Flow-GRPO's rollouts and clipped loss, with two changes:
   forwards only the rows that train each transition.
 
 The authors' scripts (``scripts/_common_finetune.sh`` since 2026-02) also switch on three things flowrl has
-for every method: ``--apply_gdpo`` is ``train.batch_renorm`` (the weighted sum z-scored again over the whole
-gathered batch, then clipped: this credit then leaves the clip to the trainer), ``--rationorm`` is
-``train.ratio_norm`` (GRPO-Guard's ratio, the loss divided by |dt|) and ``--init_same_noise`` is
+for every method: ``--apply_gdpo`` is the credit normalisation ``method.credit_norm=gdpo`` (the weighted sum
+z-scored again over the whole gathered batch, then clipped: this credit then leaves the clip to it), ``--rationorm``
+is the loss ``method.loss=ratio_norm`` (GRPO-Guard's ratio, the loss divided by |dt|) and ``--init_same_noise`` is
 ``sample.same_noise_in_group``; ``sd35m-pref-grpo`` turns all three on.
 
 The mean win rate is always 1/2, so judge progress by an absolute held-out reward (``eval_reward``).
@@ -32,6 +32,7 @@ from flowrl.advantages import clip_advantages, group_zscore
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.seam import Advantages, RewardTable
 
 
 def score_win_rates(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
@@ -65,7 +66,7 @@ class PrefGRPOOptions:
 class PrefGRPO(FlowGRPO):
     name = "pref_grpo"
     Options = PrefGRPOOptions
-    metric_names = ("pref/win_rate_mean", "pref/win_rate_std")
+    default_credit = "win_rates"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -75,7 +76,6 @@ class PrefGRPO(FlowGRPO):
                 f"method.options.win_rate_from: {unknown[0]!r} is not a configured reward "
                 f"(reward: {', '.join(cfg.reward) or 'none'})"
             )
-        self._metrics: dict[str, float] = {}
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         exp = super().explore(ctx, batch)
@@ -87,26 +87,27 @@ class PrefGRPO(FlowGRPO):
             mask[i, ctx.rng("subset", batch.position + i).sample(trained, m)] = True
         return replace(exp, traj=replace(traj, row_mask=mask))
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+    def win_rate_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``win_rates``: each reward's win rates (a pairwise reward's own, or derived from the
+        scores of ``win_rate_from``) z-scored within groups and summed with the rewards' weights; clipped unless
+        GDPO (``method.credit_norm=gdpo``) re-normalises first, as the authors' code clamps only after GDPO."""
         o, t = self.options, self.cfg.train
+        rewards, group_ids = table.columns, table.group_ids
         total = torch.zeros(len(group_ids))
         rates = []
         for name, weight in self.cfg.reward.items():
             values = rewards[f"final/{name}"]
             if name in o.win_rate_from:
                 values = score_win_rates(values, group_ids)
-            if name in o.win_rate_from or name in self.pairwise_rewards:
+            if name in o.win_rate_from or name in table.pairwise:
                 rates.append(values.float())
             total += float(weight) * group_zscore(values, group_ids, eps=o.std_eps, unbiased=o.unbiased_std)
+        metrics = {}
         if rates:
             all_rates = torch.cat(rates)
-            self._metrics = {
+            metrics = {
                 "pref/win_rate_mean": float(all_rates.mean()),
                 "pref/win_rate_std": float(all_rates.std(unbiased=False)),
             }
-        # with GDPO (train.batch_renorm) the trainer z-scores the sum over the iteration and clips after it, as
-        # the authors' code clamps only after GDPO
-        return total if t.batch_renorm else clip_advantages(total, t.adv_clip_max)
-
-    def metrics(self) -> dict[str, float]:
-        return dict(self._metrics)
+        renorm = self.parts.credit_norm.name == "gdpo"
+        return Advantages(total if renorm else clip_advantages(total, t.adv_clip_max), metrics=metrics)

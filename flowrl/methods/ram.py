@@ -25,6 +25,7 @@ from flowrl.advantages import group_zscore
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, TransitionLoss
 from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardProcessOptions
+from flowrl.methods.seam import Advantages, RewardTable
 from flowrl.pipelines.base import Conditioning
 
 
@@ -40,6 +41,14 @@ def ram_target(
     with torch.no_grad():
         scale = (multiplier * advantages.float()).view(-1, *[1] * (x0.ndim - 1))
         return v_ref + scale * ((noise - x0) - v_old)
+
+
+def iteration_zscore_credit(method, table: RewardTable) -> Advantages:
+    """The credit part ``iteration_zscore``: A = (r - group mean) / (std + std_eps), the std over the whole
+    iteration (``std_scope=iteration``) or within the group; unclipped, (N,)."""
+    o = method.options
+    values = group_zscore(table.columns["final"], table.group_ids, eps=o.std_eps, global_std=o.std_scope == "iteration")
+    return Advantages(values)
 
 
 @dataclass
@@ -64,24 +73,19 @@ class RAMOptions(ForwardProcessOptions):
 class RAM(ForwardProcess):
     name = "ram"
     Options = RAMOptions
-
-    @property
-    def needs_reference(self) -> bool:
-        return True  # v_ref is in every target
+    default_credit = "iteration_zscore"
+    default_loss = "ram_regression"
 
     def target_weights(self) -> tuple[str, ...]:
         return ("ref", self.options.target_velocity)
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
-        o = self.options
-        return group_zscore(rewards["final"], group_ids, eps=o.std_eps, global_std=o.std_scope == "iteration")
-
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
         return [[(q, None) for q in range(num_units)]]  # one optimizer step over every item of the iteration
 
-    def transition_loss(
+    def regression_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
+        """The loss part ``ram_regression``: mean (v_theta(x_t) - y)^2, y = ``ram_target`` (v_ref in every one)."""
         o = self.options
         x_t, t = traj.x_t(j), traj.t[:, j]
         y = ram_target(

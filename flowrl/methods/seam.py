@@ -9,8 +9,8 @@ The trainer reads a method through these calls only, in this order:
   ``Ending``);
 * per run: ``method.prepare`` (before the first iteration), ``method.state_dict`` / ``load_state_dict``.
 
-The functions here read today's ``Method`` members; a method may implement ``needs``, ``begin``, ``credit_table``
-and ``end`` itself, and then those are used as they are.
+Each function calls the method's member of the same name (``flowrl.methods.base.MethodBase`` gives the defaults);
+the data types below are what crosses the seam.
 """
 
 from __future__ import annotations
@@ -73,47 +73,17 @@ class Ending:
 
 
 def needs(method: Any) -> Needs:
-    if hasattr(method, "needs"):
-        return method.needs()
-    return Needs(
-        media=method.media_kinds,
-        whole_groups=method.whole_groups,
-        reference=method.needs_reference,
-        averages=method.averages(),
-        onpolicy_check=None if method.checks_onpolicy else method.no_onpolicy_reason,
-        metrics=tuple(method.metric_names),
-        freezes_parameters=method.freezes_parameters,
-    )
+    return method.needs()
 
 
 def begin(method: Any, iteration: int) -> Turn:
-    if hasattr(method, "begin"):
-        return method.begin(iteration)
-    return Turn(
-        prompts_of=method.prompt_iteration(iteration), trains=method.trains if method.freezes_parameters else None
-    )
+    return method.begin(iteration)
 
 
 def credit(method: Any, table: RewardTable) -> Advantages:
-    """The method's advantages; ``train.batch_renorm`` (GDPO) z-scores the whole iteration's again, then clips."""
-    from flowrl.advantages import batch_zscore, clip_advantages
-
-    if hasattr(method, "credit_table"):
-        adv = method.credit_table(table)
-    else:
-        method.pairwise_rewards = table.pairwise
-        values = method.credit(table.columns, table.group_ids)
-        keep = None if method.drops_flat_rows else torch.ones(values.shape[0], dtype=torch.bool, device=values.device)
-        adv = Advantages(values, keep)
-    t = method.cfg.train
-    if t.batch_renorm:
-        adv.values = clip_advantages(batch_zscore(adv.values), t.adv_clip_max)
-    if not hasattr(method, "credit_table"):
-        adv.metrics = dict(method.metrics())
-    return adv
+    """The method's advantages: its credit part, then its credit normalisation (``method.credit_norm``)."""
+    return method.credit(table)
 
 
 def end(method: Any) -> Ending:
-    if hasattr(method, "end"):
-        return method.end()
-    return Ending(reset_optimizer=method.after_update())
+    return method.end()

@@ -48,6 +48,7 @@ from flowrl.credit.dense import completion_table
 from flowrl.credit.turning_point import TurningPointCredit, turning_point_credit
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.seam import Advantages, RewardTable
 from flowrl.plan import StepPlan, make_plan
 
 SDE_KINDS = ("cps", "flow_sde", "dance_sde")
@@ -93,7 +94,7 @@ class TPGRPOOptions:
 class TPGRPO(FlowGRPO):
     name = "tp_grpo"
     Options = TPGRPOOptions
-    metric_names = ("tp/detected_frac", "tp/kept_frac", "tp/kept_positive", "tp/kept_negative", "tp/active_frac")
+    default_credit = "turning_points"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -112,6 +113,9 @@ class TPGRPO(FlowGRPO):
         self.last_credit: TurningPointCredit | None = None  # the latest credit pass (its ``metrics()``)
 
     # ------------------------------------------------------------------------------------ exploration
+    def records(self) -> frozenset[str]:
+        return super().records() | {"window_completions"}
+
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
         """The batch's plan: its SDE window drawn from the stream ("plan", batch position)."""
         o = self.options
@@ -156,8 +160,11 @@ class TPGRPO(FlowGRPO):
         middle = rewards["completion"] if self.window_size > 1 else rewards["final"].new_zeros(n, 0)
         return completion_table(rewards["pure_ode"][:, 0], middle, rewards["final"])
 
-    def credit(self, rewards: dict[str, torch.Tensor], group_ids: torch.Tensor) -> torch.Tensor:
+    def turning_point_credit(self, table: RewardTable) -> Advantages:
+        """The credit part ``turning_points``: (N, T), each rollout batch's window advantages at its own
+        window's transitions; the detection figures as metrics."""
         t, o = self.cfg.train, self.options
+        rewards, group_ids = table.columns, table.group_ids
         n, num_steps = len(group_ids), self.cfg.sample.num_steps
         pools = self.balance_pools(n)
         tp = turning_point_credit(
@@ -175,7 +182,8 @@ class TPGRPO(FlowGRPO):
         self.last_credit = tp
         adv = clip_advantages(tp.advantages, t.adv_clip_max)  # (N, W)
         columns = rewards["window_start"].long()[:, None] + torch.arange(self.window_size)[None]  # (N, W)
-        return adv.new_zeros(n, num_steps).scatter_(1, columns, adv)  # column j: transition j of the row's plan
+        values = adv.new_zeros(n, num_steps).scatter_(1, columns, adv)  # column j: transition j of the row's plan
+        return Advantages(values, metrics=tp.metrics())
 
     def balance_pools(self, n: int) -> torch.Tensor | None:
         """(N,) each sample's balancing pool: its rollout batch, the block of ``sample.batch_size``
@@ -183,6 +191,3 @@ class TPGRPO(FlowGRPO):
         if self.options.balance_pool == "iteration":
             return None
         return torch.arange(n) // self.cfg.sample.batch_size
-
-    def metrics(self) -> dict[str, float]:
-        return self.last_credit.metrics() if self.last_credit is not None else {}
