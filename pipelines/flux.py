@@ -29,16 +29,10 @@ import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.sd3 import (
-    DTYPES,
-    _first_line,
-    _probe_attention,
-    attention_backend_names,
-    cached_rows,
-    check_folder_or_hub,
-    load_pretrained_pipeline,
-    lora_metadata,
-)
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
 
 logger = logging.getLogger(__name__)
 
@@ -67,40 +61,6 @@ def check_model_path(model_cfg) -> None:
 def load_flux_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
     """``FluxPipeline.from_pretrained`` from a hub id or a local folder, with a one-line error."""
     return load_pretrained_pipeline("FluxPipeline", path, dtype, revision)
-
-
-def set_dispatcher_attention_backend(
-    transformer,
-    name: str,
-    device: torch.device,
-    dtype: torch.dtype,
-    heads: int | None = None,
-    head_dim: int | None = None,
-) -> bool:
-    """Send the attention of a transformer whose processors already call diffusers' dispatcher (FLUX, Wan,
-    LTX-2, Stable Audio 3) through backend ``name``; refused in one line where it cannot run. ``heads`` /
-    ``head_dim`` size the probe (default: the config's ``num_attention_heads`` / ``attention_head_dim``).
-    Returns whether it backpropagates."""
-    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
-
-    if name not in attention_backend_names():
-        raise ValueError(f"model.attention_backend: {name!r} is not one of {', '.join(attention_backend_names())}")
-    active = _AttentionBackendRegistry._active_backend
-    try:
-        transformer.set_attention_backend(name)
-    except Exception as exc:  # noqa: BLE001 -- diffusers raises RuntimeError/ValueError, a hub fetch its own
-        raise RuntimeError(f"model.attention_backend={name!r} is not available here: {_first_line(exc)}") from None
-    finally:  # only this transformer's processors change, not the process-wide default
-        _AttentionBackendRegistry.set_active_backend(active)
-    heads = int(heads or transformer.config.num_attention_heads)
-    head_dim = int(head_dim or transformer.config.attention_head_dim)
-    try:
-        return _probe_attention(AttentionBackendName(name), device, dtype, heads, head_dim)
-    except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
-        raise RuntimeError(
-            f"model.attention_backend={name!r} cannot run on this {device.type} with "
-            f"{str(dtype)[6:]} weights: {_first_line(exc)}"
-        ) from None
 
 
 class FluxAdapter:

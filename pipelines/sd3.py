@@ -1,22 +1,39 @@
-"""Stable Diffusion 3 / 3.5 adapter, built from ``StableDiffusion3Pipeline``'s public pieces."""
+"""Stable Diffusion 3 / 3.5 adapter, built from ``StableDiffusion3Pipeline``'s public pieces. The helpers every
+family shares (loading, attention backends, the prompt cache, LoRA metadata) live in ``flowrl.pipelines.kit`` and
+are re-exported here for code that imports them from this module."""
 
 from __future__ import annotations
 
 import copy
 import json
 import logging
-import os
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.kit import attention
+from flowrl.pipelines.kit.attention import attention_backend_names, has_xformers
+from flowrl.pipelines.kit.loading import (
+    DTYPES,
+    SINGLE_FILE_SUFFIXES,
+    HubUnavailableError,
+    check_folder,
+    check_folder_or_hub,
+    first_line,
+    is_single_file,
+    load_pretrained_pipeline,
+    local_or_hub,
+    looks_local,
+    offline,
+    single_file_keys,
+)
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
 
 logger = logging.getLogger(__name__)
 
-DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 # Flow-GRPO's SD3.5 LoRA targets: joint attention projections of both streams.
 SD3_LORA_TARGETS = [
@@ -29,22 +46,6 @@ SD3_LORA_TARGETS = [
     "attn.add_v_proj",
     "attn.to_add_out",
 ]
-
-
-def _has_xformers() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("xformers") is not None
-
-
-# ---------------------------------------------------------------------------------------- attention backends
-
-
-def attention_backend_names() -> tuple[str, ...]:
-    """The backend names of diffusers' attention dispatcher (``AttentionBackendName``), in its order."""
-    from diffusers.models.attention_dispatch import AttentionBackendName
-
-    return tuple(member.value for member in AttentionBackendName)
 
 
 class DispatchedJointAttention:
@@ -96,32 +97,6 @@ class DispatchedJointAttention:
         return image, text
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
-
-
-def _probe_attention(backend, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int) -> bool:
-    """One tiny attention call of ``backend`` on ``device`` in ``dtype``, after the backend's own constraints
-    (its device and dtype checks, which diffusers runs only with DIFFUSERS_ATTN_CHECKS=1). Returns whether
-    its output carries a gradient back to its inputs."""
-    from diffusers.models.attention_dispatch import _AttentionBackendRegistry, dispatch_attention_fn
-
-    q = torch.randn(1, 16, heads, head_dim, device=device, dtype=dtype, requires_grad=True)
-    for check in getattr(_AttentionBackendRegistry, "_constraints", {}).get(backend, []):
-        check(query=q, key=q, value=q, attn_mask=None, is_causal=False)
-    with torch.enable_grad():
-        return bool(dispatch_attention_fn(q, q, q, backend=backend).requires_grad)
-
-
-def _probe_error(backend, device: torch.device, dtype: torch.dtype, heads: int, head_dim: int) -> str | None:
-    try:
-        _probe_attention(backend, device, dtype, heads, head_dim)
-    except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
-        return _first_line(exc)
-    return None
-
-
 def set_attention_backend(transformer, name: str, device: torch.device, dtype: torch.dtype) -> bool:
     """Route every attention of an SD3 ``transformer`` through diffusers' dispatcher with backend ``name``
     (``model.attention_backend``). Refused in one line (RuntimeError) when the backend cannot run here: its
@@ -143,18 +118,18 @@ def set_attention_backend(transformer, name: str, device: torch.device, dtype: t
         # diffusers checks the backend's package (and fetches a hub kernel) here, then sets it on the processors
         transformer.set_attention_backend(name)
     except Exception as exc:  # noqa: BLE001 -- diffusers raises RuntimeError/ValueError, a hub fetch its own
-        raise RuntimeError(f"model.attention_backend={name!r} is not available here: {_first_line(exc)}") from None
+        raise RuntimeError(f"model.attention_backend={name!r} is not available here: {first_line(exc)}") from None
     finally:
         # set_attention_backend also makes it the process-wide default of every other diffusers model (a Wan
         # transformer, say); only this transformer's processors should change
         _AttentionBackendRegistry.set_active_backend(active)
     try:
-        return _probe_attention(backend, device, dtype, heads, head_dim)
+        return attention.probe_attention(backend, device, dtype, heads, head_dim)
     except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
-        why = _first_line(exc)
+        why = first_line(exc)
         if dtype == torch.float32:  # perhaps a 16-bit-only kernel, which autocast would feed
             half = torch.bfloat16 if device.type != "cuda" or torch.cuda.is_bf16_supported() else torch.float16
-            half_error = _probe_error(backend, device, half, heads, head_dim)
+            half_error = attention.probe_error(backend, device, half, heads, head_dim)
             if half_error is None:
                 logger.warning(
                     "model.attention_backend=%s takes only 16-bit inputs (%s with fp32 weights): it "
@@ -162,19 +137,13 @@ def set_attention_backend(transformer, name: str, device: torch.device, dtype: t
                     name,
                     why,
                 )
-                return _probe_attention(backend, device, half, heads, head_dim)
+                return attention.probe_attention(backend, device, half, heads, head_dim)
             why += f"; in {str(half)[6:]}: {half_error}" if half_error != why else ""
         raise RuntimeError(
             f"model.attention_backend={name!r} cannot run on this {where} with {str(dtype)[6:]} weights: {why}"
         ) from None
 
 
-class HubUnavailableError(RuntimeError):
-    """The model is neither a local folder nor reachable on the hub."""
-
-
-SINGLE_FILE_SUFFIXES = (".safetensors", ".ckpt")
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt")
 # the pipeline parts a single-file checkpoint may hold, by the key prefixes diffusers' converters read
 # (diffusers.loaders.single_file_utils: CHECKPOINT_KEY_NAMES["sd3"], LDM_VAE_KEYS, "text_encoders.*")
 _SINGLE_FILE_PARTS = {
@@ -184,85 +153,6 @@ _SINGLE_FILE_PARTS = {
     "text_encoder_2": ("text_encoders.clip_g.",),
     "text_encoder_3": ("text_encoders.t5xxl.",),
 }
-
-
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-
-
-def local_or_hub(path: str) -> str:
-    """``model.path`` as diffusers should read it: the local folder (``~`` expanded) when one exists, else
-    the hub id unchanged."""
-    local = Path(path).expanduser()
-    return str(local) if local.exists() else path
-
-
-def is_single_file(path: str) -> bool:
-    """A ``.safetensors`` / ``.ckpt`` checkpoint (loaded with ``from_single_file``), not a folder or hub id."""
-    return Path(path).suffix.lower() in SINGLE_FILE_SUFFIXES
-
-
-def looks_local(path: str) -> bool:
-    """True when ``path`` can only mean a local file or folder: absolute, ``./``, ``../`` or ``~``, more
-    than one ``/`` (a hub id is ``name`` or ``owner/name``), a single-file name, or a relative path whose
-    first part exists here."""
-    if path.startswith(("./", "../", "~", ".\\", "..\\")) or path in (".", "..") or os.path.isabs(path):
-        return True
-    if path.count("/") > 1 or is_single_file(path):
-        return True
-    return "/" in path and Path(Path(path).parts[0]).exists()
-
-
-def _check_folder(name: str, path: str, folder: Path) -> None:
-    """A diffusers pipeline folder: not empty, a ``model_index.json``, and every component it lists."""
-    if not any(folder.iterdir()):
-        raise ValueError(
-            f"{name}: folder {path!r} is empty; expected a diffusers pipeline folder "
-            "(model_index.json, transformer/, vae/, ...)"
-        )
-    index = folder / "model_index.json"
-    if not index.is_file():
-        raise ValueError(
-            f"{name}: folder {path!r} has no model_index.json: not a diffusers pipeline folder "
-            "(save one with pipe.save_pretrained, or give a .safetensors single file)"
-        )
-    try:
-        listed = json.loads(index.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{name}: {path}/model_index.json is not valid JSON ({exc.msg}, line {exc.lineno})") from None
-    if not isinstance(listed, dict) or "_class_name" not in listed:
-        raise ValueError(f"{name}: {path}/model_index.json has no _class_name: not a diffusers pipeline index")
-    for part, spec in listed.items():
-        if part.startswith("_") or not isinstance(spec, list) or spec[0] is None:
-            continue
-        if not (folder / part).is_dir():
-            raise ValueError(f"{name}: folder {path!r} lacks {part}/, which its model_index.json lists")
-        if (folder / part / "config.json").is_file() and not _has_weights(folder / part):
-            raise ValueError(f"{name}: {path}/{part}/ has a config.json but no weights (*.safetensors or *.bin)")
-
-
-def _has_weights(folder: Path) -> bool:
-    return any(p.suffix in _WEIGHT_SUFFIXES or p.name.endswith(".index.json") for p in folder.iterdir())
-
-
-def single_file_keys(path: str | Path) -> list[str]:
-    """The tensor names of a single-file checkpoint (the safetensors header; a ``.ckpt`` is memory-mapped)."""
-    path = Path(path)
-    try:
-        if path.suffix.lower() == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt") as f:
-                return list(f.keys())
-        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-        while isinstance(state, dict) and "state_dict" in state:
-            state = state["state_dict"]
-        return list(state)
-    except Exception as exc:  # noqa: BLE001 -- safetensors and torch raise their own types for a damaged file
-        raise ValueError(
-            f"model.path: {str(path)!r} is not a readable {path.suffix} checkpoint "
-            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-        ) from None
 
 
 def single_file_parts(keys: list[str]) -> set[str]:
@@ -287,47 +177,10 @@ def _check_single_file(path: str, local: Path, config: str | None) -> None:
         _check_model_location("model.config_path", config, single_file=False)
 
 
-def check_folder_or_hub(path: str, family: str, label: str) -> None:
-    """``model.path`` of a family loaded only from a diffusers folder or a hub id: a folder must be a complete
-    pipeline folder, a file is refused (``label``: the family's checkpoints in the message), a path that can
-    only be local must exist. A hub id passes (loading it says whether it can be fetched)."""
-    local = Path(path).expanduser()
-    if local.is_dir():
-        _check_folder("model.path", path, local)
-    elif local.is_file() or is_single_file(path):
-        raise ValueError(
-            f"model.path: {path!r} is a file; the {family} pipeline loads a diffusers folder or a hub id "
-            f"(single-file {label} checkpoints are not supported)"
-        )
-    elif looks_local(path) and not path.startswith(("http://", "https://")):
-        raise FileNotFoundError(f"model.path: no such file or folder {path!r}")
-
-
-def load_pretrained_pipeline(class_name: str, path: str, dtype: str = "fp32", revision: str | None = None):
-    """``diffusers.<class_name>.from_pretrained`` of a hub id or a local folder, with a one-line error naming
-    the folder that did not load, or the offline hub."""
-    import diffusers
-
-    try:
-        return getattr(diffusers, class_name).from_pretrained(
-            local_or_hub(path), torch_dtype=DTYPES[dtype], revision=revision
-        )
-    except (OSError, ValueError, KeyError) as exc:
-        if Path(path).expanduser().is_dir():
-            raise HubUnavailableError(
-                f"model.path={path!r}: the diffusers folder could not be loaded ({_first_line(exc)})"
-            ) from exc
-        why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
-        raise HubUnavailableError(
-            f"model.path={path!r}: not a local folder and {why}; download it first "
-            f"(hf download {path}) or set model.path to a local folder"
-        ) from exc
-
-
 def _check_model_location(name: str, path: str, single_file: bool = True, config: str | None = None) -> None:
     local = Path(path).expanduser()
     if local.is_dir():
-        _check_folder(name, path, local)
+        check_folder(name, path, local)
     elif local.is_file():
         if not (single_file and is_single_file(path)):
             allowed = (
@@ -352,7 +205,7 @@ def check_model_path(model_cfg) -> None:
 
 
 def _load_error(path: str, exc: BaseException, config: str | None = None) -> HubUnavailableError:
-    why = "the hub is offline (HF_HUB_OFFLINE=1)" if _offline() else "it could not be fetched"
+    why = "the hub is offline (HF_HUB_OFFLINE=1)" if offline() else "it could not be fetched"
     if is_single_file(path):
         source = f"model.config_path={config!r}" if config else "the hub id diffusers guessed from its keys"
         return HubUnavailableError(
@@ -413,7 +266,7 @@ def load_sd3_single_file(path: str, dtype: str = "fp32", config: str | None = No
             str(local),
             config=local_or_hub(config) if config else None,
             torch_dtype=torch_dtype,
-            local_files_only=_offline(),
+            local_files_only=offline(),
             **parts,
         )
     except (OSError, ValueError, KeyError, SingleFileComponentError) as exc:
@@ -433,44 +286,6 @@ def load_sd3_pipeline(path: str, dtype: str = "fp32", revision: str | None = Non
         )
     except (OSError, ValueError, KeyError) as exc:
         raise _load_error(path, exc) from exc
-
-
-def _set_as_list(value: Any) -> list:
-    if isinstance(value, set):
-        return sorted(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def lora_metadata(transformer: torch.nn.Module) -> dict | None:
-    """The transformer's peft ``LoraConfig`` as JSON-able metadata for a diffusers LoRA export (None without
-    one, or if it is not JSON). Without it diffusers assumes alpha = rank on loading, which halves a LoRA
-    trained with alpha = 2 x rank."""
-    config = getattr(transformer, "peft_config", {}).get("default")
-    if config is None:
-        return None
-    try:
-        return json.loads(json.dumps(config.to_dict(), default=_set_as_list))
-    except (TypeError, ValueError):
-        logger.warning("the LoRA config is not JSON: exported without it (diffusers will assume alpha = rank)")
-        return None
-
-
-def cached_rows(cache: OrderedDict, capacity: int, prompts: list[str], encode) -> list[Conditioning]:
-    """One-row embeddings of each of ``prompts`` through the LRU ``cache`` (least recently used first): each
-    distinct prompt of the call that is not cached is encoded once, in one batch (``encode(prompts)`` ->
-    conditioning); the ``capacity`` most recently used ones are kept (0: none)."""
-    missing = sorted({p for p in prompts if p not in cache})
-    found = {p: cache[p] for p in prompts if p in cache}
-    if missing:
-        fresh = encode(missing)
-        found.update({p: {k: v[i : i + 1].clone() for k, v in fresh.items()} for i, p in enumerate(missing)})
-    if capacity:
-        for p in dict.fromkeys(prompts):
-            cache[p] = found[p]
-            cache.move_to_end(p)
-        while len(cache) > capacity:
-            cache.popitem(last=False)
-    return [found[p] for p in prompts]
 
 
 class SD3Adapter:
@@ -506,7 +321,7 @@ class SD3Adapter:
         if pipe.vae.dtype != vae_dtype:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
-        if self.device.type == "cuda" and _has_xformers() and attention_backend is None:
+        if self.device.type == "cuda" and has_xformers() and attention_backend is None:
             pipe.enable_xformers_memory_efficient_attention()
         # one private scheduler copy: sigmas are read from it, never stepped
         self._scheduler = copy.deepcopy(pipe.scheduler)
@@ -743,3 +558,27 @@ class SD3Adapter:
             generator=generator,
             output_type="pt",
         ).images
+
+
+__all__ = [
+    "DTYPES",
+    "SD3_LORA_TARGETS",
+    "SINGLE_FILE_SUFFIXES",
+    "DispatchedJointAttention",
+    "HubUnavailableError",
+    "SD3Adapter",
+    "attention_backend_names",
+    "cached_rows",
+    "check_folder_or_hub",
+    "check_model_path",
+    "is_single_file",
+    "load_pretrained_pipeline",
+    "load_sd3_pipeline",
+    "load_sd3_single_file",
+    "local_or_hub",
+    "looks_local",
+    "lora_metadata",
+    "set_attention_backend",
+    "single_file_keys",
+    "single_file_parts",
+]

@@ -49,14 +49,10 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.flux import set_dispatcher_attention_backend
-from flowrl.pipelines.sd3 import (
-    DTYPES,
-    cached_rows,
-    check_folder_or_hub,
-    load_pretrained_pipeline,
-    lora_metadata,
-)
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
 
 logger = logging.getLogger(__name__)
 
