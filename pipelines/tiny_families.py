@@ -41,25 +41,15 @@ from contextlib import contextmanager
 
 import torch
 
+from flowrl.pipelines.flux.layout import FLUX_LATENT_CHANNELS, FLUX_SCHEDULER_CONFIG, flux_image_seq_len, flux_mu  # noqa: F401, E501
+from flowrl.pipelines.flux.tiny import FLUX_VAE_SCALING_FACTOR, FLUX_VAE_SHIFT_FACTOR, build_tiny_flux  # noqa: F401
+
 from .tiny import make_word_tokenizer
 
 # --------------------------------------------------------------------------------------------------------------
 # Real-checkpoint constants kept by the tiny builders
 # --------------------------------------------------------------------------------------------------------------
 
-# black-forest-labs/FLUX.1-dev: vae/config.json and scheduler/scheduler_config.json
-FLUX_LATENT_CHANNELS = 16
-FLUX_VAE_SCALING_FACTOR = 0.3611
-FLUX_VAE_SHIFT_FACTOR = 0.1159
-FLUX_SCHEDULER_CONFIG = {
-    "num_train_timesteps": 1000,
-    "shift": 3.0,
-    "use_dynamic_shifting": True,
-    "base_shift": 0.5,
-    "max_shift": 1.15,
-    "base_image_seq_len": 256,
-    "max_image_seq_len": 4096,
-}
 
 # Wan-AI/Wan2.1-T2V-*-Diffusers: scheduler/scheduler_config.json (UniPC with flow sigmas)
 WAN_SCHEDULER_CONFIG = {
@@ -127,117 +117,6 @@ def _t5_encoder(vocab: int, d_model: int, *, umt5: bool = False):
 # --------------------------------------------------------------------------------------------------------------
 # FLUX.1-dev
 # --------------------------------------------------------------------------------------------------------------
-
-
-def flux_image_seq_len(height: int, width: int, vae_scale_factor: int = 8) -> int:
-    """Number of packed FLUX latent tokens: one per 2x2 patch of the (H/8, W/8) latent."""
-    return (height // (vae_scale_factor * 2)) * (width // (vae_scale_factor * 2))
-
-
-def flux_mu(height: int, width: int, scheduler_config=None) -> float:
-    """FLUX's resolution-dependent shift ``mu``, as ``FluxPipeline.__call__`` computes it."""
-    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
-
-    cfg = dict(FLUX_SCHEDULER_CONFIG if scheduler_config is None else scheduler_config)
-    return calculate_shift(
-        flux_image_seq_len(height, width),
-        cfg.get("base_image_seq_len", 256),
-        cfg.get("max_image_seq_len", 4096),
-        cfg.get("base_shift", 0.5),
-        cfg.get("max_shift", 1.15),
-    )
-
-
-def build_tiny_flux(seed: int = 0):
-    """A tiny FLUX.1-dev-like ``diffusers.FluxPipeline``, built offline.
-
-    Components:
-
-    * ``transformer``: ``FluxTransformer2DModel(in_channels=64, num_layers=1, num_single_layers=1,
-      attention_head_dim=16, num_attention_heads=2, joint_attention_dim=32, pooled_projection_dim=32,
-      axes_dims_rope=(4, 6, 6), guidance_embeds=True)``. guidance_embeds=True as in FLUX.1-dev: the pipeline
-      feeds ``guidance=guidance_scale`` (default 3.5) to the embedding, no two-branch CFG.
-    * ``text_encoder``: ``CLIPTextModel`` (hidden 32, 2 layers, 77 positions); its ``pooler_output`` is the
-      pooled projection. ``tokenizer``: word-level, model_max_length 77.
-    * ``text_encoder_2``: ``T5EncoderModel`` (d_model 32, 1 layer). ``tokenizer_2``: word-level, 512.
-    * ``vae``: ``AutoencoderKL`` with four levels (down-sampling 8, as FLUX's), ``latent_channels=16``,
-      ``scaling_factor=0.3611``, ``shift_factor=0.1159``, no quant convs (FLUX's VAE config).
-    * ``scheduler``: ``FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG)`` (use_dynamic_shifting=True,
-      base/max shift 0.5/1.15 over 256..4096 tokens).
-
-    Latent layout: the VAE latent ``(B, 16, H/8, W/8)`` is packed into 2x2 patches:
-    ``latents`` is ``(B, (H/16)(W/16), 64)`` (``output_type="latent"`` returns this), with image ids
-    ``((H/16)(W/16), 3)`` = (0, row, col) and text ids ``(T, 3)`` of zeros. H and W must be multiples of 16.
-    Images (``output_type="pt"``) are ``(B, 3, H, W)`` in [0, 1].
-
-    Sigmas: ``linspace(1, 1/N, N)`` time-shifted with ``mu = flux_mu(H, W)``; sigma_0 = 1.0 exactly.
-    """
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-    from transformers import CLIPTextConfig, CLIPTextModel
-
-    clip_dim, t5_dim, clip_tokens = 32, 32, 77
-    tokenizer = make_word_tokenizer(clip_tokens)
-    tokenizer_2 = make_word_tokenizer(512)
-    vocab = len(tokenizer)
-
-    with _seeded(seed, "transformer"):
-        transformer = FluxTransformer2DModel(
-            patch_size=1,
-            in_channels=FLUX_LATENT_CHANNELS * 4,
-            num_layers=1,
-            num_single_layers=1,
-            attention_head_dim=16,
-            num_attention_heads=2,
-            joint_attention_dim=t5_dim,
-            pooled_projection_dim=clip_dim,
-            guidance_embeds=True,
-            axes_dims_rope=(4, 6, 6),
-        )
-    with _seeded(seed, "text_encoder"):
-        text_encoder = CLIPTextModel(
-            CLIPTextConfig(
-                vocab_size=vocab,
-                hidden_size=clip_dim,
-                intermediate_size=clip_dim * 2,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                max_position_embeddings=clip_tokens,
-                projection_dim=clip_dim,
-                pad_token_id=0,
-                bos_token_id=2,
-                eos_token_id=3,
-            )
-        )
-    with _seeded(seed, "text_encoder_2"):
-        text_encoder_2 = _t5_encoder(vocab, t5_dim)
-    with _seeded(seed, "vae"):
-        vae = AutoencoderKL(
-            in_channels=3,
-            out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(8, 8, 8, 8),
-            layers_per_block=1,
-            latent_channels=FLUX_LATENT_CHANNELS,
-            norm_num_groups=4,
-            sample_size=32,
-            scaling_factor=FLUX_VAE_SCALING_FACTOR,
-            shift_factor=FLUX_VAE_SHIFT_FACTOR,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-        )
-    scheduler = FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG)
-    pipe = FluxPipeline(
-        scheduler=scheduler,
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        text_encoder_2=text_encoder_2,
-        tokenizer_2=tokenizer_2,
-        transformer=transformer,
-    )
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
 
 
 # --------------------------------------------------------------------------------------------------------------

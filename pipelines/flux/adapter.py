@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.flux import layout
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
@@ -69,6 +70,7 @@ class FluxAdapter:
     lora_target_modules = FLUX_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
+    tiny_recipe = "tiny-flux"
 
     def __init__(
         self,
@@ -106,7 +108,7 @@ class FluxAdapter:
         self.latent_channels = pipe.transformer.config.in_channels // 4
         # the unpacked latent sides, as prepare_latents has them
         h, w = (2 * (value // (pipe.vae_scale_factor * 2)) for value in (self.height, self.width))
-        self.image_seq_len = (h // 2) * (w // 2)
+        self.image_seq_len = layout.flux_image_seq_len(self.height, self.width, pipe.vae_scale_factor)
         self._image_ids = pipe._prepare_latent_image_ids(1, h // 2, w // 2, self.device, self.compute_dtype)
         self._text_ids: dict[int, torch.Tensor] = {}
         self.attention_backend = attention_backend
@@ -121,7 +123,7 @@ class FluxAdapter:
         """Build from ``ModelConfig``: ``path="tiny"`` builds the offline tiny FLUX.1-dev (``build_tiny_flux``;
         ``model.tiny_size`` does not apply), else ``FluxPipeline.from_pretrained`` of a hub id or local folder."""
         if model_cfg.path == "tiny":
-            from flowrl.pipelines.tiny_families import build_tiny_flux
+            from flowrl.pipelines.flux.tiny import build_tiny_flux
 
             pipe = build_tiny_flux(seed=seed)
         else:
@@ -163,7 +165,7 @@ class FluxAdapter:
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
     def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row embeddings of each prompt through the prompt cache (``sd3.cached_rows``)."""
+        """One-row embeddings of each prompt through the prompt cache (``kit.prompts.cached_rows``)."""
         return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
 
     def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
@@ -194,16 +196,7 @@ class FluxAdapter:
     # ------------------------------------------------------------------ sampling pieces
     def mu(self) -> float:
         """FLUX's resolution-dependent shift, as ``FluxPipeline.__call__`` computes it."""
-        from diffusers.pipelines.flux.pipeline_flux import calculate_shift
-
-        c = self._scheduler.config
-        return calculate_shift(
-            self.image_seq_len,
-            c.get("base_image_seq_len", 256),
-            c.get("max_image_seq_len", 4096),
-            c.get("base_shift", 0.5),
-            c.get("max_shift", 1.15),
-        )
+        return layout.mu_of(self.image_seq_len, self._scheduler.config)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         """The pipeline's schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
@@ -217,7 +210,8 @@ class FluxAdapter:
     @property
     def latent_shape(self) -> tuple[int, int]:
         """One sample's packed latent: (tokens, 4 x latent channels)."""
-        return (self.image_seq_len, self.latent_channels * 4)
+        factor = self.pipe.vae_scale_factor
+        return layout.latent_shape(self.height, self.width, vae_scale_factor=factor, channels=self.latent_channels)
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Packed Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32): (n, N, 64)."""
