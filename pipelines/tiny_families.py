@@ -43,6 +43,8 @@ import torch
 
 from flowrl.pipelines.flux.layout import FLUX_LATENT_CHANNELS, FLUX_SCHEDULER_CONFIG, flux_image_seq_len, flux_mu  # noqa: F401, E501
 from flowrl.pipelines.flux.tiny import FLUX_VAE_SCALING_FACTOR, FLUX_VAE_SHIFT_FACTOR, build_tiny_flux  # noqa: F401
+from flowrl.pipelines.wan.layout import WAN_LATENT_CHANNELS, wan_latent_shape  # noqa: F401
+from flowrl.pipelines.wan.tiny import WAN22_T2V_BOUNDARY_RATIO, WAN_SCHEDULER_CONFIG, build_tiny_wan  # noqa: F401
 
 from .tiny import make_word_tokenizer
 
@@ -50,22 +52,6 @@ from .tiny import make_word_tokenizer
 # Real-checkpoint constants kept by the tiny builders
 # --------------------------------------------------------------------------------------------------------------
 
-
-# Wan-AI/Wan2.1-T2V-*-Diffusers: scheduler/scheduler_config.json (UniPC with flow sigmas)
-WAN_SCHEDULER_CONFIG = {
-    "num_train_timesteps": 1000,
-    "prediction_type": "flow_prediction",
-    "use_flow_sigmas": True,
-    "flow_shift": 3.0,
-    "solver_order": 2,
-    "solver_type": "bh2",
-    "predict_x0": True,
-    "lower_order_final": True,
-    "final_sigmas_type": "zero",
-    "timestep_spacing": "linspace",
-}
-WAN_LATENT_CHANNELS = 16
-WAN22_T2V_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B: high-noise expert for t >= 875
 
 # Stable Audio 3 (diffusers' conversion / tests): the DiT takes t in [0, 1], hence num_train_timesteps=1.
 # stochastic_sampling=True is the distilled stable-audio-3-medium ("ping-pong", 8 steps); False is
@@ -122,92 +108,6 @@ def _t5_encoder(vocab: int, d_model: int, *, umt5: bool = False):
 # --------------------------------------------------------------------------------------------------------------
 # Wan 2.1 T2V / Wan 2.2 T2V-A14B
 # --------------------------------------------------------------------------------------------------------------
-
-
-def wan_latent_shape(batch: int, num_frames: int, height: int, width: int) -> tuple[int, int, int, int, int]:
-    """Wan's 5-D latent shape ``(B, 16, 1 + (F-1)/4, H/8, W/8)`` (F = 4k + 1; H, W multiples of 16)."""
-    return (batch, WAN_LATENT_CHANNELS, (num_frames - 1) // 4 + 1, height // 8, width // 8)
-
-
-def build_tiny_wan(seed: int = 0, two_experts: bool = False, flow_shift: float | None = None):
-    """A tiny Wan 2.1 T2V ``diffusers.WanPipeline`` (or, with ``two_experts``, a Wan 2.2 T2V-A14B-like one).
-
-    Components:
-
-    * ``transformer``: ``WanTransformer3DModel(patch_size=(1, 2, 2), num_attention_heads=2,
-      attention_head_dim=12, in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
-      num_layers=2, cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=32)``.
-    * ``text_encoder``: ``UMT5EncoderModel`` (d_model 32, 1 layer); ``tokenizer``: word-level, 512 tokens
-      (Wan's ``max_sequence_length``).
-    * ``vae``: ``AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
-      temperal_downsample=[False, True, True])``: 8x spatial, 4x temporal (causal first frame), with the
-      real ``latents_mean`` / ``latents_std`` defaults (16 channels).
-    * ``scheduler``: ``UniPCMultistepScheduler(**WAN_SCHEDULER_CONFIG)`` (flow_prediction, use_flow_sigmas,
-      flow_shift 3.0: the Wan 2.1 Diffusers config). ``flow_shift`` overrides the shift (the original Wan 2.2
-      T2V-A14B code samples with shift 12.0; diffusers' own Wan 2.2 test keeps 3.0).
-    * ``two_experts=True``: a second, independently initialised ``transformer_2`` and
-      ``boundary_ratio=0.875`` (Wan2.2-T2V-A14B): ``transformer`` (high noise) runs for t >= 875,
-      ``transformer_2`` (low noise) for t < 875; ``guidance_scale_2`` sets the low-noise CFG.
-
-    Latent layout: ``(B, 16, 1 + (F-1)/4, H/8, W/8)`` (``output_type="latent"``), see ``wan_latent_shape``;
-    no packing (the transformer patchifies 1x2x2 inside). ``output_type="pt"`` gives video
-    ``(B, F, 3, H, W)`` in [0, 1]. F must be 4k + 1 and H, W multiples of 16 (the pipeline rounds otherwise).
-
-    Sigmas: UniPC flow sigmas start at 0.99999899 (timestep 999), *not* 1.0, and end with a 0.
-    """
-    from diffusers import AutoencoderKLWan, UniPCMultistepScheduler, WanPipeline, WanTransformer3DModel
-
-    text_dim = 32
-    tokenizer = make_word_tokenizer(512)
-    vocab = len(tokenizer)
-
-    def make_transformer():
-        return WanTransformer3DModel(
-            patch_size=(1, 2, 2),
-            num_attention_heads=2,
-            attention_head_dim=12,
-            in_channels=WAN_LATENT_CHANNELS,
-            out_channels=WAN_LATENT_CHANNELS,
-            text_dim=text_dim,
-            freq_dim=256,
-            ffn_dim=32,
-            num_layers=2,
-            cross_attn_norm=True,
-            qk_norm="rms_norm_across_heads",
-            rope_max_seq_len=32,
-        )
-
-    with _seeded(seed, "transformer"):
-        transformer = make_transformer()
-    transformer_2 = None
-    if two_experts:
-        with _seeded(seed, "transformer_2"):
-            transformer_2 = make_transformer()
-    with _seeded(seed, "text_encoder"):
-        text_encoder = _t5_encoder(vocab, text_dim, umt5=True)
-    with _seeded(seed, "vae"):
-        vae = AutoencoderKLWan(
-            base_dim=3,
-            z_dim=WAN_LATENT_CHANNELS,
-            dim_mult=[1, 1, 1, 1],
-            num_res_blocks=1,
-            temperal_downsample=[False, True, True],
-        )
-    sched_cfg = dict(WAN_SCHEDULER_CONFIG)
-    if flow_shift is not None:
-        sched_cfg["flow_shift"] = float(flow_shift)
-    scheduler = UniPCMultistepScheduler(**sched_cfg)
-    pipe = WanPipeline(
-        tokenizer=tokenizer,
-        text_encoder=text_encoder,
-        vae=vae,
-        scheduler=scheduler,
-        transformer=transformer,
-        transformer_2=transformer_2,
-        boundary_ratio=WAN22_T2V_BOUNDARY_RATIO if two_experts else None,
-    )
-    pipe.set_progress_bar_config(disable=True)
-    return pipe
 
 
 # --------------------------------------------------------------------------------------------------------------
