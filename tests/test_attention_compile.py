@@ -49,7 +49,7 @@ def test_an_unknown_attention_backend_is_a_one_line_config_error(tmp_path):
 def test_the_default_keeps_today_s_attention_and_a_backend_gives_the_same_velocity(tmp_path):
     from diffusers.models.attention_processor import JointAttnProcessor2_0
 
-    from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
 
     cfg = _cfg(tmp_path, [])
     default = SD3Adapter.from_config(cfg.model, seed=cfg.seed)

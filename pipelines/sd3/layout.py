@@ -34,3 +34,16 @@ def layout(
                 f"resolution {height}x{width} gives a latent side {side}, not divisible by patch {patch_size}"
             )
     return Layout(shape, (shape[1] // patch_size) * (shape[2] // patch_size))
+
+
+def for_model(model_cfg) -> Layout:
+    """The layout of a ``ModelConfig``: the tiny preset's VAE, channels and patch for ``model.path: tiny``
+    (``model.tiny_size``), SD3/SD3.5's otherwise."""
+    height, width = model_cfg.size
+    if model_cfg.path != "tiny":
+        return layout(height, width)
+    from flowrl.pipelines.sd3.tiny import SIZES
+
+    s = SIZES[model_cfg.tiny_size]
+    factor = 2 ** (len(s.vae_channels) - 1)
+    return layout(height, width, vae_scale_factor=factor, channels=s.latent_channels, patch_size=s.patch_size)
