@@ -1,4 +1,5 @@
-"""The pipeline-adapter contract and the registry of adapters.
+"""The pipeline-adapter contract (``PipelineAdapter``: every member the core calls), the registry of families,
+and the conditioning helpers every family shares.
 
 An adapter wraps one diffusers pipeline family and exposes only what the RL loop needs, built from the
 pipeline's public pieces (``encode_prompt``, ``prepare_latents``, the scheduler's sigmas, the VAE). The RL
@@ -6,38 +7,28 @@ core never looks inside a latent: states, noise and velocities are tensors of th
 (SD3 ``(B, C, H/8, W/8)``, FLUX packed tokens ``(B, N, 64)``, Wan ``(B, 16, F', H/8, W/8)``, audio
 ``(B, D, L)``), batch first; a joint audio-video family's latents are a mapping of modalities
 (LTX-2 ``{"video": (B, N_v, 128), "audio": (B, L, 128)}``, ``flowrl.latents``), its velocity a mapping of
-the same keys and its media kind ``"audio_video"``.
+the same keys and its media kind ``"audio_video"``. Each family's layout math is its ``layout`` module.
 
-* ``encode_prompts(prompts, negative_prompts=None)`` -> conditioning, a dict of tensors with the batch first
-  (cached per prompt); with ``negative_prompts``, each row's CFG negative is rows of it too (SD3:
-  ``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``), so ``select`` and ``concat`` keep them aligned;
-* ``negative_conditioning(n)`` -> the unconditional branch for CFG (the empty prompt) where ``cond`` holds no
-  negatives of its own;
-* ``sigmas(num_steps)`` -> the schedule (T+1 values from about 1 down to 0), computed the pipeline's way (its
-  shift, FLUX's resolution-dependent ``mu``, Wan's flow shift); sigma_0 need not be exactly 1;
-* ``initial_noise(n, generator)`` -> x at sigma_0;
-* ``guidance(scale)`` -> ``Guidance``: how a scale is applied and how many transformer rows a sample costs per
-  velocity (``cost/nfe``, the estimate);
-* ``model_inputs(cond, guidance_scale)`` -> transformer-ready conditioning (CFG rows stacked), once a batch;
-* ``velocity(x, sigma, inputs, guidance_scale, model=None)`` -> v, one batched forward for every pass;
-* ``media_kind`` ("image", "video" or "audio") and ``decode(latents)`` -> media of that kind (``flowrl.media``):
-  images ``(B, 3, H, W)`` in [0, 1]; video ``{"video": (B, F, 3, H, W) in [0, 1], "fps": float}``; audio
-  ``{"audio": (B, C, N) in [-1, 1], "sample_rate": int}``;
-* ``transformer`` (the trained module: one diffusers model, or a module holding a family's experts) and
-  ``lora_target_modules``; ``save_lora(directory, state_dict)`` writes a LoRA the family's diffusers pipeline
-  loads with ``load_lora_weights``; ``load_trained(run_dir)`` loads a run's export back;
-* ``generate(prompts, num_steps, guidance_scale, generator, negative_prompts=None)`` -> media of the family's
-  own diffusers pipeline call (``flowrl sample``).
+Conditioning is a dict of tensors with the batch first; with negative prompts, each row's CFG negative is rows
+of it too (SD3: ``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``), so ``select`` and ``concat``
+keep them aligned. Media: images ``(B, 3, H, W)`` in [0, 1]; video ``{"video": (B, F, 3, H, W) in [0, 1],
+"fps": float}``; audio ``{"audio": (B, C, N) in [-1, 1], "sample_rate": int}``.
+
+One folder per family (``flowrl.pipelines.<family>``: ``adapter``, ``layout``, ``tiny``); what families share
+is in ``flowrl.pipelines.kit`` (loading, attention backends, the prompt cache, LoRA metadata, tiny text
+encoders). No family imports another's module.
 """
 
 from __future__ import annotations
 
-import difflib
-import importlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
 
 import torch
+
+from flowrl.registry import Registry
 
 Conditioning = dict[str, torch.Tensor]
 
@@ -72,57 +63,138 @@ def cfg_guidance(scale: float) -> Guidance:
     return Guidance("cfg", float(scale), 2) if scale != 1.0 else Guidance("none", float(scale), 1)
 
 
+Latent = torch.Tensor | Mapping[str, torch.Tensor]  # a tensor, or a mapping of modalities (LTX-2)
+
+
+@runtime_checkable
 class PipelineAdapter(Protocol):
-    transformer: torch.nn.Module
-    lora_target_modules: list[str]
-    device: torch.device
+    """Everything the core (trainer, methods, rollout, ``flowrl sample``, benchmarks) calls on a family's adapter.
 
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning: ...
+    A family joins by registering its adapter class (``register_family``); the conformance kit
+    (``tests/test_family_contract.py``) then runs every member below on the family's tiny recipe."""
 
-    def negative_conditioning(self, n: int) -> Conditioning: ...
+    media_kind: str  # "image", "video", "audio" or "audio_video": the kind ``decode`` and ``generate`` make
+    tiny_recipe: str  # the shipped recipe that runs the family's tiny offline model (the conformance kit's)
+    lora_target_modules: list[str]  # module-name suffixes peft's LoraConfig targets
+    device: torch.device  # where the pipeline's modules live
+    attention_backpropagates: bool  # False: an inference-only attention kernel (the trainer refuses to train)
+    pipe: Any  # the family's diffusers pipeline (benchmarks read its components)
 
-    def sigmas(self, num_steps: int) -> torch.Tensor: ...
+    @classmethod
+    def from_config(cls, model_cfg: Any, device: torch.device | str = "cpu", seed: int = 0) -> PipelineAdapter:
+        """Build from ``ModelConfig``: ``model.path`` ``tiny`` (and the family's other tiny names) offline."""
+        ...
 
-    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor: ...
+    @staticmethod
+    def check_model_path(model_cfg: Any) -> None:
+        """Refuse a ``model.path`` that cannot load, in one line, before any model is built."""
+        ...
 
-    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning: ...
+    @property
+    def transformer(self) -> torch.nn.Module:
+        """The trained module: one diffusers model, or a module holding the family's experts."""
+        ...
+
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
+        """Conditioning rows of ``prompts`` (cached per prompt); with ``negative_prompts``, each row's negative."""
+        ...
+
+    def negative_conditioning(self, n: int) -> Conditioning:
+        """The unconditional branch for CFG (the empty prompt), ``n`` rows."""
+        ...
+
+    def clear_cache(self) -> None:
+        """Forget the cached prompt embeddings (after the text encoders changed, or between evaluations)."""
+        ...
+
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The pipeline's schedule, ``num_steps + 1`` values (fp32, CPU) from about 1 down to 0."""
+        ...
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> Latent:
+        """``n`` latents at sigma_0, in the family's layout (``<family>.layout``)."""
+        ...
+
+    def guidance(self, scale: float) -> Guidance:
+        """How ``scale`` is applied and how many transformer rows a sample costs per velocity."""
+        ...
+
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
+        """Transformer-ready conditioning (CFG rows stacked, model dtype), built once a batch."""
+        ...
 
     def velocity(
         self,
-        x: torch.Tensor,
+        x: Latent,
         sigma: torch.Tensor | float,
         inputs: Conditioning,
         guidance_scale: float,
         model: torch.nn.Module | None = None,
-    ) -> torch.Tensor: ...
+    ) -> Latent:
+        """v(x, sigma | c), guided, fp32; ``model`` replaces the transformer (a DDP/FSDP wrapper, a reference)."""
+        ...
 
-    media_kind: str
+    def decode(self, latents: Latent) -> Any:
+        """Latents -> media of ``media_kind`` (``flowrl.media``)."""
+        ...
 
-    def guidance(self, scale: float) -> Guidance: ...
+    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
+        """Write a LoRA the family's diffusers pipeline loads back (``load_lora_weights`` or the family's loader)."""
+        ...
 
-    def decode(self, latents: torch.Tensor) -> Any: ...
+    def load_trained(self, run_dir: str | Path) -> str | None:
+        """Load a run's export (``lora/`` or the fine-tuned transformer) into the pipeline; returns what, or None."""
+        ...
+
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> Any:
+        """Media from the family's own diffusers pipeline call (``flowrl sample``)."""
+        ...
 
 
-_ADAPTERS: dict[str, str] = {
-    "sd3": "flowrl.pipelines.sd3:SD3Adapter",
-    "flux": "flowrl.pipelines.flux:FluxAdapter",
-    "wan": "flowrl.pipelines.wan:WanAdapter",
-    "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
-    "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
-}
+class TowerAdapter(PipelineAdapter, Protocol):
+    """A joint family whose transformer holds one tower per modality (LTX-2), read by per-modality methods."""
+
+    def tower_of(self, parameter_name: str) -> str:
+        """The tower a parameter belongs to (``"video"``, ``"audio"``, a cross-modal group or ``"shared"``)."""
+        ...
+
+
+# built-in families, imported only when chosen; another package registers its own family with register_family
+# (or an entry point in the group ``flowrl.pipelines``), and the conformance kit then runs it
+PIPELINES = Registry(
+    "pipeline",
+    "flowrl.pipelines",
+    builtins={
+        "sd3": "flowrl.pipelines.sd3:SD3Adapter",
+        "flux": "flowrl.pipelines.flux:FluxAdapter",
+        "wan": "flowrl.pipelines.wan:WanAdapter",
+        "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
+        "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
+    },
+)
+
+
+def register_family(name: str, adapter: Any | None = None):
+    """Register a family's adapter class (or ``"module:attr"``) under ``name``; usable as a class decorator.
+    A name already taken by another adapter is refused."""
+    return PIPELINES.register(name, adapter)
 
 
 def list_pipelines() -> list[str]:
-    return sorted(_ADAPTERS)
+    """The registered family names (``flowrl ls pipelines``)."""
+    return PIPELINES.names()
 
 
 def adapter_class(name: str) -> Any:
-    if name not in _ADAPTERS:
-        close = difflib.get_close_matches(name, list(_ADAPTERS), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(list_pipelines())}"
-        raise ValueError(f"unknown pipeline {name!r}{hint}")
-    module, _, attr = _ADAPTERS[name].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    """The adapter class registered as ``name``; an unknown name is refused in one line with the closest one."""
+    return PIPELINES.get(name)
 
 
 def check_model_path(model_cfg: Any) -> None:

@@ -49,7 +49,7 @@ def test_an_unknown_attention_backend_is_a_one_line_config_error(tmp_path):
 def test_the_default_keeps_today_s_attention_and_a_backend_gives_the_same_velocity(tmp_path):
     from diffusers.models.attention_processor import JointAttnProcessor2_0
 
-    from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
 
     cfg = _cfg(tmp_path, [])
     default = SD3Adapter.from_config(cfg.model, seed=cfg.seed)
@@ -123,9 +123,9 @@ def test_a_backend_whose_package_or_hardware_is_missing_is_refused_in_one_line(t
 
 
 def test_an_inference_only_backend_is_refused_for_training(tmp_path, tiny_cfg_overrides, monkeypatch):
-    from flowrl.pipelines import sd3
+    from flowrl.pipelines.kit import attention
 
-    monkeypatch.setattr(sd3, "_probe_attention", lambda *args: False)  # as SageAttention's kernel: no grad
+    monkeypatch.setattr(attention, "probe_attention", lambda *args: False)  # as SageAttention's kernel: no grad
     cfg = _cfg(tmp_path, tiny_cfg_overrides, "model.attention_backend=native")
     with pytest.raises(ValueError, match="model.attention_backend='native' is an inference-only kernel"):
         Trainer(cfg)

@@ -1,4 +1,4 @@
-"""The ltx2 adapter (pipelines/ltx2.py) on the tiny offline LTX-2 (32x32 px, 9 frames): latents as a mapping
+"""The ltx2 adapter (pipelines/ltx2/) on the tiny offline LTX-2 (32x32 px, 9 frames): latents as a mapping
 {"video", "audio"} of the loop's packed tokens, the cached connector rows, the transformer rows of each guidance
 option, the pipeline's sigmas, the noise-free Euler ODE on both modalities reproducing LTX2Pipeline (unguided,
 CFG, and CFG + STG + modality guidance), decode / generate as the pipeline's, the towers' module groups, the LoRA
@@ -13,8 +13,8 @@ import torch
 from flowrl.config import ModelConfig
 from flowrl.media import media_kind
 from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.ltx2 import CONDITION_KEYS, LTX2_LORA_TARGETS, LTX2Adapter, tower_of
-from flowrl.pipelines.tiny_families import LTX2_UNGUIDED_CALL_KWARGS, build_tiny_ltx2
+from flowrl.pipelines.ltx2 import CONDITION_KEYS, LTX2_LORA_TARGETS, LTX2_UNGUIDED_CALL_KWARGS, LTX2Adapter, tower_of
+from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 
 PROMPTS = ["a red cat", "a blue dog"]
 TEXT_LEN = 128  # a multiple of the connectors' 128 registers
@@ -123,7 +123,7 @@ def test_latents_noise_and_sigmas_are_the_pipelines(adapter):
     import numpy as np
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    from flowrl.pipelines.tiny_families import LTX2_SCHEDULER_CONFIG, ltx2_mu
+    from flowrl.pipelines.ltx2.layout import LTX2_SCHEDULER_CONFIG, ltx2_mu
 
     for steps in (2, 4):
         s = a.sigmas(steps)
@@ -441,7 +441,7 @@ def test_model_path_size_and_option_refusals(adapter, tmp_path):
 
 
 def test_offline_hub_id_is_one_line():
-    from flowrl.pipelines.sd3 import HubUnavailableError
+    from flowrl.pipelines.kit.loading import HubUnavailableError
 
     with pytest.raises(HubUnavailableError, match="hub is offline") as info:
         LTX2Adapter.from_config(_model(path="nobody-here/no-such-ltx2-model"))

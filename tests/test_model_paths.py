@@ -75,7 +75,7 @@ def sd3_to_original(sd: dict, num_layers: int) -> dict:
 def single_file(tmp_path_factory):
     """A tiny SD3 saved as a diffusers folder (the base) and a fine-tuned transformer as an original-layout
     single file (as SD3.5 fine-tunes ship: the transformer only)."""
-    from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
 
     root = tmp_path_factory.mktemp("single")
     pipe = build_tiny_sd3_pipeline(32, "tiny", seed=0)

@@ -1,5 +1,5 @@
 """Tiny FLUX.1 / Wan 2.1-2.2 / Stable Audio 3 pipelines: offline, deterministic, with the real latent layouts
-and sigma schedules (pipelines/tiny_families.py)."""
+and sigma schedules (each family's tiny.py and layout.py under pipelines/)."""
 
 import functools
 import math
@@ -9,7 +9,18 @@ import socket
 import pytest
 import torch
 
-from flowrl.pipelines import tiny_families as tf
+from flowrl.pipelines import tiny_families
+from flowrl.pipelines.flux.layout import flux_mu
+from flowrl.pipelines.flux.tiny import build_tiny_flux
+from flowrl.pipelines.stable_audio.layout import (
+    SA3_TINY_DOWNSAMPLING,
+    SA3_TINY_LATENT_DIM,
+    SA3_TINY_SAMPLING_RATE,
+    stable_audio_latent_length,
+)
+from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio
+from flowrl.pipelines.wan.layout import wan_latent_shape
+from flowrl.pipelines.wan.tiny import build_tiny_wan
 
 PROMPT = "a red cat"
 
@@ -44,12 +55,14 @@ def _record_calls(module):
 
 
 def test_registry_and_docstring():
-    assert set(tf.TINY_FAMILIES) == {"flux", "wan", "stable_audio"}
-    assert tf.TINY_FAMILIES["flux"] is tf.build_tiny_flux
-    assert tf.TINY_FAMILIES["wan"] is tf.build_tiny_wan
-    assert tf.TINY_FAMILIES["stable_audio"] is tf.build_tiny_stable_audio
-    assert tf.__doc__ and "0.99999899" in tf.__doc__
-    for builder in tf.TINY_FAMILIES.values():
+    """The re-exports of ``flowrl.pipelines.tiny_families`` are the family folders' builders; each builder
+    documents its latent layout and first sigma (Wan's is not 1)."""
+    assert set(tiny_families.TINY_FAMILIES) == {"flux", "wan", "stable_audio"}
+    assert tiny_families.TINY_FAMILIES["flux"] is build_tiny_flux
+    assert tiny_families.TINY_FAMILIES["wan"] is build_tiny_wan
+    assert tiny_families.TINY_FAMILIES["stable_audio"] is build_tiny_stable_audio
+    assert build_tiny_wan.__doc__ and "0.99999899" in build_tiny_wan.__doc__
+    for builder in tiny_families.TINY_FAMILIES.values():
         assert "Latent layout" in builder.__doc__
 
 
@@ -57,7 +70,7 @@ def test_builders_leave_global_rng_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    tf.build_tiny_stable_audio(seed=0)
+    build_tiny_stable_audio(seed=0)
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -68,7 +81,7 @@ def test_flux_classes_and_config():
     import diffusers
     from transformers import CLIPTextModel, T5EncoderModel
 
-    pipe = tf.build_tiny_flux()
+    pipe = build_tiny_flux()
     assert type(pipe) is diffusers.FluxPipeline
     assert type(pipe.transformer) is diffusers.FluxTransformer2DModel
     assert pipe.transformer.config.guidance_embeds is True
@@ -87,7 +100,7 @@ def test_flux_classes_and_config():
 def test_flux_runs_with_packed_latents_ids_guidance_and_mu():
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
-    pipe = tf.build_tiny_flux()
+    pipe = build_tiny_flux()
     calls, handle = _record_calls(pipe.transformer)
     mus = []
     set_timesteps = pipe.scheduler.set_timesteps
@@ -120,10 +133,10 @@ def test_flux_runs_with_packed_latents_ids_guidance_and_mu():
     assert len(calls) == 2
     assert torch.allclose(kw["timestep"], torch.ones(2))  # sigma_0 * 1000 / 1000
     # resolution-dependent shift mu, as the pipeline computes it
-    assert mus == [pytest.approx(tf.flux_mu(32, 32))]
-    assert tf.flux_mu(32, 32) == pytest.approx(0.45734375)
-    assert tf.flux_mu(1024, 1024) == pytest.approx(1.15)
-    assert tf.flux_mu(512, 512) == pytest.approx(calculate_shift(1024, 256, 4096, 0.5, 1.15))
+    assert mus == [pytest.approx(flux_mu(32, 32))]
+    assert flux_mu(32, 32) == pytest.approx(0.45734375)
+    assert flux_mu(1024, 1024) == pytest.approx(1.15)
+    assert flux_mu(512, 512) == pytest.approx(calculate_shift(1024, 256, 4096, 0.5, 1.15))
     sigmas = pipe.scheduler.sigmas
     mu = mus[0]
     assert sigmas[0].item() == 1.0  # exactly 1 for FLUX (linspace(1, 1/N, N) time-shifted)
@@ -132,10 +145,10 @@ def test_flux_runs_with_packed_latents_ids_guidance_and_mu():
 
 
 def test_flux_images_deterministic():
-    a = tf.build_tiny_flux(seed=0)(
+    a = build_tiny_flux(seed=0)(
         prompt=PROMPT, num_inference_steps=2, height=32, width=32, output_type="pt", generator=_gen(0)
     ).images
-    pipe = tf.build_tiny_flux(seed=0)
+    pipe = build_tiny_flux(seed=0)
     b = pipe(prompt=PROMPT, num_inference_steps=2, height=32, width=32, output_type="pt", generator=_gen(0)).images
     c = pipe(prompt=PROMPT, num_inference_steps=2, height=32, width=32, output_type="pt", generator=_gen(1)).images
     assert a.shape == (1, 3, 32, 32) and a.dtype == torch.float32
@@ -143,8 +156,8 @@ def test_flux_images_deterministic():
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
     # a different build seed gives different weights
-    w0 = tf.build_tiny_flux(seed=0).transformer.proj_out.weight
-    w1 = tf.build_tiny_flux(seed=1).transformer.proj_out.weight
+    w0 = build_tiny_flux(seed=0).transformer.proj_out.weight
+    w1 = build_tiny_flux(seed=1).transformer.proj_out.weight
     assert torch.equal(w0, pipe.transformer.proj_out.weight) and not torch.equal(w0, w1)
 
 
@@ -155,7 +168,7 @@ def test_wan_classes_and_scheduler():
     import diffusers
     from transformers import UMT5EncoderModel
 
-    pipe = tf.build_tiny_wan()
+    pipe = build_tiny_wan()
     assert type(pipe) is diffusers.WanPipeline
     assert type(pipe.transformer) is diffusers.WanTransformer3DModel and pipe.transformer_2 is None
     assert isinstance(pipe.text_encoder, UMT5EncoderModel)
@@ -175,14 +188,14 @@ def test_wan_classes_and_scheduler():
 
 
 def test_wan_video_latents_and_determinism():
-    pipe = tf.build_tiny_wan()
+    pipe = build_tiny_wan()
     kwargs = {"prompt": PROMPT, "num_inference_steps": 2, "height": 32, "width": 32, "num_frames": 5}
     calls, handle = _record_calls(pipe.transformer)
     try:
         lat = pipe(**kwargs, output_type="latent", generator=_gen(0)).frames
     finally:
         handle.remove()
-    assert lat.shape == tf.wan_latent_shape(1, 5, 32, 32) == (1, 16, 2, 4, 4)
+    assert lat.shape == wan_latent_shape(1, 5, 32, 32) == (1, 16, 2, 4, 4)
     assert lat.dtype == torch.float32
     assert calls[0][1]["hidden_states"].shape == (1, 16, 2, 4, 4)
     assert len(calls) == 4  # CFG (guidance 5.0): cond + uncond forward per step
@@ -192,14 +205,14 @@ def test_wan_video_latents_and_determinism():
     video = pipe(**kwargs, output_type="pt", generator=_gen(0)).frames
     assert video.shape == (1, 5, 3, 32, 32) and video.dtype == torch.float32  # (B, F, C, H, W)
     assert 0.0 <= video.min() and video.max() <= 1.0
-    again = tf.build_tiny_wan(seed=0)(**kwargs, output_type="pt", generator=_gen(0)).frames
+    again = build_tiny_wan(seed=0)(**kwargs, output_type="pt", generator=_gen(0)).frames
     assert torch.equal(video, again)
     other = pipe(**kwargs, output_type="pt", generator=_gen(1)).frames
     assert not torch.equal(video, other)
 
 
 def test_wan22_two_experts_switch_at_boundary():
-    pipe = tf.build_tiny_wan(two_experts=True)
+    pipe = build_tiny_wan(two_experts=True)
     assert pipe.transformer_2 is not None and pipe.config.boundary_ratio == 0.875
     assert not torch.equal(pipe.transformer.proj_out.weight, pipe.transformer_2.proj_out.weight)
     high, h1 = _record_calls(pipe.transformer)
@@ -221,7 +234,7 @@ def test_wan22_two_experts_switch_at_boundary():
     assert lat.shape == (1, 16, 2, 4, 4)
     assert [c[1]["timestep"].item() for c in high] == [999]  # t >= 875: high-noise expert
     assert [c[1]["timestep"].item() for c in low] == [750]  # t < 875: low-noise expert
-    again = tf.build_tiny_wan(seed=0, two_experts=True)(
+    again = build_tiny_wan(seed=0, two_experts=True)(
         prompt=PROMPT,
         num_inference_steps=2,
         height=32,
@@ -241,21 +254,21 @@ def test_stable_audio_classes_and_scheduler():
     import diffusers
     from transformers import T5GemmaEncoderModel
 
-    pipe = tf.build_tiny_stable_audio()
+    pipe = build_tiny_stable_audio()
     assert type(pipe) is diffusers.StableAudio3Pipeline
     assert type(pipe.transformer) is diffusers.StableAudio3DiTModel
     assert type(pipe.vae) is diffusers.AutoencoderSAME
     assert isinstance(pipe.text_encoder, T5GemmaEncoderModel)
-    assert pipe.vae.downsampling_ratio == tf.SA3_TINY_DOWNSAMPLING
+    assert pipe.vae.downsampling_ratio == SA3_TINY_DOWNSAMPLING
     sched = pipe.scheduler
     assert type(sched) is diffusers.FlowMatchEulerDiscreteScheduler
     assert sched.config.num_train_timesteps == 1 and sched.config.shift == 1.0
     assert sched.config.stochastic_sampling is True
-    assert tf.build_tiny_stable_audio(distilled=False).scheduler.config.stochastic_sampling is False
+    assert build_tiny_stable_audio(distilled=False).scheduler.config.stochastic_sampling is False
 
 
 def test_stable_audio_latents_audio_sigmas_and_determinism():
-    pipe = tf.build_tiny_stable_audio()
+    pipe = build_tiny_stable_audio()
     calls, handle = _record_calls(pipe.transformer)
     try:
         lat = pipe(
@@ -263,9 +276,9 @@ def test_stable_audio_latents_audio_sigmas_and_determinism():
         ).audios
     finally:
         handle.remove()
-    n = tf.stable_audio_latent_length(1.0, tf.SA3_TINY_SAMPLING_RATE, tf.SA3_TINY_DOWNSAMPLING)
+    n = stable_audio_latent_length(1.0, SA3_TINY_SAMPLING_RATE, SA3_TINY_DOWNSAMPLING)
     assert n == 16
-    assert lat.shape == (2, tf.SA3_TINY_LATENT_DIM, n) and lat.dtype == torch.float32
+    assert lat.shape == (2, SA3_TINY_LATENT_DIM, n) and lat.dtype == torch.float32
     # the DiT sees t in [0, 1]: timesteps equal sigmas; the log-SNR schedule starts at exactly 1.0
     sigmas = pipe.scheduler.sigmas
     assert sigmas[0].item() == 1.0 and sigmas[-1].item() == 0.0
@@ -278,7 +291,7 @@ def test_stable_audio_latents_audio_sigmas_and_determinism():
     audio = pipe(prompt=PROMPT, duration=1.0, num_inference_steps=2, output_type="pt", generator=_gen(0)).audios
     assert audio.shape == (1, 2, 256) and audio.dtype == torch.float32  # (B, channels, samples)
     assert audio.abs().max() <= 1.0
-    again = tf.build_tiny_stable_audio(seed=0)(
+    again = build_tiny_stable_audio(seed=0)(
         prompt=PROMPT, duration=1.0, num_inference_steps=2, output_type="pt", generator=_gen(0)
     ).audios
     assert torch.equal(audio, again)  # ping-pong re-noise draws from the same generator
@@ -287,11 +300,11 @@ def test_stable_audio_latents_audio_sigmas_and_determinism():
     # durations that are not a whole latent frame: latents round up, audio is trimmed
     short = pipe(prompt=PROMPT, duration=0.3, num_inference_steps=2, output_type="pt", generator=_gen(0)).audios
     assert short.shape == (1, 2, int(0.3 * 256))
-    assert tf.stable_audio_latent_length(0.3, 256, 16) == 5
+    assert stable_audio_latent_length(0.3, 256, 16) == 5
 
 
 def test_stable_audio_base_model_is_deterministic_euler():
-    pipe = tf.build_tiny_stable_audio(distilled=False)
+    pipe = build_tiny_stable_audio(distilled=False)
     a = pipe(prompt=PROMPT, duration=0.5, num_inference_steps=2, output_type="latent", generator=_gen(0)).audios
     b = pipe(prompt=PROMPT, duration=0.5, num_inference_steps=2, output_type="latent", generator=_gen(0)).audios
     assert a.shape == (1, 8, 8)

@@ -1,5 +1,5 @@
 """Tiny LTX-2 (joint audio-video) pipeline: the real diffusers classes, offline, deterministic, with LTX-2's
-latent layouts, sigma schedule, guidance passes and dual-tower transformer (pipelines/tiny_families.py)."""
+latent layouts, sigma schedule, guidance passes and dual-tower transformer (pipelines/ltx2/tiny.py and layout.py)."""
 
 import functools
 import itertools
@@ -10,7 +10,17 @@ import socket
 import pytest
 import torch
 
-from flowrl.pipelines import tiny_families as tf
+from flowrl.pipelines.ltx2 import LTX2_UNGUIDED_CALL_KWARGS
+from flowrl.pipelines.ltx2.layout import (
+    LTX2_SCHEDULER_CONFIG,
+    ltx2_audio_latent_length,
+    ltx2_audio_latent_shape,
+    ltx2_mu,
+    ltx2_video_latent_shape,
+    ltx2_video_seq_len,
+    ltx2_waveform_length,
+)
+from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 
 PROMPT = "a red cat"
 TEXT_LEN = 128  # max_sequence_length: a multiple of the connectors' 128 registers (the pipeline default is 1024)
@@ -35,7 +45,7 @@ def _offline_and_one_thread(monkeypatch):
 
 @pytest.fixture(scope="module")
 def pipe():
-    return tf.build_tiny_ltx2(seed=0)
+    return build_tiny_ltx2(seed=0)
 
 
 def _gen(seed=0):
@@ -43,7 +53,7 @@ def _gen(seed=0):
 
 
 def _call(pipe, output_type="pt", generator=None, **kwargs):
-    args = dict(tf.LTX2_UNGUIDED_CALL_KWARGS)
+    args = dict(LTX2_UNGUIDED_CALL_KWARGS)
     args.update(kwargs)
     return pipe(
         prompt=args.pop("prompt", PROMPT),
@@ -99,7 +109,7 @@ def test_classes_sizes_and_config(pipe):
         assert vae.latents_mean.abs().max() > 0 and not torch.allclose(vae.latents_std, torch.ones(128))
     sched = pipe.scheduler
     assert type(sched) is diffusers.FlowMatchEulerDiscreteScheduler
-    for key, value in tf.LTX2_SCHEDULER_CONFIG.items():
+    for key, value in LTX2_SCHEDULER_CONFIG.items():
         assert sched.config[key] == value, key
     assert sched.config.use_dynamic_shifting is True
     assert (sched.config.base_shift, sched.config.max_shift) == (0.95, 2.05)
@@ -110,7 +120,7 @@ def test_builder_leaves_global_rng_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    tf.build_tiny_ltx2(seed=0)
+    build_tiny_ltx2(seed=0)
     assert torch.equal(torch.rand(3), expected)
 
 
@@ -133,15 +143,15 @@ def test_unguided_call_shapes_one_pass_per_step_and_sigmas(pipe):
     frames, audio = out.frames, out.audio
     assert frames.shape == (1, FRAMES, 3, H, W) and frames.dtype == torch.float32
     assert 0.0 <= frames.min() and frames.max() <= 1.0
-    latent_len = tf.ltx2_audio_latent_length(FRAMES)  # round(9 / 24 * 25) = 9
+    latent_len = ltx2_audio_latent_length(FRAMES)  # round(9 / 24 * 25) = 9
     assert latent_len == 9
-    assert audio.shape == (1, 2, tf.ltx2_waveform_length(latent_len)) == (1, 2, 7920)  # 33 mel frames x 240
+    assert audio.shape == (1, 2, ltx2_waveform_length(latent_len)) == (1, 2, 7920)  # 33 mel frames x 240
     assert audio.abs().max() <= 1.0
 
     # one transformer pass per step; packed tokens and the documented call
     assert len(calls) == 2
     kw = calls[0]
-    assert kw["hidden_states"].shape == (1, tf.ltx2_video_seq_len(FRAMES, H, W), 128) == (1, 2, 128)
+    assert kw["hidden_states"].shape == (1, ltx2_video_seq_len(FRAMES, H, W), 128) == (1, 2, 128)
     assert kw["audio_hidden_states"].shape == (1, latent_len, 128)
     assert kw["encoder_hidden_states"].shape == kw["audio_encoder_hidden_states"].shape == (1, TEXT_LEN, 32)
     assert kw["encoder_attention_mask"].shape == (1, TEXT_LEN) and bool(kw["encoder_attention_mask"].all())
@@ -151,9 +161,9 @@ def test_unguided_call_shapes_one_pass_per_step_and_sigmas(pipe):
     assert kw["isolate_modalities"] is False and kw["use_cross_timestep"] is True
 
     # mu from the packed video token count; sigma_0 exactly 1, last non-zero sigma 0.1 (shift_terminal)
-    assert mus == [pytest.approx(tf.ltx2_mu(FRAMES, H, W))] * 2  # video scheduler and its audio deep copy
-    assert tf.ltx2_mu(FRAMES, H, W) == pytest.approx(0.95 + (2 - 1024) * 1.1 / 3072)
-    assert tf.ltx2_mu(97, 544, 960) > 2.05  # 13 * 17 * 30 = 6630 tokens: extrapolated past max_shift
+    assert mus == [pytest.approx(ltx2_mu(FRAMES, H, W))] * 2  # video scheduler and its audio deep copy
+    assert ltx2_mu(FRAMES, H, W) == pytest.approx(0.95 + (2 - 1024) * 1.1 / 3072)
+    assert ltx2_mu(97, 544, 960) > 2.05  # 13 * 17 * 30 = 6630 tokens: extrapolated past max_shift
     sigmas = pipe.scheduler.sigmas
     assert sigmas[0].item() == 1.0
     assert sigmas[-2].item() == pytest.approx(0.1, abs=1e-6) and sigmas[-1].item() == 0.0
@@ -164,8 +174,8 @@ def test_four_step_schedule():
     import numpy as np
     from diffusers import FlowMatchEulerDiscreteScheduler
 
-    sched = FlowMatchEulerDiscreteScheduler(**tf.LTX2_SCHEDULER_CONFIG)
-    mu = tf.ltx2_mu(121, 512, 768)  # 16 * 16 * 24 = 6144 video tokens
+    sched = FlowMatchEulerDiscreteScheduler(**LTX2_SCHEDULER_CONFIG)
+    mu = ltx2_mu(121, 512, 768)  # 16 * 16 * 24 = 6144 video tokens
     sched.set_timesteps(sigmas=np.linspace(1.0, 1 / 4, 4), mu=mu)
     s = sched.sigmas.tolist()
     assert len(s) == 5 and s[0] == 1.0 and s[-1] == 0.0
@@ -203,11 +213,11 @@ def test_guided_call_runs_cfg_stg_and_modality_passes(pipe):
 
 def test_deterministic_offline(pipe):
     a = _call(pipe, generator=_gen(0))
-    b = _call(tf.build_tiny_ltx2(seed=0), generator=_gen(0))
+    b = _call(build_tiny_ltx2(seed=0), generator=_gen(0))
     c = _call(pipe, generator=_gen(1))
     assert torch.equal(a.frames, b.frames) and torch.equal(a.audio, b.audio)
     assert not torch.allclose(a.frames, c.frames) and not torch.allclose(a.audio, c.audio)
-    d = _call(tf.build_tiny_ltx2(seed=1), generator=_gen(0))
+    d = _call(build_tiny_ltx2(seed=1), generator=_gen(0))
     assert not torch.allclose(a.frames, d.frames)
 
 
@@ -220,8 +230,8 @@ def test_latent_output_shapes_and_denormalisation(pipe):
 
     out = _call(pipe, output_type="latent", callback_on_step_end=grab)
     video, audio = out.frames, out.audio
-    assert video.shape == tf.ltx2_video_latent_shape(1, FRAMES, H, W) == (1, 128, 2, 1, 1)
-    assert audio.shape == tf.ltx2_audio_latent_shape(1, FRAMES) == (1, 8, 9, 16)
+    assert video.shape == ltx2_video_latent_shape(1, FRAMES, H, W) == (1, 128, 2, 1, 1)
+    assert audio.shape == ltx2_audio_latent_shape(1, FRAMES) == (1, 8, 9, 16)
     # the loop's packed, normalised latents (B, F'H'W', 128) -> unpacked and denormalised per channel
     packed = seen["latents"]
     assert packed.shape == (1, 2, 128)

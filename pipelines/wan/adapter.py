@@ -49,14 +49,13 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.flux import set_dispatcher_attention_backend
-from flowrl.pipelines.sd3 import (
-    DTYPES,
-    cached_rows,
-    check_folder_or_hub,
-    load_pretrained_pipeline,
-    lora_metadata,
-)
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.wan import layout
+from flowrl.pipelines.wan.experts import EXPERTS, WanExperts
+from flowrl.pipelines.wan.layout import DEFAULT_NUM_FRAMES
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +71,8 @@ WAN_LORA_TARGETS = [
     "attn2.to_out.0",
 ]
 TINY_PATHS = {"tiny": False, "tiny-a14b": True}  # model.path -> two experts
-DEFAULT_NUM_FRAMES = 81
 DEFAULT_FPS = 16.0
 DECODE_CHUNK_ELEMENTS = 1 << 20  # latent elements the VAE decodes at once (whole clips, at least one)
-EXPERTS = ("high_noise", "low_noise")
 LORA_FILES = {
     "high_noise": "pytorch_lora_weights.safetensors",
     "low_noise": "pytorch_lora_weights_transformer_2.safetensors",
@@ -112,168 +109,6 @@ def check_num_frames(num_frames: int, temporal: int = 4) -> None:
         raise ValueError(f"model.num_frames: Wan needs {temporal}k + 1 frames (e.g. 5, 33, 81), got {num_frames}")
 
 
-class WanExperts(torch.nn.Module):
-    """Wan 2.2 A14B's two experts as the one trained module.
-
-    ``forward`` has the Wan transformer's signature and runs, for each row, ``high_noise`` where its
-    ``timestep >= boundary_timestep`` and ``low_noise`` below (``WanPipeline``'s choice); rows that straddle the
-    boundary are split and put back in order. ``trained`` names the experts that train: ``add_adapter`` and
-    ``enable_gradient_checkpointing`` reach only them, ``requires_grad_`` never unfreezes the others, and a deep
-    copy shares the frozen ones instead of copying them.
-
-    Under grad, every trained parameter of an expert a forward did not run joins the output with weight 0, so
-    every trained parameter gets a (zero) gradient from every backward: DDP needs no ``find_unused_parameters``,
-    and a transition sampled by a frozen expert still has a differentiable (zero-gradient) loss.
-    """
-
-    _no_split_modules = ("WanTransformerBlock",)  # FSDP auto-wrap: the experts' blocks
-
-    def __init__(
-        self,
-        high_noise: torch.nn.Module,
-        low_noise: torch.nn.Module,
-        boundary_timestep: float,
-        trained: tuple[str, ...] = EXPERTS,
-    ):
-        super().__init__()
-        self.high_noise = high_noise
-        self.low_noise = low_noise
-        self.boundary_timestep = float(boundary_timestep)
-        unknown = set(trained) - set(EXPERTS)
-        if unknown or not trained:
-            raise ValueError(f"WanExperts: trained experts must be some of {', '.join(EXPERTS)}, got {trained}")
-        self.trained = tuple(e for e in EXPERTS if e in trained)
-        for name in EXPERTS:
-            if name not in self.trained:
-                getattr(self, name).requires_grad_(False)
-
-    # ------------------------------------------------------------------ what the trainer calls
-    def experts(self, trained: bool | None = None) -> list[tuple[str, torch.nn.Module]]:
-        """(name, expert) pairs, high noise first: all, the trained ones, or (``trained=False``) the frozen ones."""
-        return [(n, getattr(self, n)) for n in EXPERTS if trained is None or (n in self.trained) == trained]
-
-    @property
-    def config(self):
-        """The experts' shared architecture (patch size, channels, heads): the high-noise expert's config."""
-        return self.high_noise.config
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.high_noise.dtype
-
-    def requires_grad_(self, requires_grad: bool = True) -> WanExperts:
-        for name, expert in self.experts():
-            expert.requires_grad_(requires_grad and name in self.trained)
-        return self
-
-    def add_adapter(self, adapter_config, adapter_name: str = "default") -> None:
-        for _, expert in self.experts(trained=True):
-            expert.add_adapter(adapter_config, adapter_name=adapter_name)
-
-    @property
-    def peft_config(self) -> dict:
-        """The trained experts' LoRA configs (one config for both; ``peft.get_peft_model_state_dict`` reads it)."""
-        for _, expert in self.experts(trained=True):
-            config = getattr(expert, "peft_config", None)
-            if config:
-                return config
-        raise AttributeError("peft_config: no expert holds a LoRA")
-
-    def _with_lora(self) -> list[torch.nn.Module]:
-        return [e for _, e in self.experts() if getattr(e, "_hf_peft_config_loaded", False)]
-
-    def disable_adapters(self) -> None:
-        for expert in self._with_lora():
-            expert.disable_adapters()
-
-    def enable_adapters(self) -> None:
-        for expert in self._with_lora():
-            expert.enable_adapters()
-
-    def enable_gradient_checkpointing(self, *args, **kwargs) -> None:
-        for _, expert in self.experts(trained=True):
-            expert.enable_gradient_checkpointing(*args, **kwargs)
-
-    def disable_gradient_checkpointing(self) -> None:
-        for _, expert in self.experts():
-            expert.disable_gradient_checkpointing()
-
-    def save_config(self, directory: str | Path) -> None:
-        """``config.json`` of a full fine-tuning export (the trainer writes the state dict beside it, keys
-        ``high_noise.*`` and ``low_noise.*``): both experts' configs and the boundary (``WanAdapter.load_trained``)."""
-        directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
-        record = {
-            "_class_name": type(self).__name__,
-            "boundary_timestep": self.boundary_timestep,
-            "trained_experts": list(self.trained),
-            **{name: dict(expert.config) for name, expert in self.experts()},
-        }
-        (directory / "config.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
-
-    def __deepcopy__(self, memo: dict) -> WanExperts:
-        """A copy that shares the frozen experts (they never change) and copies the trained ones."""
-        for _, expert in self.experts(trained=False):
-            memo[id(expert)] = expert
-        new = type(self).__new__(type(self))
-        memo[id(self)] = new
-        new.__dict__.update(copy.deepcopy(self.__dict__, memo))
-        return new
-
-    # ------------------------------------------------------------------ the forward
-    def is_high_noise(self, timestep: torch.Tensor) -> torch.Tensor:
-        """(B,) bool: the rows the high-noise expert runs (``timestep >= boundary``, as ``WanPipeline``)."""
-        return timestep >= self.boundary_timestep
-
-    def forward(
-        self,
-        hidden_states: torch.Tensor,
-        timestep: torch.Tensor,
-        encoder_hidden_states: torch.Tensor,
-        return_dict: bool = False,
-        **kwargs,
-    ):
-        timestep = timestep.reshape(-1).expand(hidden_states.shape[0]) if timestep.numel() == 1 else timestep
-        high = self.is_high_noise(timestep)
-        parts, used = [], []
-        for name, rows in (("high_noise", high), ("low_noise", ~high)):
-            if not rows.any():
-                continue
-            index = None if rows.all() else rows.nonzero().flatten()
-            inputs = [hidden_states, timestep, encoder_hidden_states]
-            if index is not None:
-                inputs = [t.index_select(0, index) for t in inputs]
-            out = getattr(self, name)(
-                hidden_states=inputs[0],
-                timestep=inputs[1],
-                encoder_hidden_states=inputs[2],
-                return_dict=False,
-                **kwargs,
-            )[0]
-            parts.append((index, out))
-            used.append(name)
-        if len(parts) == 1:
-            out = parts[0][1]
-        else:  # rows straddle the boundary: put them back in order
-            order = torch.cat([index for index, _ in parts])
-            out = torch.cat([o for _, o in parts]).index_select(0, torch.argsort(order))
-        if torch.is_grad_enabled():
-            anchors = [
-                p.reshape(-1)[:1].float().sum()
-                for name, expert in self.experts(trained=True)
-                if name not in used
-                for p in expert.parameters()
-                if p.requires_grad and type(p.data) is torch.Tensor
-            ]
-            if anchors:
-                out = out + (torch.stack(anchors).sum() * 0.0).to(out.dtype)
-        if return_dict:
-            from diffusers.models.modeling_outputs import Transformer2DModelOutput
-
-            return Transformer2DModelOutput(sample=out)
-        return (out,)
-
-
 class WanAdapter:
     """Wan 2.1 T2V / Wan 2.2 T2V-A14B for RL. ``pipe`` is a ``WanPipeline``; the policy is its transformer, or
     (two experts) a ``WanExperts`` holding ``transformer`` and ``transformer_2``."""
@@ -281,6 +116,7 @@ class WanAdapter:
     lora_target_modules = WAN_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     media_kind = "video"
+    tiny_recipe = "tiny-wan"
 
     def __init__(
         self,
@@ -353,7 +189,7 @@ class WanAdapter:
         offline tiny Wan 2.2 T2V-A14B (``build_tiny_wan``), else ``WanPipeline.from_pretrained`` of a hub id or a
         local folder."""
         if model_cfg.path in TINY_PATHS:
-            from flowrl.pipelines.tiny_families import build_tiny_wan
+            from flowrl.pipelines.wan.tiny import build_tiny_wan
 
             pipe = build_tiny_wan(seed=seed, two_experts=TINY_PATHS[model_cfg.path])
         else:
@@ -462,7 +298,8 @@ class WanAdapter:
     def latent_shape(self) -> tuple[int, int, int, int]:
         """One sample's latent: (16, 1 + (F - 1)/4, H/8, W/8)."""
         s, t = self.pipe.vae_scale_factor_spatial, self.pipe.vae_scale_factor_temporal
-        return (self.latent_channels, (self.num_frames - 1) // t + 1, self.height // s, self.width // s)
+        frames, height, width = self.num_frames, self.height, self.width
+        return layout.latent_shape(frames, height, width, spatial=s, temporal=t, channels=self.latent_channels)
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Gaussian latents at sigma_0 through ``prepare_latents`` (fp32): (n, 16, F', H/8, W/8)."""

@@ -29,16 +29,11 @@ import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.sd3 import (
-    DTYPES,
-    _first_line,
-    _probe_attention,
-    attention_backend_names,
-    cached_rows,
-    check_folder_or_hub,
-    load_pretrained_pipeline,
-    lora_metadata,
-)
+from flowrl.pipelines.flux import layout
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
 
 logger = logging.getLogger(__name__)
 
@@ -69,46 +64,13 @@ def load_flux_pipeline(path: str, dtype: str = "fp32", revision: str | None = No
     return load_pretrained_pipeline("FluxPipeline", path, dtype, revision)
 
 
-def set_dispatcher_attention_backend(
-    transformer,
-    name: str,
-    device: torch.device,
-    dtype: torch.dtype,
-    heads: int | None = None,
-    head_dim: int | None = None,
-) -> bool:
-    """Send the attention of a transformer whose processors already call diffusers' dispatcher (FLUX, Wan,
-    LTX-2, Stable Audio 3) through backend ``name``; refused in one line where it cannot run. ``heads`` /
-    ``head_dim`` size the probe (default: the config's ``num_attention_heads`` / ``attention_head_dim``).
-    Returns whether it backpropagates."""
-    from diffusers.models.attention_dispatch import AttentionBackendName, _AttentionBackendRegistry
-
-    if name not in attention_backend_names():
-        raise ValueError(f"model.attention_backend: {name!r} is not one of {', '.join(attention_backend_names())}")
-    active = _AttentionBackendRegistry._active_backend
-    try:
-        transformer.set_attention_backend(name)
-    except Exception as exc:  # noqa: BLE001 -- diffusers raises RuntimeError/ValueError, a hub fetch its own
-        raise RuntimeError(f"model.attention_backend={name!r} is not available here: {_first_line(exc)}") from None
-    finally:  # only this transformer's processors change, not the process-wide default
-        _AttentionBackendRegistry.set_active_backend(active)
-    heads = int(heads or transformer.config.num_attention_heads)
-    head_dim = int(head_dim or transformer.config.attention_head_dim)
-    try:
-        return _probe_attention(AttentionBackendName(name), device, dtype, heads, head_dim)
-    except Exception as exc:  # noqa: BLE001 -- the kernels raise their own types
-        raise RuntimeError(
-            f"model.attention_backend={name!r} cannot run on this {device.type} with "
-            f"{str(dtype)[6:]} weights: {_first_line(exc)}"
-        ) from None
-
-
 class FluxAdapter:
     """FLUX.1 (dev-like, embedded guidance) for RL. ``pipe`` is a ``FluxPipeline``; the transformer is the policy."""
 
     lora_target_modules = FLUX_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
+    tiny_recipe = "tiny-flux"
 
     def __init__(
         self,
@@ -146,7 +108,7 @@ class FluxAdapter:
         self.latent_channels = pipe.transformer.config.in_channels // 4
         # the unpacked latent sides, as prepare_latents has them
         h, w = (2 * (value // (pipe.vae_scale_factor * 2)) for value in (self.height, self.width))
-        self.image_seq_len = (h // 2) * (w // 2)
+        self.image_seq_len = layout.flux_image_seq_len(self.height, self.width, pipe.vae_scale_factor)
         self._image_ids = pipe._prepare_latent_image_ids(1, h // 2, w // 2, self.device, self.compute_dtype)
         self._text_ids: dict[int, torch.Tensor] = {}
         self.attention_backend = attention_backend
@@ -161,7 +123,7 @@ class FluxAdapter:
         """Build from ``ModelConfig``: ``path="tiny"`` builds the offline tiny FLUX.1-dev (``build_tiny_flux``;
         ``model.tiny_size`` does not apply), else ``FluxPipeline.from_pretrained`` of a hub id or local folder."""
         if model_cfg.path == "tiny":
-            from flowrl.pipelines.tiny_families import build_tiny_flux
+            from flowrl.pipelines.flux.tiny import build_tiny_flux
 
             pipe = build_tiny_flux(seed=seed)
         else:
@@ -203,7 +165,7 @@ class FluxAdapter:
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
 
     def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row embeddings of each prompt through the prompt cache (``sd3.cached_rows``)."""
+        """One-row embeddings of each prompt through the prompt cache (``kit.prompts.cached_rows``)."""
         return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
 
     def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
@@ -234,16 +196,7 @@ class FluxAdapter:
     # ------------------------------------------------------------------ sampling pieces
     def mu(self) -> float:
         """FLUX's resolution-dependent shift, as ``FluxPipeline.__call__`` computes it."""
-        from diffusers.pipelines.flux.pipeline_flux import calculate_shift
-
-        c = self._scheduler.config
-        return calculate_shift(
-            self.image_seq_len,
-            c.get("base_image_seq_len", 256),
-            c.get("max_image_seq_len", 4096),
-            c.get("base_shift", 0.5),
-            c.get("max_shift", 1.15),
-        )
+        return layout.mu_of(self.image_seq_len, self._scheduler.config)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         """The pipeline's schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
@@ -257,7 +210,8 @@ class FluxAdapter:
     @property
     def latent_shape(self) -> tuple[int, int]:
         """One sample's packed latent: (tokens, 4 x latent channels)."""
-        return (self.image_seq_len, self.latent_channels * 4)
+        factor = self.pipe.vae_scale_factor
+        return layout.latent_shape(self.height, self.width, vae_scale_factor=factor, channels=self.latent_channels)
 
     def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
         """Packed Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32): (n, N, 64)."""

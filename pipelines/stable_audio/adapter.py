@@ -63,21 +63,18 @@ import copy
 import inspect
 import json
 import logging
-import math
 from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.flux import set_dispatcher_attention_backend
-from flowrl.pipelines.sd3 import (
-    DTYPES,
-    cached_rows,
-    check_folder_or_hub,
-    load_pretrained_pipeline,
-    lora_metadata,
-)
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.stable_audio import layout
+from flowrl.pipelines.stable_audio.tiny import wake_tiny_same
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +94,6 @@ TINY_PATHS = {"tiny": True, "tiny-base": False}
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 LORA_PREFIX = "transformer"
 TEXT_TOKENS = 256  # StableAudio3Pipeline.encode_prompt pads and truncates to min(tokenizer max, 256)
-# std of the tiny SAME autoencoder's learned "new tokens" (see wake_tiny_same)
-TINY_SAME_TOKEN_STD = 0.3
 
 
 def _call_default(name: str):
@@ -120,26 +115,6 @@ def check_model_path(model_cfg) -> None:
 def load_stable_audio_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
     """``StableAudio3Pipeline.from_pretrained`` from a hub id or a local folder, with a one-line error."""
     return load_pretrained_pipeline("StableAudio3Pipeline", path, dtype, revision)
-
-
-def wake_tiny_same(vae, seed: int) -> int:
-    """Give a toy SAME autoencoder's learned "new tokens" a unit-ish scale (std ``TINY_SAME_TOKEN_STD``, seeded);
-    returns how many tensors were redrawn (0 when they are not all near zero, e.g. a trained VAE).
-
-    SAME draws them at 1e-5. Its decoder's output tokens are those new tokens plus differential attention
-    (``softmax(q1 k1) v - softmax(q2 k2) v``) to the segment's latent: with queries near zero both softmaxes
-    are uniform and cancel, so at random init the waveform is a fixed pattern that moves by about 1e-6 with the
-    latents, and an audio reward could not tell samples apart. At std 0.3 the tiny decoder's output depends on
-    the latents (the share of energy below 16 Hz ranges over about 0.2-0.6 for Gaussian latents). Only applied
-    to ``model.path: tiny`` / ``tiny-base``; a no-op once ``build_tiny_stable_audio`` does the same."""
-    tokens = [p for name, p in vae.named_parameters() if name.endswith("new_tokens")]
-    if not tokens or max(float(p.detach().abs().max()) for p in tokens) > 1e-3:
-        return 0
-    gen = torch.Generator().manual_seed(seed * 1000 + 2)
-    with torch.no_grad():
-        for p in tokens:
-            p.copy_(torch.randn(p.shape, generator=gen) * TINY_SAME_TOKEN_STD)
-    return len(tokens)
 
 
 _PEFT_CLASSES: dict[type, type] = {}
@@ -206,6 +181,7 @@ class StableAudioAdapter:
     lora_target_modules = SA3_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     media_kind = "audio"
+    tiny_recipe = "tiny-audio"
 
     def __init__(
         self,
@@ -226,7 +202,7 @@ class StableAudioAdapter:
         self.downsampling_ratio = int(vae.downsampling_ratio)
         self.latent_dim = int(vae.config.latent_dim)
         # as StableAudio3Pipeline.__call__ rounds them (silence_padding_duration = 0)
-        self.latent_length = math.ceil(self.duration * self.sample_rate / self.downsampling_ratio)
+        self.latent_length = layout.stable_audio_latent_length(self.duration, self.sample_rate, self.downsampling_ratio)
         self.num_samples = int(self.duration * self.sample_rate)
         if self.duration <= 0 or self.num_samples < 1:
             raise ValueError(f"model.duration_s: {self.duration} s is less than one sample at {self.sample_rate} Hz")
@@ -267,7 +243,7 @@ class StableAudioAdapter:
         ``StableAudio3Pipeline.from_pretrained`` of a hub id or local folder. ``model.duration_s`` sets the clip
         length (None: the pipeline's default)."""
         if model_cfg.path in TINY_PATHS:
-            from flowrl.pipelines.tiny_families import build_tiny_stable_audio
+            from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio
 
             pipe = build_tiny_stable_audio(seed=seed, distilled=TINY_PATHS[model_cfg.path])
             wake_tiny_same(pipe.vae, seed)

@@ -80,14 +80,12 @@ import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.flux import set_dispatcher_attention_backend
-from flowrl.pipelines.sd3 import (
-    DTYPES,
-    cached_rows,
-    check_folder_or_hub,
-    load_pretrained_pipeline,
-    lora_metadata,
-)
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.ltx2 import layout
+from flowrl.pipelines.ltx2.layout import DEFAULT_FPS, DEFAULT_NUM_FRAMES
 
 logger = logging.getLogger(__name__)
 
@@ -95,13 +93,29 @@ MODALITIES = ("video", "audio")
 ATTENTIONS = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
 # self-attention, text cross-attention (both towers) and the two cross-modal attentions of every block
 LTX2_LORA_TARGETS = [f"{attn}.{proj}" for attn in ATTENTIONS for proj in ("to_q", "to_k", "to_v", "to_out.0")]
-DEFAULT_NUM_FRAMES = 121  # LTX2Pipeline's fixed default (LTX-2.0 / 2.3 checkpoints have no duration head)
-DEFAULT_FPS = 24.0  # LTX2Pipeline's frame_rate
 SPATIAL_MULTIPLE = 32  # LTX-2's video VAE: 32x spatial
 TEMPORAL_MULTIPLE = 8  # and 8x temporal compression (causal first frame)
 DECODE_CHUNK_ELEMENTS = 1 << 20  # video latent elements the VAEs decode at once (whole clips, at least one)
 CONDITION_KEYS = ("prompt_embeds", "audio_prompt_embeds", "prompt_attention_mask")
 TOWERS = ("video", "audio", "audio_to_video", "video_to_audio", "shared")
+
+# Keyword arguments that make an ``LTX2Pipeline`` call a plain, single-pass sampler (no CFG, no STG, no
+# modality guidance, no rescale). The pipeline's own defaults are the LTX-2.3 recipe: guidance_scale 3.0,
+# audio_guidance_scale 7.0, stg_scale = audio_stg_scale = 1.0 on block 28, modality_scale 3.0 and
+# guidance_rescale 0.7, i.e. three transformer calls per step (one of them on a doubled batch). Each audio_*
+# value falls back to the video one when it is falsy (``audio_stg_scale or stg_scale``), so 0.0 for audio
+# alone does not switch audio STG / rescale off.
+LTX2_UNGUIDED_CALL_KWARGS = {
+    "guidance_scale": 1.0,
+    "audio_guidance_scale": 1.0,
+    "stg_scale": 0.0,
+    "audio_stg_scale": 0.0,
+    "modality_scale": 1.0,
+    "audio_modality_scale": 1.0,
+    "guidance_rescale": 0.0,
+    "audio_guidance_rescale": 0.0,
+    "spatio_temporal_guidance_blocks": None,
+}
 
 # module names (top level, or within a transformer block) by group; everything else is by its "audio_" prefix
 _CROSS_GROUPS = {
@@ -215,6 +229,7 @@ class LTX2Adapter:
     check_model_path = staticmethod(check_model_path)
     tower_of = staticmethod(tower_of)
     media_kind = "audio_video"
+    tiny_recipe = "tiny-ltx2"
     modalities = MODALITIES
 
     def __init__(
@@ -287,17 +302,21 @@ class LTX2Adapter:
         self.text_dtype = pipe.text_encoder.dtype
         # the video latent grid and its packed tokens, as LTX2Pipeline.__call__ computes them
         self.video_channels = int(pipe.transformer.config.in_channels)
-        self.latent_frames = (self.num_frames - 1) // pipe.vae_temporal_compression_ratio + 1
-        self.latent_height = self.height // pipe.vae_spatial_compression_ratio
-        self.latent_width = self.width // pipe.vae_spatial_compression_ratio
-        self.video_seq_len = (
-            (self.latent_frames // self.patch_t)
-            * (self.latent_height // self.patch)
-            * (self.latent_width // self.patch)
+        grid = {"spatial": pipe.vae_spatial_compression_ratio, "temporal": pipe.vae_temporal_compression_ratio}
+        self.latent_frames, self.latent_height, self.latent_width = layout.video_grid(
+            self.num_frames, self.height, self.width, **grid
+        )
+        self.video_seq_len = layout.video_seq_len(
+            self.num_frames, self.height, self.width, **grid, patch=self.patch, patch_t=self.patch_t
         )
         # the audio latents: L frames of (channels, mel bins / 4), packed (B, L, channels x mel bins / 4)
-        per_second = pipe.audio_sampling_rate / pipe.audio_hop_length / float(pipe.audio_vae_temporal_compression_ratio)
-        self.audio_frames = round(self.num_frames / self.fps * per_second)
+        self.audio_frames = layout.audio_latent_length(
+            self.num_frames,
+            self.fps,
+            sample_rate=pipe.audio_sampling_rate,
+            hop_length=pipe.audio_hop_length,
+            compression=pipe.audio_vae_temporal_compression_ratio,
+        )
         self.audio_channels = int(pipe.audio_vae.config.latent_channels)
         self.mel_bins = int(pipe.audio_vae.config.mel_bins)
         self.latent_mel_bins = self.mel_bins // pipe.audio_vae_mel_compression_ratio
@@ -353,7 +372,7 @@ class LTX2Adapter:
         and decode options (STG, modality guidance, the audio CFG scale; all off by default)."""
         check_model_path(model_cfg)
         if model_cfg.path == "tiny":
-            from flowrl.pipelines.tiny_families import build_tiny_ltx2
+            from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 
             pipe = build_tiny_ltx2(seed=seed)
         else:
@@ -434,16 +453,7 @@ class LTX2Adapter:
     # ------------------------------------------------------------------ sampling pieces
     def mu(self) -> float:
         """The dynamic shift of ``LTX2Pipeline.__call__``: ``calculate_shift`` of the packed video token count."""
-        from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
-
-        c = self._scheduler.config
-        return calculate_shift(
-            self.video_seq_len,
-            c.get("base_image_seq_len", 1024),
-            c.get("max_image_seq_len", 4096),
-            c.get("base_shift", 0.95),
-            c.get("max_shift", 2.05),
-        )
+        return layout.mu_of(self.video_seq_len, self._scheduler.config)
 
     def sigmas(self, num_steps: int) -> torch.Tensor:
         """The pipeline's schedule with ``num_steps`` transitions, for both modalities: (T+1,) fp32 from exactly 1
@@ -658,8 +668,6 @@ class LTX2Adapter:
     def call_guidance_kwargs(self, guidance_scale: float) -> dict:
         """The ``LTX2Pipeline`` guidance arguments that sample what ``velocity`` computes at ``guidance_scale``:
         ``LTX2_UNGUIDED_CALL_KWARGS`` at 1, else CFG and the adapter's STG / modality scales, no rescale."""
-        from flowrl.pipelines.tiny_families import LTX2_UNGUIDED_CALL_KWARGS
-
         kwargs = dict(LTX2_UNGUIDED_CALL_KWARGS)
         plan = _plan_of(self, guidance_scale)
         if plan.cfg:

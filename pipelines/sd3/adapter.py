@@ -1,0 +1,308 @@
+"""Stable Diffusion 3 / 3.5 adapter, built from ``StableDiffusion3Pipeline``'s public pieces."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.kit.attention import has_xformers
+from flowrl.pipelines.kit.loading import DTYPES
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.sd3 import layout
+from flowrl.pipelines.sd3.attention import set_attention_backend
+from flowrl.pipelines.sd3.loading import check_model_path, load_sd3_pipeline
+
+logger = logging.getLogger(__name__)
+
+
+# Flow-GRPO's SD3.5 LoRA targets: joint attention projections of both streams.
+SD3_LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+]
+
+
+class SD3Adapter:
+    """SD3/SD3.5 for RL. ``pipe`` is a ``StableDiffusion3Pipeline``; the transformer is the policy."""
+
+    lora_target_modules = SD3_LORA_TARGETS
+    check_model_path = staticmethod(check_model_path)
+    media_kind = "image"
+    tiny_recipe = "tiny-cpu"
+
+    def __init__(
+        self,
+        pipe,
+        resolution: int | tuple[int, int] = 512,
+        max_sequence_length: int = 128,
+        device: torch.device | str = "cpu",
+        vae_dtype: torch.dtype = torch.float32,
+        prompt_cache: int = 1024,
+        attention_backend: str | None = None,
+    ):
+        self.pipe = pipe
+        self.device = torch.device(device)
+        # (height, width) in pixels; an int is a square
+        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        self.resolution = self.height if self.height == self.width else (self.height, self.width)
+        self.max_sequence_length = max_sequence_length
+        pipe.set_progress_bar_config(disable=True)
+        # text encoders and VAE are frozen; the VAE decodes in fp32 (as Flow-GRPO does)
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
+            module = getattr(pipe, name, None)
+            if module is not None:
+                module.requires_grad_(False).eval()
+                module.to(self.device)
+        if pipe.vae.dtype != vae_dtype:
+            pipe.vae.to(dtype=vae_dtype)
+        pipe.transformer.to(self.device)
+        if self.device.type == "cuda" and has_xformers() and attention_backend is None:
+            pipe.enable_xformers_memory_efficient_attention()
+        # one private scheduler copy: sigmas are read from it, never stepped
+        self._scheduler = copy.deepcopy(pipe.scheduler)
+        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
+        self.prompt_cache = prompt_cache
+        self._negative: Conditioning | None = None
+        self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
+        # ModelMixin.dtype walks every parameter: far too slow to ask once per denoising step
+        self.compute_dtype = pipe.transformer.dtype
+        # model.attention_backend: None keeps diffusers' default processors (xformers' where installed, above)
+        self.attention_backend = attention_backend
+        self.attention_backpropagates = True  # False: an inference-only attention kernel (the Trainer refuses it)
+        if attention_backend is not None:
+            self.attention_backpropagates = set_attention_backend(
+                pipe.transformer, attention_backend, self.device, self.compute_dtype
+            )
+
+    @classmethod
+    def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> "SD3Adapter":
+        """Build from ``ModelConfig``: ``path="tiny"`` builds the offline tiny model, else loads."""
+        if model_cfg.path == "tiny":
+            from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
+
+            pipe = build_tiny_sd3_pipeline(
+                max(getattr(model_cfg, "size", (model_cfg.resolution,))), model_cfg.tiny_size, seed=seed
+            )
+        else:
+            check_model_path(model_cfg)
+            pipe = load_sd3_pipeline(
+                model_cfg.path, model_cfg.dtype, model_cfg.revision, config=getattr(model_cfg, "config_path", None)
+            )
+        dtype = DTYPES[model_cfg.dtype]
+        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"):
+            module = getattr(pipe, name, None)
+            if module is not None and module.dtype != dtype:
+                module.to(dtype=dtype)
+        return cls(
+            pipe,
+            getattr(model_cfg, "size", model_cfg.resolution),
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+        )
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.pipe.transformer
+
+    def guidance(self, scale: float) -> Guidance:
+        """Two-branch CFG (both branches in one batched forward: 2 rows a sample), off at scale 1."""
+        return cfg_guidance(scale)
+
+    # ------------------------------------------------------------------ conditioning
+    @torch.no_grad()
+    def _encode(self, prompts: list[str]) -> Conditioning:
+        embeds, _, pooled, _ = self.pipe.encode_prompt(
+            prompt=prompts,
+            prompt_2=None,
+            prompt_3=None,
+            device=self.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+        )
+        return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
+
+    def _rows(self, prompts: list[str]) -> list[Conditioning]:
+        """One-row embeddings of each of ``prompts``, through the prompt cache (``cached_rows``)."""
+        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
+
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
+        """Embeddings of ``prompts`` (B, L, D) and (B, P). Each distinct prompt of the call is encoded once;
+        the ``prompt_cache`` most recently used ones are kept for later calls.
+
+        ``negative_prompts`` (one a prompt): each row's CFG negative, kept as rows of the conditioning
+        (``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``) so that selecting or concatenating
+        rows keeps every sample with its own negative; "" is the empty prompt, exactly the embedding of
+        ``negative_conditioning``. None: no negative rows, CFG uses the empty prompt (``model_inputs``)."""
+        if negative_prompts is not None and len(negative_prompts) != len(prompts):
+            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
+        given = [n for n in negative_prompts or [] if n]
+        rows = self._rows(list(prompts) + given)
+        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in rows[0]}
+        if negative_prompts is None:
+            return cond
+        empty = self._empty_negative()
+        own = iter(rows[len(prompts) :])
+        negs = [next(own) if n else empty for n in negative_prompts]
+        for k in empty:
+            cond[f"negative_{k}"] = torch.cat([r[k] for r in negs])
+        return cond
+
+    def _empty_negative(self) -> Conditioning:
+        if self._negative is None:
+            self._negative = self._encode([""])
+        return self._negative
+
+    def negative_conditioning(self, n: int) -> Conditioning:
+        """The empty-prompt embedding used as the CFG negative, expanded to ``n`` rows."""
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+
+    # ------------------------------------------------------------------ sampling pieces
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The scheduler's shifted schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
+        self._scheduler.set_timesteps(num_steps, device="cpu")
+        return self._scheduler.sigmas.detach().float().cpu().clone()
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int]:
+        channels = self.transformer.config.in_channels
+        return layout.latent_shape(
+            self.height, self.width, vae_scale_factor=self.pipe.vae_scale_factor, channels=channels
+        )
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32)."""
+        c, h, w = self.latent_shape
+        f = self.pipe.vae_scale_factor
+        return self.pipe.prepare_latents(n, c, h * f, w * f, torch.float32, self.device, generator)
+
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
+        """Transformer-ready conditioning for ``velocity``: cast to the model dtype and, with CFG, the
+        negative rows stacked before the prompt rows (uncond first, as the pipeline does): each row's own
+        negative where ``cond`` holds them (``encode_prompts(prompts, negative_prompts)``), else the empty
+        prompt. Built once per batch, not once per step."""
+        dtype = self.compute_dtype
+        embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
+        if guidance_scale != 1.0:
+            if "negative_prompt_embeds" in cond:
+                neg = {
+                    "prompt_embeds": cond["negative_prompt_embeds"],
+                    "pooled_prompt_embeds": cond["negative_pooled_prompt_embeds"],
+                }
+            else:
+                neg = self.negative_conditioning(embeds.shape[0])
+            embeds = torch.cat([neg["prompt_embeds"], embeds])
+            pooled = torch.cat([neg["pooled_prompt_embeds"], pooled])
+        return {"prompt_embeds": embeds.to(dtype), "pooled_prompt_embeds": pooled.to(dtype)}
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor | float,
+        inputs: Conditioning,
+        guidance_scale: float,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
+        """v(x, sigma | c) with CFG ``v_u + w (v_c - v_u)``; both branches in one forward. Returns fp32.
+
+        x: (B, C, H, W); sigma: a float or (B,); inputs: ``model_inputs(cond, guidance_scale)``.
+        ``model`` defaults to the pipeline's transformer (pass a DDP/FSDP wrapper of it, or a frozen
+        reference copy).
+        """
+        use_cfg = guidance_scale != 1.0
+        rows = 2 * x.shape[0] if use_cfg else x.shape[0]
+        if inputs["prompt_embeds"].shape[0] != rows:
+            raise ValueError(
+                f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {x.shape[0]} latents; "
+                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
+            )
+        x_in = torch.cat([x, x]) if use_cfg else x
+        timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
+        timestep = (
+            timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep]) if use_cfg else timestep
+        )
+        out = (model or self.transformer)(
+            hidden_states=x_in.to(self.compute_dtype),
+            timestep=timestep,
+            encoder_hidden_states=inputs["prompt_embeds"],
+            pooled_projections=inputs["pooled_prompt_embeds"],
+            return_dict=False,
+        )[0].float()
+        if use_cfg:
+            v_uncond, v_cond = out.chunk(2)
+            return v_uncond + guidance_scale * (v_cond - v_uncond)
+        return out
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents (B, C, h, w) -> images (B, 3, H, W) float in [0, 1]."""
+        vae = self.pipe.vae
+        z = latents.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
+        images = vae.decode(z, return_dict=False)[0]
+        return (images.float() / 2 + 0.5).clamp(0, 1)
+
+    def load_trained(self, run_dir: str | Path) -> str | None:
+        """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
+        run_dir = Path(run_dir)
+        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
+            self.pipe.load_lora_weights(str(run_dir / "lora"))
+            return "LoRA"
+        if (run_dir / "transformer" / "config.json").is_file():
+            from diffusers import SD3Transformer2DModel
+
+            trained = SD3Transformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.transformer.dtype)
+            self.pipe.transformer = trained.to(self.device)
+            if self.attention_backend is not None:
+                set_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
+            return "fine-tuned transformer"
+        return None
+
+    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
+        """Write a LoRA in diffusers format, loadable with ``pipe.load_lora_weights(directory)``. The transformer's
+        peft config (rank, alpha, targets) goes in the file's metadata: without it diffusers assumes
+        alpha = rank on loading, which halves a LoRA trained with alpha = 2 x rank."""
+        from diffusers import StableDiffusion3Pipeline
+
+        StableDiffusion3Pipeline.save_lora_weights(
+            str(directory),
+            transformer_lora_layers=state_dict,
+            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
+        )
+
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``); ``negative_prompts``
+        None: the empty prompt."""
+        return self.pipe(
+            prompt=list(prompts),
+            negative_prompt=negative_prompts,
+            num_inference_steps=num_steps,
+            guidance_scale=guidance_scale,
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            generator=generator,
+            output_type="pt",
+        ).images

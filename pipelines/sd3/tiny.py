@@ -1,0 +1,118 @@
+"""The offline tiny SD3: the real ``StableDiffusion3Pipeline`` classes at toy sizes, built in code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from flowrl.pipelines.kit.tiny import make_word_tokenizer, t5_encoder
+from flowrl.pipelines.sd3.layout import latent_shape
+
+
+@dataclass(frozen=True)
+class TinySize:
+    layers: int
+    heads: int
+    head_dim: int
+    clip_dim: int  # hidden size of each of the two CLIP text encoders
+    t5_dim: int  # = joint attention dim
+    vae_channels: tuple[int, ...]
+    latent_channels: int = 4
+    patch_size: int = 2
+    text_tokens: int = 16  # CLIP tokenizer length (SD3 uses 77)
+
+
+SIZES = {
+    "tiny": TinySize(layers=2, heads=2, head_dim=16, clip_dim=16, t5_dim=32, vae_channels=(8, 16)),
+    "small": TinySize(layers=4, heads=4, head_dim=32, clip_dim=32, t5_dim=64, vae_channels=(16, 32)),
+    # about 70M transformer parameters, the size the perf benchmark reports
+    "70m": TinySize(layers=8, heads=8, head_dim=64, clip_dim=64, t5_dim=128, vae_channels=(32, 64)),
+}
+
+
+def _clip_text_encoder(size: TinySize, vocab: int, eos_id: int):
+    from transformers import CLIPTextConfig, CLIPTextModelWithProjection
+
+    cfg = CLIPTextConfig(
+        vocab_size=vocab,
+        hidden_size=size.clip_dim,
+        intermediate_size=size.clip_dim * 2,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=size.text_tokens,
+        projection_dim=size.clip_dim,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=eos_id,
+    )
+    return CLIPTextModelWithProjection(cfg)
+
+
+def build_tiny_sd3_pipeline(
+    resolution: int = 32, size: str = "tiny", seed: int = 0, vocabulary: list[str] | None = None
+):
+    """A ``StableDiffusion3Pipeline`` with random weights at the chosen size preset, built offline.
+
+    ``vocabulary``: the tokenizers' words (default: the shipped prompt sets' words).
+    """
+    from diffusers import (
+        AutoencoderKL,
+        FlowMatchEulerDiscreteScheduler,
+        SD3Transformer2DModel,
+        StableDiffusion3Pipeline,
+    )
+
+    if size not in SIZES:
+        raise ValueError(f"unknown tiny size {size!r}; choose one of {', '.join(SIZES)}")
+    s = SIZES[size]
+    vae_factor = 2 ** (len(s.vae_channels) - 1)
+    latent = latent_shape(resolution, resolution, vae_scale_factor=vae_factor, channels=s.latent_channels)[1]
+    if latent % s.patch_size:
+        raise ValueError(f"resolution {resolution} gives a latent of {latent}, not divisible by patch {s.patch_size}")
+    torch.manual_seed(seed)
+    tokenizer = make_word_tokenizer(s.text_tokens, vocabulary)
+    tokenizer_3 = make_word_tokenizer(512, vocabulary)
+    vocab = len(tokenizer)
+    transformer = SD3Transformer2DModel(
+        sample_size=latent,
+        patch_size=s.patch_size,
+        in_channels=s.latent_channels,
+        out_channels=s.latent_channels,
+        num_layers=s.layers,
+        attention_head_dim=s.head_dim,
+        num_attention_heads=s.heads,
+        joint_attention_dim=s.t5_dim,
+        caption_projection_dim=s.heads * s.head_dim,
+        pooled_projection_dim=2 * s.clip_dim,
+        pos_embed_max_size=latent // s.patch_size,
+    )
+    vae = AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * len(s.vae_channels),
+        up_block_types=("UpDecoderBlock2D",) * len(s.vae_channels),
+        block_out_channels=s.vae_channels,
+        layers_per_block=1,
+        latent_channels=s.latent_channels,
+        norm_num_groups=4,
+        sample_size=resolution,
+        shift_factor=0.0609,
+        scaling_factor=1.5035,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )
+    scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
+    pipe = StableDiffusion3Pipeline(
+        transformer=transformer,
+        scheduler=scheduler,
+        vae=vae,
+        text_encoder=_clip_text_encoder(s, vocab, eos_id=3),
+        tokenizer=tokenizer,
+        text_encoder_2=_clip_text_encoder(s, vocab, eos_id=3),
+        tokenizer_2=make_word_tokenizer(s.text_tokens, vocabulary),
+        text_encoder_3=t5_encoder(vocab, s.t5_dim),
+        tokenizer_3=tokenizer_3,
+    )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
