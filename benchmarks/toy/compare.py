@@ -1,6 +1,6 @@
 """Every method on the toy benchmark with the same budget: a table and a plot.
 
-    python -m flowrl.benchmarks.toy.compare [--out runs/toy-compare] [--iterations N] [--only NAME ...]
+    python -m flowrl.benchmarks.toy.compare [--out runs/toy-compare] [--force] [--iterations N] [--only NAME ...]
                                             [--images-per-task 32] [--model FOLDER] [key=value ...]
 
 Runs ``toy-flow-grpo`` once per registered method (``flowrl.methods.list_methods()``, with
@@ -9,9 +9,10 @@ all with the same iterations, samples per iteration, seed and evaluation. Writes
 ``compare.json`` and ``compare.md`` (held-out accuracy before and after, the gain, the final training
 reward, wall time) and ``compare.png`` (training reward and held-out accuracy against iterations and
 against training wall time, evaluation time excluded). Methods that fail are listed with their error.
-A run folder that already holds a finished run with the same settings is reused, so runs can be made
-in parallel (``--only A`` and ``--only B`` into the same ``--out``) and a last call without ``--only``
-collects them into one table and plot.
+An ``--out`` that already holds those files is refused unless ``--force`` is given. A run folder that
+already holds a finished run with the same settings is reused, so runs can be made in parallel
+(``--only A`` and ``--only B`` into the same ``--out``) and a last call without ``--only`` (with
+``--force``: the parallel calls wrote their own tables) collects them into one table and plot.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 RECIPE = "toy-flow-grpo"
+OUTPUTS = ("compare.json", "compare.md", "compare.png")  # written to --out, refused there unless --force
 # Flow-GRPO variants expressible by config: name -> overrides.
 VARIANTS: dict[str, list[str]] = {
     # Flow-GRPO's original SDE instead of the recipe's coefficient-preserving one: a = 0.7, the first 3 steps
@@ -259,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     parser.add_argument("--out", default="runs/toy-compare")
     parser.add_argument("--iterations", type=int, default=None, help="default: the recipe's")
+    parser.add_argument("--force", action="store_true", help="replace the tables and plot already in --out")
     parser.add_argument("--only", nargs="*", default=None, help="run only these methods / variants")
     parser.add_argument("--images-per-task", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -279,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    from flowrl.cli import refuse_overwrite
+
     from .cli import ensure_model
 
     out = Path(args.out)
+    refuse_overwrite([out / name for name in OUTPUTS], "--out", args.force)
     out.mkdir(parents=True, exist_ok=True)
     folder = Path(args.model).expanduser() if args.model else ensure_model()
     if not (folder / "model_index.json").is_file():
