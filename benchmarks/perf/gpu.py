@@ -951,7 +951,7 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 duration = StableAudio3DurationEmbedder()
             with _default_dtype(encoder_dtype):
                 encoder = dict(e.T5GEMMA_B_ENCODER, num_hidden_layers=1) if shallow else dict(e.T5GEMMA_B_ENCODER)
-                text_encoder = e._component("T5GemmaEncoderModel", dict(encoder, **_ids()))
+                text_encoder = e.component("T5GemmaEncoderModel", dict(encoder, **_ids()))
             vae = diffusers.AutoencoderSAME()  # SAME-L
             pipe = diffusers.StableAudio3Pipeline(
                 vae=vae,
@@ -971,7 +971,7 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 gemma = dict(e.GEMMA3_12B)
                 if shallow:
                     gemma["text_config"] = dict(gemma["text_config"], num_hidden_layers=2)
-                text_encoder = e._component("Gemma3ForConditionalGeneration", gemma)
+                text_encoder = e.component("Gemma3ForConditionalGeneration", gemma)
             vae = diffusers.AutoencoderKLLTX2Video(**e.LTX2_VAE)
             audio_vae = diffusers.AutoencoderKLLTX2Audio()
             vocoder = LTX2Vocoder()
