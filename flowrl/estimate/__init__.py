@@ -107,6 +107,7 @@ from __future__ import annotations
 
 from flowrl.estimate.base import Estimate, ModelSize
 from flowrl.estimate.families import FALLBACK_LORA_TARGETS, FAMILIES, PROFILES, TINY_FAMILY_PATHS
+from flowrl.estimate.ltx2 import LTX2_FPS, LTX2_NUM_FRAMES
 from flowrl.estimate.meta import component, lora_parameter_count
 from flowrl.estimate.model import (
     BYTES,
@@ -141,6 +142,8 @@ from flowrl.estimate.published import (
     WAN_14B,
 )
 from flowrl.estimate.sd3 import CLIP_TOKENS, ROLLOUT_BLOCK_UNITS, VAE_DECODE_TENSORS
+from flowrl.estimate.stable_audio import SA3_DURATION_S, SA3_TEXT_TOKENS
+from flowrl.estimate.wan import WAN_NUM_FRAMES
 
 __all__ = [
     "BYTES",
@@ -156,6 +159,8 @@ __all__ = [
     "FLUX_VAE",
     "GEMMA3_12B",
     "GIB",
+    "LTX2_FPS",
+    "LTX2_NUM_FRAMES",
     "LTX2_VAE",
     "MATMUL_EFFICIENCY",
     "MODEL_SIZES",
@@ -164,6 +169,8 @@ __all__ = [
     "PROFILES",
     "PUBLISHED",
     "ROLLOUT_BLOCK_UNITS",
+    "SA3_DURATION_S",
+    "SA3_TEXT_TOKENS",
     "SD3_TRANSFORMERS",
     "SD3_VAE",
     "STRATEGIES",
@@ -175,6 +182,7 @@ __all__ = [
     "WAN21_1_3B",
     "WAN22_BOUNDARY_RATIO",
     "WAN_14B",
+    "WAN_NUM_FRAMES",
     "component",
     "estimate",
     "format_estimate",
