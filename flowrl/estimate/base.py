@@ -51,7 +51,7 @@ class ModelSize:
 
 @dataclass
 class Estimate:
-    """Per process. ``memory_gib`` and ``time_s`` break the totals down (see the module docstring)."""
+    """Per process. ``memory_gib`` and ``time_s`` break the totals down (the package docstring has the formulas)."""
 
     peak_gib: float
     seconds_per_iteration: float

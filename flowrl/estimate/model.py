@@ -130,7 +130,7 @@ def _reference(cfg: Config, m: ModelSize) -> bool:
 
 
 def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str) -> tuple[dict, list[str]]:
-    """Per-process bytes by item (see the module docstring)."""
+    """Per-process bytes by item (see the package docstring, ``flowrl.estimate``)."""
     s, t = cfg.sample, cfg.train
     notes = []
     bw = BYTES[cfg.model.dtype]
@@ -250,7 +250,7 @@ def estimate(
     sustained FLOP/s of one device (default: measured here, or an H100-class constant for an absent
     GPU). ``strategy``: ``ddp`` (every process holds everything), ``zero2`` (AdamW moments and gradients
     sharded over processes), ``fsdp`` (FULL_SHARD: the transformer's weights too; needs rollouts routed
-    through the wrapped model). Formulas: the module docstring.
+    through the wrapped model). Formulas: the package docstring (``flowrl.estimate``).
     """
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device: {device!r} is not one of cuda, cpu")
