@@ -16,14 +16,13 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.estimate import (
     CPU_RUNTIME_GIB,
     GIB,
-    _saved_bytes,
-    _sd3_flops_per_row,
-    _vae_decode_cost,
     estimate,
     format_estimate,
     lora_parameter_count,
     model_size,
 )
+from flowrl.estimate.meta import saved_bytes
+from flowrl.estimate.sd3 import sd3_flops_per_row, vae_decode_cost
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -109,7 +108,7 @@ def test_transformer_flops_formula_is_exact(side, text):
     model = _narrow_sd35()
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         model(**_inputs(side, text), return_dict=False)
-    assert _sd3_flops_per_row(model, (side // 2) ** 2, text) == counter.get_total_flops()
+    assert sd3_flops_per_row(model, (side // 2) ** 2, text) == counter.get_total_flops()
 
 
 def test_vae_decode_flops_formula_is_exact():
@@ -121,27 +120,27 @@ def test_vae_decode_flops_formula_is_exact():
     vae = AutoencoderKL.from_config(dict(SD3_VAE, block_out_channels=[16, 32, 32, 32], norm_num_groups=8))
     with FlopCounterMode(display=False) as counter, torch.no_grad():
         vae.decode(torch.randn(1, 16, 8, 8))
-    assert _vae_decode_cost(vae, 64)[0] == counter.get_total_flops()
+    assert vae_decode_cost(vae, 64)[0] == counter.get_total_flops()
 
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_activation_probe_scales_to_other_widths(lora):
     """The probe runs at width 64; the estimate scales by D. Check against the bytes autograd saves in a
     real forward of a 4x wider model at another token count (SD3.5 block structure, full FT and LoRA)."""
-    from flowrl.estimate import _sd3_probe
+    from flowrl.estimate.sd3 import sd3_probe
 
     heads, side, text, layers = 8, 32, 48, 4
     model = _narrow_sd35(layers=layers, heads=heads, side=side)
     cfg = resolve_config("tiny-cpu", ["train.lora.rank=8"] if lora else ["train.lora.enabled=false"])
     targets = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0"] if lora else None
-    per_row, per_img, per_txt = _sd3_probe(dict(model.config), cfg, targets)
+    per_row, per_img, per_txt = sd3_probe(dict(model.config), cfg, targets)
     predicted = per_row + heads * 32 / 64 * (per_img * (side // 2) ** 2 + per_txt * text)
     model.requires_grad_(not lora)
     if lora:
         from peft import LoraConfig
 
         model.add_adapter(LoraConfig(r=8, lora_alpha=8, target_modules=targets))
-    measured = _saved_bytes(model, _inputs(side, text), None)
+    measured = saved_bytes(model, _inputs(side, text), None)
     assert predicted == pytest.approx(measured, rel=0.05)
 
 
@@ -392,7 +391,7 @@ def test_tiny_family_counts_equal_the_built_modules(name):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from flowrl.estimate import _family_inputs
+    from flowrl.estimate.families import family_inputs
     from flowrl.pipelines.base import adapter_class
 
     recipe, overrides = TINY_FAMILIES[name]
@@ -421,7 +420,7 @@ def test_tiny_family_counts_equal_the_built_modules(name):
         "wan": lambda: tuple(adapter.latent_shape[1:]),
         "stable_audio": lambda: (adapter.latent_length,),
     }[cfg.model.pipeline]()
-    inputs = _family_inputs(
+    inputs = family_inputs(
         cfg.model.pipeline, pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"), torch.float32
     )
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
@@ -436,28 +435,29 @@ def test_family_decode_flops_and_working_set_on_meta_match_the_cpu():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from flowrl.estimate import _LiveBytes, _meta_decode_cost
+    from flowrl.estimate.families import meta_decode_cost
+    from flowrl.estimate.meta import LiveBytes
     from flowrl.pipelines.tiny_families import build_tiny_stable_audio, build_tiny_wan
 
     for pipeline, vae, latent in (
         ("wan", build_tiny_wan().vae, (16, 3, 8, 8)),
         ("stable_audio", build_tiny_stable_audio().vae, (8, 32)),
     ):
-        flops, peak = _meta_decode_cost(pipeline, json.dumps(dict(vae.config), default=list), latent)
+        flops, peak = meta_decode_cost(pipeline, json.dumps(dict(vae.config), default=list), latent)
         z = torch.randn(1, *latent)
         with torch.no_grad(), FlopCounterMode(display=False) as counter, sdpa_kernel(SDPBackend.MATH):
             vae.decode(z, return_dict=False)  # math attention: its matmuls visible to the counter
-        with torch.no_grad(), _LiveBytes([*vae.parameters(), *vae.buffers(), z]) as live:
+        with torch.no_grad(), LiveBytes([*vae.parameters(), *vae.buffers(), z]) as live:
             vae.decode(z, return_dict=False)  # the CPU's fused attention kernel, as a GPU's
         assert flops == counter.get_total_flops(), pipeline
         assert peak == live.peak > 0, pipeline
 
 
 def test_live_bytes_counts_each_storage_once_and_frees():
-    from flowrl.estimate import _LiveBytes
+    from flowrl.estimate.meta import LiveBytes
 
     x = torch.ones(1024)
-    with _LiveBytes([x]) as live:
+    with LiveBytes([x]) as live:
         y = x * 2  # 4 kB
         z = y.view(32, 32)  # a view: no new storage
         del y, z
@@ -488,15 +488,15 @@ def test_family_activation_probe_scales_to_other_widths(name, lora):
     """As the SD3 probe test: each family's width-64 probe, scaled by D, against the bytes autograd saves in a
     real forward of a 4x wider copy of its tiny model at other token counts (full FT in fp32; LoRA in bf16
     with bf16 autocast), within the same 5 %."""
-    from flowrl.estimate import (
-        _TRANSFORMER_CLASSES,
-        _component,
-        _family_inputs,
-        _family_parts,
-        _family_probe,
-        _family_width,
-        _grid_tokens,
+    from flowrl.estimate.families import (
+        TRANSFORMER_CLASSES,
+        family_inputs,
+        family_parts,
+        family_probe,
+        family_width,
+        grid_tokens,
     )
+    from flowrl.estimate.meta import component
     from flowrl.pipelines.base import adapter_class
 
     recipe, overrides = TINY_FAMILIES[name]
@@ -507,12 +507,12 @@ def test_family_activation_probe_scales_to_other_widths(name, lora):
     )
     cfg = _family_cfg(recipe, overrides, *precision)
     pipeline = cfg.model.pipeline
-    base = dict(_family_parts(pipeline, cfg.model.path, None).experts[0].config)  # the tiny model's config
+    base = dict(family_parts(pipeline, cfg.model.path, None).experts[0].config)  # the tiny model's config
     wide = {k: v for k, v in {**base, **_WIDE[name]}.items() if not k.startswith("_")}
     targets = list(adapter_class(pipeline).lora_target_modules) if lora else None
-    per_row, per_main, per_txt = _family_probe(pipeline, wide, cfg, targets)
+    per_row, per_main, per_txt = family_probe(pipeline, wide, cfg, targets)
     torch.manual_seed(0)
-    model = _component(_TRANSFORMER_CLASSES[pipeline], wide)
+    model = component(TRANSFORMER_CLASSES[pipeline], wide)
     weights = torch.bfloat16 if lora else torch.float32
     keep = getattr(model, "_keep_in_fp32_modules", None) or []
     for pname, p in model.named_parameters():
@@ -526,12 +526,12 @@ def test_family_activation_probe_scales_to_other_widths(name, lora):
             if p.requires_grad:
                 p.data = p.data.float()
     grid, n_txt = _WIDE_GRID[name]
-    width = _family_width(pipeline, model.config)[0]
+    width = family_width(pipeline, model.config)[0]
     assert width == 4 * 64
-    predicted = per_row + width / 64 * (per_main * _grid_tokens(pipeline, model.config, grid) + per_txt * n_txt)
-    measured = _saved_bytes(
+    predicted = per_row + width / 64 * (per_main * grid_tokens(pipeline, model.config, grid) + per_txt * n_txt)
+    measured = saved_bytes(
         model,
-        _family_inputs(pipeline, model.config, grid, n_txt, torch.device("cpu"), weights),
+        family_inputs(pipeline, model.config, grid, n_txt, torch.device("cpu"), weights),
         torch.bfloat16 if lora else None,
     )
     assert predicted == pytest.approx(measured, rel=0.05)
@@ -645,7 +645,7 @@ def test_ltx2_tiny_counts_and_flops_equal_the_built_modules():
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    from flowrl.estimate import _family_inputs
+    from flowrl.estimate.families import family_inputs
     from flowrl.pipelines.base import adapter_class
 
     cfg = resolve_config("tiny-ltx2")
@@ -664,7 +664,7 @@ def test_ltx2_tiny_counts_and_flops_equal_the_built_modules():
     assert m.image_tokens == adapter.video_seq_len + adapter.audio_frames
     assert m.text_tokens == cfg.model.max_sequence_length and m.media == "audio+video"
     grid = (adapter.latent_frames, adapter.latent_height, adapter.latent_width, adapter.audio_frames)
-    inputs = _family_inputs("ltx2", pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"), torch.float32)
+    inputs = family_inputs("ltx2", pipe.transformer.config, grid, m.text_tokens, torch.device("cpu"), torch.float32)
     with FlopCounterMode(display=False) as counter, torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
         pipe.transformer(**inputs, return_dict=False)
     assert m.flops_per_row == counter.get_total_flops()
@@ -702,3 +702,67 @@ def test_ltx2_published_sizes():
     assert "KL reference copy" in full.memory_gib and "KL reference copy" not in lora.memory_gib
     assert full.memory_gib["AdamW moments"] * GIB == pytest.approx(8 * full.model.transformer_params)
     assert full.model.image_tokens == 13 * 17 * 30 + 101  # 97 x 544 x 960 at 24 fps
+
+
+# ----------------------------------------------------------------------------------------------------
+# every shipped recipe's estimate, held equal to the text recorded before the estimate became a package of
+# family profiles (tests/assets/estimate_golden.txt; the toy recipes' model folders are made on first use)
+
+GOLDEN = Path(__file__).parent / "assets" / "estimate_golden.txt"
+GOLDEN_EXTRA = [  # overrides that reach the branches the recipes leave out
+    ("tiny-cpu", ["train.lora.enabled=false", "train.beta=0.01", "train.ema=true"], {}),
+    ("tiny-cpu", ["train.gradient_checkpointing=true", "sample.window_size=2"], {}),
+    ("tiny-wan", ["model.path=tiny-a14b", "model.trained_experts=low_noise"], {}),
+    ("tiny-audio", ["model.path=tiny-base", "sample.guidance_scale=1.0"], {}),
+    ("sd35m-pickscore", [], {"world_size": 8, "strategy": "fsdp"}),
+    ("sd35m-pickscore", ["train.lora.enabled=false"], {"world_size": 4, "strategy": "zero2"}),
+    ("wan22-a14b", [], {"world_size": 8, "strategy": "fsdp"}),
+    ("flux-dev-pickscore", ["train.gradient_checkpointing=true"], {"world_size": 8}),
+    ("ltx2-av-grpo", [], {"world_size": 8, "strategy": "zero2"}),
+    (
+        "wan21-t2v-1.3b",
+        ["train.lora.enabled=false", "train.mixed_precision=bf16"],
+        {"world_size": 2, "strategy": "fsdp"},
+    ),
+]
+
+
+def _golden_cases() -> list[tuple[str, list[str], dict]]:
+    from flowrl.config import recipe_names
+
+    return [(r, [], {}) for r in sorted(recipe_names()) if not r.startswith("toy-")] + GOLDEN_EXTRA
+
+
+def _golden_blocks() -> dict[str, str]:
+    blocks = GOLDEN.read_text().split("=== ")[1:]
+    return {b.split("\n", 1)[0]: b.split("\n", 1)[1] for b in blocks}
+
+
+def _check_golden(tiny: bool) -> None:
+    from flowrl.estimate import is_tiny
+
+    expected = _golden_blocks()
+    cases = _golden_cases()
+    assert len(cases) == len(expected)
+    checked = 0
+    for name, overrides, kw in cases:
+        key = " ".join([name, *overrides, *(f"--{k.replace('_', '-')} {v}" for k, v in kw.items())])
+        cfg = resolve_config(name, overrides)
+        if is_tiny(cfg.model) != tiny:
+            continue
+        text = format_estimate(estimate(cfg, device="cpu" if tiny else "cuda", flops=1e13, **kw))
+        assert text + "\n" == expected[key], key
+        checked += 1
+    assert checked > 5
+
+
+def test_every_tiny_recipe_estimate_equals_its_recorded_text():
+    """format_estimate of every shipped tiny recipe (and the tiny overrides above) at a given FLOP rate, on the
+    CPU (as `flowrl validate --estimate` picks for them), equals the recorded text line for line."""
+    _check_golden(tiny=True)
+
+
+@pytest.mark.slow
+def test_every_published_recipe_estimate_equals_its_recorded_text():
+    """The same for every shipped full-size recipe (and overrides) on CUDA: about a minute of meta forwards."""
+    _check_golden(tiny=False)

@@ -75,7 +75,7 @@ def test_full_sizes_are_the_published_architectures():
     with torch.device("meta"):
         wan = WanTransformer3DModel(**gpu.WAN21_1_3B)
     assert count(wan) == pytest.approx(1.419e9, rel=1e-3)
-    assert gpu._wan_latent(gpu.FULL.wan_video) == (21, 60, 104)  # 21 * 30 * 52 = 32,760 tokens
+    assert gpu.wan_latent(gpu.FULL.wan_video) == (21, 60, 104)  # 21 * 30 * 52 = 32,760 tokens
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -227,8 +227,8 @@ def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
     ]
     assert (count(pipe.transformer), sum(count(m) for m in encoders)) == expected
     assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
-    gpu._save_family_configs(pipe, tmp_path)
-    cfg = gpu._family_config(name, gpu.FULL, tmp_path, 2, "bf16")
+    gpu.save_family_configs(pipe, tmp_path)
+    cfg = gpu.family_config(name, gpu.FULL, tmp_path, 2, "bf16")
     m = model_size(cfg)
     assert m.source == f"configs of {tmp_path}"
     assert (m.transformer_params, m.text_encoder_params) == expected
@@ -249,8 +249,8 @@ def test_ltx2_full_size_is_the_published_architecture(tmp_path):
     pipe = gpu.build_family("ltx2", gpu.FULL, torch.device("meta"), torch.bfloat16)
     assert sum(p.numel() for p in pipe.transformer.parameters()) == 18_876_174_592
     assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
-    gpu._save_family_configs(pipe, tmp_path)
-    cfg = gpu._family_config("ltx2", gpu.FULL, tmp_path, 1, "bf16")
+    gpu.save_family_configs(pipe, tmp_path)
+    cfg = gpu.family_config("ltx2", gpu.FULL, tmp_path, 1, "bf16")
     m = model_size(cfg)
     assert m.source == f"configs of {tmp_path}" and m.transformer_params == 18_876_174_592
     assert cfg.method.name == "av_grpo" and cfg.train.gradient_checkpointing and cfg.train.lora.rank == 32

@@ -1,6 +1,6 @@
 """Every method on the toy benchmark with the same budget: a table and a plot.
 
-    python -m flowrl.benchmarks.toy.compare [--out runs/toy-compare] [--iterations N] [--only NAME ...]
+    python -m flowrl.benchmarks.toy.compare [--out runs/toy-compare] [--force] [--iterations N] [--only NAME ...]
                                             [--images-per-task 32] [--model FOLDER] [key=value ...]
 
 Runs ``toy-flow-grpo`` once per registered method (``flowrl.methods.list_methods()``, with
@@ -9,9 +9,11 @@ all with the same iterations, samples per iteration, seed and evaluation. Writes
 ``compare.json`` and ``compare.md`` (held-out accuracy before and after, the gain, the final training
 reward, wall time) and ``compare.png`` (training reward and held-out accuracy against iterations and
 against training wall time, evaluation time excluded). Methods that fail are listed with their error.
-A run folder that already holds a finished run with the same settings is reused, so runs can be made
-in parallel (``--only A`` and ``--only B`` into the same ``--out``) and a last call without ``--only``
-collects them into one table and plot.
+A run folder that already holds a finished run with the same settings is reused, so runs can be made in
+parallel (``--only A`` and ``--only B`` into the same ``--out``) and a last call without ``--only``
+collects them into one table and plot. What another comparison left in ``--out`` (its tables, or a
+finished run with other settings) is refused, as every command refuses to write over a file, unless
+``--force`` is given.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 RECIPE = "toy-flow-grpo"
+OUTPUTS = ("compare.json", "compare.md", "compare.png")  # written to --out (another comparison's: refused)
 # Flow-GRPO variants expressible by config: name -> overrides.
 VARIANTS: dict[str, list[str]] = {
     # Flow-GRPO's original SDE instead of the recipe's coefficient-preserving one: a = 0.7, the first 3 steps
@@ -259,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", help="key=value overrides for every run")
     parser.add_argument("--out", default="runs/toy-compare")
     parser.add_argument("--iterations", type=int, default=None, help="default: the recipe's")
+    parser.add_argument(
+        "--force", action="store_true", help="replace another comparison's tables and runs already in --out"
+    )
     parser.add_argument("--only", nargs="*", default=None, help="run only these methods / variants")
     parser.add_argument("--images-per-task", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
@@ -278,11 +284,40 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def refuse_other_comparison(out: Path, common: list[str], only: list[str] | None) -> None:
+    """Refuse, in one line, an ``--out`` that holds what another comparison wrote: tables recording a run with
+    other settings (or no ``compare.json`` beside them), or a finished run that this call would retrain."""
+    from flowrl.cli import refuse_overwrite
+
+    every = runs_to_make(None)
+    tables = out / OUTPUTS[0]
+    try:
+        recorded = json.loads(tables.read_text()) if tables.is_file() else []
+    except ValueError:
+        recorded = None
+    ours = isinstance(recorded, list) and all(
+        isinstance(r, dict)
+        and r.get("name") in every
+        and r.get("settings", [*common, *r.get("overrides", [])]) == [*common, *every[r["name"]]]
+        for r in recorded
+    )
+    if not ours or (not tables.is_file() and any((out / name).exists() for name in OUTPUTS[1:])):
+        refuse_overwrite([out / name for name in OUTPUTS], "--out")
+    for name, overrides in runs_to_make(only).items():
+        done = out / name / RESULT_FILE
+        if done.is_file() and json.loads(done.read_text()).get("settings") != [*common, *overrides]:
+            raise ValueError(
+                f"--out: {str(out / name)!r} holds a finished {name} run with other settings; pass --force to "
+                "replace it, or name a new folder"
+            )
+
+
 def _compare(args: argparse.Namespace) -> int:
     from .cli import ensure_model
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: {str(out)!r} is a file; name a folder")
     folder = Path(args.model).expanduser() if args.model else ensure_model()
     if not (folder / "model_index.json").is_file():
         raise FileNotFoundError(
@@ -291,6 +326,9 @@ def _compare(args: argparse.Namespace) -> int:
     common = [f"model.path={folder}", *args.overrides]
     if args.iterations is not None:
         common.append(f"train.iterations={args.iterations}")
+    if not args.force:
+        refuse_other_comparison(out, common, args.only)
+    out.mkdir(parents=True, exist_ok=True)
     base_cache: dict = {}  # the base model is evaluated once, not once per method
     results = []
     for name, overrides in runs_to_make(args.only).items():

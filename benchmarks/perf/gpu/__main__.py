@@ -1,0 +1,3 @@
+from flowrl.benchmarks.perf.gpu.runner import main
+
+main()

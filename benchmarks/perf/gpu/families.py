@@ -1,0 +1,381 @@
+"""FLUX.1-dev, Wan2.1-1.3B, Stable Audio 3 medium and LTX-2 through flowrl's Trainer: each family's pipeline
+at its published architecture with random weights (``flowrl.estimate``'s table), through its own adapter, one
+iteration next to ``estimate(cfg)``."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from unittest import mock
+
+import torch
+
+from flowrl.benchmarks.perf.gpu.common import Clock, Scale, default_dtype, fp32_kept, iterate, reset_peak, token_ids
+
+
+@dataclass
+class FamilyRun:
+    """One family's iteration: its tiny recipe with these overrides (what ``--smoke`` shrinks too)."""
+
+    recipe: str
+    overrides: list[str]
+    label: str  # the row's setting, in words
+
+
+FAMILY_RUNS = {
+    # Flow-GRPO's pickscore_flux settings (512 px, 6 steps with 5 trained, guidance embedding 3.5, noise 0.9,
+    # LoRA 64/128 on the attention and feed-forward projections, beta 0, bf16), on 12 samples in batches of 3
+    "flux": FamilyRun(
+        "tiny-flux",
+        [
+            "model.resolution=512",
+            "model.max_sequence_length=512",
+            "sample.num_steps=6",
+            "sample.timestep_fraction=0.99",
+            "sample.guidance_scale=3.5",
+            "sample.noise_level=0.9",
+            "sample.group_size=6",
+            "sample.prompts_per_iteration=2",
+            "sample.batch_size=3",
+            "train.beta=0.0",
+            "train.clip_range=1.0e-4",
+            "train.lora.rank=64",
+            "train.lora.alpha=128",
+            (
+                "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
+                "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
+            ),
+            'reward={"jpeg_compressibility": 1.0}',
+        ],
+        "512px, 12 samples, batch 3, 6 steps, guidance embedding 3.5, LoRA 64 (+FF)",
+    ),
+    # Flow-GRPO's general_ocr_wan2_1 settings (CFG 4.5, LoRA 32/64, beta 0.004, clip 1e-3, bf16) at 81 frames
+    # of 480x832 with gradient checkpointing; 10 steps of which an SDE window of 2 trains (Flow-GRPO's 20 steps,
+    # 19 of them trained, would take about 4x longer), 2 samples, one a batch
+    "wan": FamilyRun(
+        "tiny-wan",
+        [
+            "model.height=480",
+            "model.width=832",
+            "model.num_frames=81",
+            "model.fps=16",
+            "model.max_sequence_length=512",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=10",
+            "sample.window_size=2",
+            "sample.guidance_scale=4.5",
+            "sample.group_size=2",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=1",
+            "train.beta=0.004",
+            "train.clip_range=1.0e-3",
+            "train.lora.rank=32",
+            "train.lora.alpha=64",
+            "train.lora.target_modules=null",
+        ],
+        "81x480x832 (32,760 tokens), 2 samples, batch 1, CFG 4.5, 10 steps, window 2, LoRA 32, checkpointing",
+    ),
+    # stable-audio-3-medium (distilled: guidance 1, 8 steps), 10 s clips, LoRA 32/64, 24 samples in batches of 12
+    "ltx2": FamilyRun(
+        "tiny-ltx2-av-grpo",
+        [
+            "model.height=512",
+            "model.width=768",
+            "model.num_frames=49",
+            "model.fps=24",
+            "model.max_sequence_length=256",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=8",
+            "sample.guidance_scale=4.0",
+            "sample.group_size=4",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=4",
+            "train.lora.rank=32",
+            "train.lora.alpha=32",
+            "train.lora.target_modules=null",
+            "train.learning_rate=1.0e-6",
+        ],
+        "49x512x768 at 24 fps (2,739 tokens), G = 4 + anchor, 8 steps, CFG 4, LoRA 32, checkpointing",
+    ),
+    "stable_audio": FamilyRun(
+        "tiny-audio",
+        [
+            "model.duration_s=10.0",
+            "sample.num_steps=8",
+            "sample.guidance_scale=1.0",
+            "sample.group_size=6",
+            "sample.prompts_per_iteration=4",
+            "sample.batch_size=12",
+            "train.beta=0.004",
+            "train.clip_range=1.0e-4",
+            "train.lora.rank=32",
+            "train.lora.alpha=64",
+            "train.lora.target_modules=null",
+        ],
+        "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
+    ),
+}
+# --smoke: the tiny models, two samples of a few steps
+SMOKE_FAMILY_OVERRIDES = [
+    "sample.num_steps=2",
+    "sample.group_size=2",
+    "sample.prompts_per_iteration=1",
+    "sample.batch_size=2",
+    "sample.window_size=0",
+]
+FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium", "ltx2": "LTX-2 (AV-GRPO)"}
+LOADERS = {
+    "flux": "load_flux_pipeline",
+    "wan": "load_wan_pipeline",
+    "stable_audio": "load_stable_audio_pipeline",
+    "ltx2": "load_ltx2_pipeline",
+}
+
+
+def t5_encoder(config: dict, shallow: bool, umt5: bool = False):
+    from transformers import T5Config, T5EncoderModel, UMT5Config, UMT5EncoderModel
+
+    config = dict(config, num_layers=1) if shallow else dict(config)
+    config.update(pad_token_id=0, eos_token_id=3, dropout_rate=0.0, decoder_start_token_id=0)
+    return UMT5EncoderModel(UMT5Config(**config)) if umt5 else T5EncoderModel(T5Config(**config))
+
+
+def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dtype):
+    """The family's diffusers pipeline with random weights: the published architecture (``flowrl.estimate``'s
+    table), initialised on ``device`` in ``dtype`` (the VAE in fp32), tokenizers made in code; with ``--smoke``
+    (``scale.encoders == "tiny"``) the offline tiny model of ``pipelines/tiny_families.py``."""
+    from flowrl.pipelines import tiny_families as tf
+
+    if scale.encoders == "tiny":
+        builders = {
+            "flux": tf.build_tiny_flux,
+            "wan": tf.build_tiny_wan,
+            "stable_audio": tf.build_tiny_stable_audio,
+            "ltx2": tf.build_tiny_ltx2,
+        }
+        pipe = builders[name]()
+        for part in ("transformer", "text_encoder", "text_encoder_2", "connectors"):
+            module = getattr(pipe, part, None)
+            if module is not None:
+                fp32_kept(module, dtype)
+        return pipe.to(device)
+    import diffusers
+
+    from flowrl import estimate as e
+    from flowrl.estimate import component
+    from flowrl.pipelines.tiny import make_word_tokenizer
+
+    shallow = scale.encoders == "shallow"
+    schedulers = {  # made outside the device context: their sigma tables live on the CPU
+        "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.FLUX_SCHEDULER_CONFIG),
+        "wan": lambda: diffusers.UniPCMultistepScheduler(**tf.WAN_SCHEDULER_CONFIG),
+        "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(
+            **tf.STABLE_AUDIO3_SCHEDULER_CONFIG, stochastic_sampling=True
+        ),
+        "ltx2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.LTX2_SCHEDULER_CONFIG),
+    }
+    if name not in schedulers:
+        raise ValueError(f"no {name!r} family here; choose one of {', '.join(FAMILY_RUNS)}")
+    scheduler = schedulers[name]()
+    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "stable_audio": 256, "ltx2": 1024}[name])
+    torch.manual_seed(0)
+    # random T5/UMT5 weights can overflow fp16 inside the stack; bf16 has fp32's range
+    encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
+    with torch.device(device):
+        if name == "flux":
+            with default_dtype(dtype):
+                transformer = diffusers.FluxTransformer2DModel(**e.FLUX_DEV_TRANSFORMER)
+            with default_dtype(encoder_dtype):
+                from transformers import CLIPTextConfig, CLIPTextModel
+
+                clip = dict(e.CLIP_L, num_hidden_layers=2) if shallow else dict(e.CLIP_L)
+                text_encoder = CLIPTextModel(CLIPTextConfig(**clip, **token_ids()))
+                text_encoder_2 = t5_encoder(e.T5_XXL, shallow)
+            vae = diffusers.AutoencoderKL(**e.FLUX_VAE)
+            pipe = diffusers.FluxPipeline(
+                scheduler=scheduler,
+                vae=vae,
+                text_encoder=fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer,
+                text_encoder_2=fp32_kept(text_encoder_2, encoder_dtype),
+                tokenizer_2=make_word_tokenizer(512),
+                transformer=fp32_kept(transformer, dtype),
+            )
+        elif name == "wan":
+            with default_dtype(dtype):
+                transformer = diffusers.WanTransformer3DModel(**e.WAN21_1_3B)
+            with default_dtype(encoder_dtype):
+                text_encoder = t5_encoder(e.UMT5_XXL, shallow, umt5=True)
+            vae = diffusers.AutoencoderKLWan()  # the Wan2.1 VAE: the class defaults
+            pipe = diffusers.WanPipeline(
+                tokenizer=tokenizer,
+                text_encoder=fp32_kept(text_encoder, encoder_dtype),
+                vae=vae,
+                scheduler=scheduler,
+                transformer=fp32_kept(transformer, dtype),
+            )
+        elif name == "stable_audio":
+            from diffusers.pipelines.stable_audio_3.modeling_stable_audio_3 import StableAudio3DurationEmbedder
+
+            with default_dtype(dtype):
+                transformer = diffusers.StableAudio3DiTModel()  # stable-audio-3-medium: the class defaults
+                duration = StableAudio3DurationEmbedder()
+            with default_dtype(encoder_dtype):
+                encoder = dict(e.T5GEMMA_B_ENCODER, num_hidden_layers=1) if shallow else dict(e.T5GEMMA_B_ENCODER)
+                text_encoder = component("T5GemmaEncoderModel", dict(encoder, **token_ids()))
+            vae = diffusers.AutoencoderSAME()  # SAME-L
+            pipe = diffusers.StableAudio3Pipeline(
+                vae=vae,
+                text_encoder=fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer,
+                duration_embedder=fp32_kept(duration, dtype),
+                transformer=fp32_kept(transformer, dtype),
+                scheduler=scheduler,
+            )
+        elif name == "ltx2":
+            from diffusers.pipelines.ltx2 import LTX2TextConnectors, LTX2Vocoder
+
+            with default_dtype(dtype):
+                transformer = diffusers.LTX2VideoTransformer3DModel()  # the class defaults: estimate's table
+                connectors = LTX2TextConnectors()
+            with default_dtype(encoder_dtype):
+                gemma = dict(e.GEMMA3_12B)
+                if shallow:
+                    gemma["text_config"] = dict(gemma["text_config"], num_hidden_layers=2)
+                text_encoder = component("Gemma3ForConditionalGeneration", gemma)
+            vae = diffusers.AutoencoderKLLTX2Video(**e.LTX2_VAE)
+            audio_vae = diffusers.AutoencoderKLLTX2Audio()
+            vocoder = LTX2Vocoder()
+            tokenizer.padding_side = "left"
+            pipe = diffusers.LTX2Pipeline(
+                scheduler=scheduler,
+                vae=vae,
+                audio_vae=audio_vae,
+                text_encoder=fp32_kept(text_encoder, encoder_dtype),
+                tokenizer=tokenizer,
+                connectors=fp32_kept(connectors, dtype),
+                transformer=fp32_kept(transformer, dtype),
+                vocoder=vocoder,
+            )
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
+
+
+def save_family_configs(pipe, folder: Path) -> None:
+    """``model_index.json`` and each model component's config (no weights), for ``flowrl.estimate``."""
+    pipe.save_config(folder)
+    for name, module in pipe.components.items():
+        if module is None or "token" in name:
+            continue
+        if hasattr(module, "save_config"):
+            module.save_config(folder / name)
+        elif hasattr(module, "config") and hasattr(module.config, "save_pretrained"):
+            module.config.save_pretrained(folder / name)
+
+
+def family_config(name: str, scale: Scale, folder: Path, iterations: int, precision: str):
+    from flowrl.config import resolve_config
+
+    run = FAMILY_RUNS[name]
+    overrides = list(run.overrides)
+    if scale.encoders == "tiny":  # the tiny model at its own size, a few samples
+        keep = ("sample.guidance_scale", "train.beta", "reward=", "train.gradient_checkpointing")
+        overrides = [o for o in overrides if o.startswith(keep)] + SMOKE_FAMILY_OVERRIDES
+        if name == "ltx2":  # the tiny LTX-2's text connectors take 128 tokens at least
+            overrides.append("model.max_sequence_length=128")
+    overrides += [
+        f"model.dtype={precision}",
+        f"train.mixed_precision={repr('no') if precision == 'fp32' else precision}",
+    ]
+    return resolve_config(
+        run.recipe,
+        [
+            *overrides,
+            f"output_dir={folder / 'run'}",
+            f"model.path={folder}",
+            f"train.iterations={iterations}",
+            "data.prompts=builtin:tiny",
+            "log.save_every=100000",
+            "log.sample_every=100000",
+            "train.onpolicy_check=false",  # measured and reported instead: a speed run must not stop on it
+        ],
+    )
+
+
+def family_trainer(name: str, cfg, pipe):
+    """flowrl's Trainer with the family's own adapter (``adapter_class(name).from_config``), whose pipeline
+    loader returns the in-memory pipeline; the folder holds configs only, so the model.path check is skipped."""
+    import sys
+
+    from flowrl.pipelines.base import adapter_class
+    from flowrl.trainer import Trainer
+
+    cls = adapter_class(name)
+    module = sys.modules[cls.__module__]
+
+    def nothing(model_cfg) -> None:
+        return None
+
+    with (
+        mock.patch.object(module, LOADERS[name], lambda *a, **k: pipe),
+        mock.patch.object(module, "check_model_path", nothing),
+        mock.patch.object(cls, "check_model_path", staticmethod(nothing)),
+    ):
+        return Trainer(cfg)
+
+
+def bench_family(
+    name: str, scale: Scale, device: torch.device, iterations: int, clock: Clock, precision: str
+) -> list[dict]:
+    """One family's flowrl iteration (the last of ``iterations``; the first warms up) next to ``estimate(cfg)``."""
+    from flowrl.estimate import estimate
+    from flowrl.pipelines.sd3 import DTYPES
+
+    gpu = device.type == "cuda"
+    label = FAMILY_NAMES[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        # the estimate first, from the configs alone: it also says whether the stage fits the time left
+        meta = build_family(name, scale, torch.device("meta"), DTYPES[precision]) if scale.encoders != "tiny" else None
+        clock.say(
+            f"{label}: building ({'tiny' if scale.encoders == 'tiny' else scale.encoders + ' text encoders'}, "
+            f"{precision}) on {device}"
+        )
+        if meta is not None:
+            save_family_configs(meta, folder)
+            del meta
+        pipe = build_family(name, scale, device, DTYPES[precision])
+        if scale.encoders == "tiny":
+            save_family_configs(pipe, folder)
+        cfg = family_config(name, scale, folder, iterations, precision)
+        est = estimate(cfg, device="cuda" if gpu else "cpu")
+        clock.say(
+            f"estimate: peak {est.peak_gib:.2f} GiB, {est.seconds_per_iteration:.2f} s/iteration ({est.flops_source})"
+        )
+        if gpu and clock.left() < 1.2 * est.seconds_per_iteration * iterations + 30:  # + building the trainer
+            clock.say(f"skipping the {label} iteration: time budget ({clock.left():.0f} s left)")
+            del pipe
+            reset_peak(device)
+            return []
+        trainer = family_trainer(name, cfg, pipe)
+        n = cfg.sample.prompts_per_iteration * cfg.sample.group_size
+        clock.say(f"trainer ready: {n} samples/iteration, batch {cfg.sample.batch_size}, {cfg.sample.num_steps} steps")
+        metrics, first_gap = iterate(trainer, iterations, clock, device, f"{label} ", "samples/s", 3)
+        setting = FAMILY_RUNS[name].label if scale.encoders != "tiny" else "tiny model (--smoke)"
+        row = {
+            "model": f"{label} (flowrl iteration)",
+            "setting": f"{setting}; {precision}",
+            "seconds": metrics["timing_s/iteration"],
+            "images_per_s": metrics["throughput/images_per_s"],  # samples (images, clips) per second
+            "peak_gib": metrics["memory/peak_gib"],  # CUDA max allocated; on CPU the process's peak RSS
+            "est_seconds": est.seconds_per_iteration,
+            "est_peak_gib": est.peak_gib,
+            "phases": {k.split("/")[1]: round(v, 3) for k, v in metrics.items() if k.startswith("timing_s/")},
+            "est_phases": {k: round(v, 3) for k, v in est.time_s.items()},
+            "onpolicy_logp_diff": first_gap,
+            "samples": n,
+        }
+        del trainer, pipe
+    reset_peak(device)
+    return [row]
