@@ -97,3 +97,20 @@ def test_reward_in_flight_is_at_least_one():
 
     with pytest.raises(ConfigError, match=r"^train.reward_in_flight: must be > 0, got 0$"):
         resolve_config("tiny-cpu", ["train.reward_in_flight=0"])
+
+
+def test_the_perf_summary_names_each_target_and_the_calls_in_flight():
+    """``python -m flowrl.benchmarks.perf``'s summary table (no timing: rows as the benchmark writes them)."""
+    from flowrl.benchmarks.perf import overhead
+
+    rows = [
+        {"size": "70m", "transformer_params_m": 73.5, "what": "reward_overlap", "slowness": 2.0, "in_flight": 4,
+         "ratio": 0.51},
+        {"size": "70m", "transformer_params_m": 73.5, "what": "iteration", "beta": 0.004, "ratio": 1.05},
+        {"size": "70m", "transformer_params_m": 73.5, "what": "rollout", "ratio": 1.0},
+    ]  # fmt: skip
+    table = overhead.summary(rows).splitlines()
+    assert table[0] == "| size | iteration/bare beta 0.004 | slow reward x2 / serial (4 in flight) |"
+    assert table[2] == "| 70m (73.5M) | 1.050 (> 1.03) | 0.510 (<= 0.52) |"
+    with pytest.raises(SystemExit, match="--what 'rollouts' is none of rollout, update, iteration, reward_overlap"):
+        overhead.main(["--what", "rollouts"])

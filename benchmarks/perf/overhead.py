@@ -1,6 +1,7 @@
 """flowrl's overhead over bare diffusers/torch work, measured side by side in one run.
 
-    python -m flowrl.benchmarks.perf [--sizes tiny,70m] [--repeats 5] [--json out.json]
+    python -m flowrl.benchmarks.perf [--sizes tiny,70m] [--betas 0,0.004] [--slowness 1,2]
+                                     [--reward-in-flight N] [--repeats 5] [--threads 1] [--json out.json]
 
 For each model size it times, alternating the two sides so that machine noise hits both alike:
 
@@ -12,25 +13,35 @@ For each model size it times, alternating the two sides so that machine noise hi
   steps.
 * **iteration**: one whole flowrl iteration (rollout, decode, reward, advantages, update) vs the bare
   pieces: pipeline sampling, decode, the same reward call, bare forwards+backwards.
-* **reward_overlap**: 4 rollout batches whose reward answers after as long as one batch's rollout (a
-  served judge's latency): rollout plus reward with each batch scored while the next samples
-  (``train.reward_overlap``, the default) against in turn. Ideal 0.625; the "bare" side is in turn.
+* **reward_overlap**: 4 rollout batches whose reward answers after ``slowness`` times one batch's rollout
+  (a served judge's latency): rollout plus reward with each batch scored while the next samples
+  (``train.reward_overlap``, the default; ``train.reward_in_flight`` calls at once where the tree has that
+  key, else one) against in turn. The "bare" side is in turn, so the ratio is the fraction of serial.
+  Ideal with every call in flight at once: (batches + slowness) / (batches (1 + slowness)), 0.625 for
+  slowness 1 and 0.5 for slowness 2; with one call in flight (batches slowness + 1) / (batches (1 + slowness))
+  once slowness > 1: 0.75 for slowness 2.
 
-It reports the median of each side and the ratio flowrl / bare. It runs on CPU or CUDA, whatever
-``accelerate`` picks.
+update and iteration run at each ``--betas`` (``train.beta``: above 0 both sides add a no-grad reference
+forward per trained step; the rollout does not depend on it and runs at the first only); reward_overlap at
+each ``--slowness``. It reports the median of each side and the ratio flowrl / bare (and the ratio of the
+minima: the work itself on a shared machine), then a summary of the figures the speed targets name. It runs
+on CPU or CUDA, whatever ``accelerate`` picks; ``--threads`` sets torch's CPU threads (1: both sides on one
+thread, least disturbed by other work on a shared machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import statistics
 import time
 from typing import Callable
 
 import torch
 
-from flowrl.config import config_from_dict, resolve_config
+from flowrl.config import TrainConfig, config_from_dict, resolve_config
 from flowrl.plan import make_plan
 from flowrl.reward_models import RewardOutput
 from flowrl.rollout import rollout
@@ -55,7 +66,9 @@ def _time(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, float]:
+def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, float, float, float]:
+    """Medians and minima (ours, bare, ours_min, bare_min) of ``repeats`` interleaved runs after a warm-up;
+    on a shared machine the minima show the work itself, the medians what a run sees."""
     ours(), bare()  # warm-up
     t_ours, t_bare = [], []
     for i in range(repeats):
@@ -63,7 +76,7 @@ def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, 
         a, b = _time(first), _time(second)
         t_ours.append(a if first is ours else b)
         t_bare.append(b if first is ours else a)
-    return statistics.median(t_ours), statistics.median(t_bare)
+    return statistics.median(t_ours), statistics.median(t_bare), min(t_ours), min(t_bare)
 
 
 def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> Trainer:
@@ -86,7 +99,7 @@ def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> 
     return Trainer(cfg)
 
 
-def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float]:
+def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
     cfg, ad = tr.cfg, tr.adapter
     prompts = [p.prompt for p in tr.prompts[: cfg.sample.batch_size]]
     cond = ad.encode_prompts(prompts)
@@ -116,26 +129,41 @@ def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float]:
 
 
 def _bare_fwd_bwd(tr: Trainer, batches) -> None:
-    """The update's transformer calls as plain forward+backward with a trivial loss, same optimizer steps."""
-    ad, w = tr.adapter, tr.cfg.sample.guidance_scale
+    """The update's transformer calls as plain forward+backward with a trivial loss, same optimizer steps;
+    with ``train.beta`` above 0 also the reference forward per trained step (no grad, LoRA off or the
+    frozen copy) that a KL penalty needs, as flow_grpo's loop makes it."""
+    ad, w, beta = tr.adapter, tr.cfg.sample.guidance_scale, tr.cfg.train.beta
     for b in batches:
         plan = b.traj.plan
         inputs = ad.model_inputs(b.cond, w)
         for j in plan.trained_indices:
-            v = ad.velocity(b.traj.pair(j)[0], float(plan.sigma[j]), inputs, w, model=tr.model)
-            tr.acc.backward(v.square().mean() / len(plan.trained_indices))
+            x, sigma = b.traj.pair(j)[0], float(plan.sigma[j])
+            v = ad.velocity(x, sigma, inputs, w, model=tr.model)
+            loss = v.square().mean()
+            if beta > 0:
+                with torch.no_grad():
+                    if tr.ref_model is not None:
+                        v_ref = ad.velocity(x, sigma, inputs, w, model=tr.ref_model)
+                    else:
+                        ad.transformer.disable_adapters()
+                        try:
+                            v_ref = ad.velocity(x, sigma, inputs, w, model=tr.model)
+                        finally:
+                            ad.transformer.enable_adapters()
+                loss = loss + beta * (v - v_ref).square().mean()
+            tr.acc.backward(loss / len(plan.trained_indices))
     tr.acc.clip_grad_norm_(list(tr.trainable.values()), 1.0)
     tr.optimizer.step()
     tr.optimizer.zero_grad(set_to_none=True)
 
 
-def bench_update(tr: Trainer, repeats: int) -> tuple[float, float]:
+def bench_update(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
     batches, group_ids = tr.collect(0)
     adv = tr.method.credit(tr.score(batches).columns, group_ids)
     return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
 
 
-def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float]:
+def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
     ad, cfg = tr.adapter, tr.cfg
     batches, _ = tr.collect(0)
     state = {"it": 0}
@@ -178,19 +206,44 @@ class SleepingReward:
         return RewardOutput(scores=images.float().mean(dim=(1, 2, 3)))
 
 
-def bench_reward_overlap(tr: Trainer, repeats: int, batches: int = 4) -> tuple[float, float]:
-    """Rollout plus reward of ``batches`` rollout batches whose reward takes as long as one batch's rollout:
-    overlapped (``train.reward_overlap``, each batch scored while the next samples) against in turn.
-    Ideal ratio (batches + 1) / (2 batches): 0.625 for 4."""
-    data = tr.cfg.to_dict()
-    data["sample"]["prompts_per_iteration"] = batches * data["sample"]["batch_size"] // data["sample"]["group_size"]
-    data["reward"] = {"flowrl.benchmarks.perf.overhead:SleepingReward": 1.0}
-    data["output_dir"] = f"{data['output_dir']}-overlap"
-    data["overwrite"] = True
-    slow = Trainer(config_from_dict(data))
-    reward = next(iter(slow.reward.rewards.values()))[0]
-    slow.collect(0)  # warm-up
-    reward.seconds = _time(lambda: slow.collect(0)) / batches  # one batch's rollout
+IN_FLIGHT_KEY = "reward_in_flight"  # train.<key>: how many reward calls run at once
+
+
+def has_in_flight_key() -> bool:
+    return IN_FLIGHT_KEY in {f.name for f in dataclasses.fields(TrainConfig)}
+
+
+_SLOW: dict[tuple[int, int | None], tuple[Trainer, SleepingReward, float]] = {}
+
+
+def _slow_trainer(tr: Trainer, batches: int, in_flight: int | None) -> tuple[Trainer, SleepingReward, float]:
+    """A copy of ``tr`` with ``batches`` rollout batches scored by a SleepingReward, and one batch's rollout time."""
+    key = (id(tr), in_flight)
+    if key not in _SLOW:
+        data = tr.cfg.to_dict()
+        data["sample"]["prompts_per_iteration"] = batches * data["sample"]["batch_size"] // data["sample"]["group_size"]
+        data["reward"] = {"flowrl.benchmarks.perf.overhead:SleepingReward": 1.0}
+        data["output_dir"] = f"{data['output_dir']}-overlap"
+        data["overwrite"] = True
+        if in_flight is not None and has_in_flight_key():
+            data["train"][IN_FLIGHT_KEY] = in_flight
+        slow = Trainer(config_from_dict(data))
+        reward = next(iter(slow.reward.rewards.values()))[0]
+        slow.collect(0)  # warm-up
+        rollouts = sorted(_time(lambda: slow.collect(0)) for _ in range(3))
+        _SLOW[key] = (slow, reward, rollouts[1] / batches)
+    return _SLOW[key]
+
+
+def bench_reward_overlap(
+    tr: Trainer, repeats: int, batches: int = 4, slowness: float = 1.0, in_flight: int | None = None
+) -> tuple[float, float, float, float]:
+    """Rollout plus reward of ``batches`` rollout batches whose reward takes ``slowness`` times one batch's
+    rollout: overlapped (``train.reward_overlap``, each batch scored while the next samples, ``in_flight``
+    calls at once where ``train.reward_in_flight`` exists) against in turn. The ratio is the fraction of
+    serial; ideal with every call at once (batches + slowness) / (batches (1 + slowness)): 0.625, 0.5."""
+    slow, reward, one_batch = _slow_trainer(tr, batches, in_flight)
+    reward.seconds = slowness * one_batch
 
     def rollout_and_reward(overlap: bool):
         slow.cfg.train.reward_overlap = overlap
@@ -208,35 +261,120 @@ BENCHES = {
 }
 
 
+TARGETS = {  # the largest ratio the speed targets accept
+    "iteration": 1.03,
+    "reward_overlap x1": 0.61,
+    "reward_overlap x2": 0.52,
+}
+
+
+def _target(row: dict) -> float | None:
+    if row["what"] == "iteration":
+        return TARGETS["iteration"]
+    if row["what"] == "reward_overlap":
+        return TARGETS.get(f"reward_overlap x{row['slowness']:g}")
+    return None
+
+
+def _row(
+    size: str, params: float, name: str, ours: float, bare: float, ours_min: float, bare_min: float, **extra
+) -> dict:
+    row = {
+        "size": size,
+        "transformer_params_m": round(params / 1e6, 2),
+        "what": name,
+        **extra,
+        "flowrl_s": ours,
+        "bare_s": bare,
+        "ratio": ours / bare,
+        "flowrl_min_s": ours_min,
+        "bare_min_s": bare_min,
+        "ratio_of_minima": ours_min / bare_min,
+    }
+    label = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in extra.items())
+    print(
+        f"{size:5s} {params / 1e6:6.1f}M  {name:14s} {label:24s} flowrl {ours:8.4f} s   bare {bare:8.4f} s   "
+        f"ratio {ours / bare:6.3f}   (of minima {ours_min / bare_min:6.3f})",
+        flush=True,
+    )
+    return row
+
+
 def run(
-    sizes: list[str], repeats: int, steps: int, batch: int, out: str, what: list[str] | None = None, beta: float = 0.0
+    sizes: list[str],
+    repeats: int,
+    steps: int,
+    batch: int,
+    out: str,
+    what: list[str] | None = None,
+    betas: list[float] = (0.0,),
+    slowness: list[float] = (1.0,),
+    in_flight: int | None = None,
 ) -> list[dict]:
+    what = what or list(BENCHES)
     rows = []
     for size in sizes:
-        tr = _trainer(size, steps, batch, f"{out}/{size}", beta)
-        params = sum(p.numel() for p in tr.adapter.transformer.parameters() if not p.requires_grad)
-        for name in what or list(BENCHES):
-            fn = BENCHES[name]
-            ours, bare = fn(tr, repeats)
-            rows.append(
-                {
-                    "size": size,
-                    "transformer_params_m": round(params / 1e6, 2),
-                    "what": name,
-                    "flowrl_s": ours,
-                    "bare_s": bare,
-                    "ratio": ours / bare,
-                }
-            )
-            print(
-                f"{size:5s} {params / 1e6:6.1f}M  {name:9s}  flowrl {ours:8.4f} s   bare {bare:8.4f} s   "
-                f"ratio {ours / bare:6.3f}",
-                flush=True,
-            )
+        for k, beta in enumerate(betas):
+            tr = _trainer(size, steps, batch, f"{out}/{size}-beta{beta:g}", beta)
+            params = sum(p.numel() for p in tr.adapter.transformer.parameters() if not p.requires_grad)
+            for name in what:
+                if name == "rollout" and k == 0:
+                    rows.append(_row(size, params, name, *bench_rollout(tr, repeats)))
+                elif name in ("update", "iteration"):
+                    rows.append(_row(size, params, name, *BENCHES[name](tr, repeats), beta=beta))
+                elif name == "reward_overlap" and k == 0:
+                    for s in slowness:
+                        timing = bench_reward_overlap(tr, repeats, slowness=s, in_flight=in_flight)
+                        calls = (
+                            getattr(tr.cfg.train, IN_FLIGHT_KEY, 1)
+                            if in_flight is None or not has_in_flight_key()
+                            else in_flight
+                        )
+                        rows.append(_row(size, params, name, *timing, slowness=s, in_flight=calls))
+            _SLOW.clear()
+            del tr
     return rows
 
 
-def main(argv: list[str] | None = None) -> None:
+def _label(row: dict) -> str | None:
+    """The summary column of ``row``: the figures the speed targets name, else None."""
+    if row["what"] == "iteration":
+        return f"iteration/bare beta {row['beta']:g}"
+    if row["what"] == "reward_overlap":
+        return f"slow reward x{row['slowness']:g} / serial ({row['in_flight']} in flight)"
+    return None
+
+
+def summary(rows: list[dict]) -> str:
+    """The figures the speed targets name as a table, one line per size, each with its target."""
+    labels = [_label(r) for r in rows if _label(r)]
+    columns = sorted(dict.fromkeys(labels), key=lambda c: not c.startswith("iteration"))  # iterations first
+    lines = ["| size | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for size in dict.fromkeys(r["size"] for r in rows):
+        of_size = {_label(r): r for r in rows if r["size"] == size}
+        cells = []
+        for column in columns:
+            r = of_size.get(column)
+            if r is None:
+                cells.append("-")
+                continue
+            target = _target(r)
+            cells.append(
+                f"{r['ratio']:.3f}" + ("" if target is None else f" ({'<=' if r['ratio'] <= target else '>'} {target})")
+            )
+        params = next(r["transformer_params_m"] for r in rows if r["size"] == size)
+        lines.append(f"| {size} ({params:g}M) | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x]
+    except ValueError:
+        raise SystemExit(f"perf: {text!r} is not a comma-separated list of numbers") from None
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.perf", description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="tiny,70m")
     p.add_argument("--repeats", type=int, default=5)
@@ -244,17 +382,49 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
     p.add_argument("--what", default="rollout,update,iteration,reward_overlap", help="which comparisons to run")
+    p.add_argument("--betas", default="0,0.004", help="train.beta values for update and iteration")
+    p.add_argument("--beta", type=float, default=None, help="one train.beta (instead of --betas)")
+    p.add_argument("--slowness", default="1,2", help="reward latency in units of one batch's rollout")
     p.add_argument(
-        "--beta",
-        type=float,
-        default=0.0,
-        help="train.beta: above 0 flowrl's update adds a no-grad reference forward per trained step, "
-        "which the bare side does not do",
+        "--reward-in-flight",
+        type=int,
+        default=None,
+        help=f"train.{IN_FLIGHT_KEY} for reward_overlap (default: the recipe's; ignored where the key is absent)",
     )
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (0: torch's default)")
     p.add_argument("--json", default=None, help="also write the rows as JSON")
     args = p.parse_args(argv)
+    unknown = set(args.what.split(",")) - set(BENCHES)
+    if unknown:
+        raise SystemExit(f"perf: --what {sorted(unknown)[0]!r} is none of {', '.join(BENCHES)}")
+    unknown = set(args.sizes.split(",")) - set(SIZES)
+    if unknown:
+        raise SystemExit(f"perf: --sizes {sorted(unknown)[0]!r} is none of {', '.join(SIZES)}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    rows = run(args.sizes.split(","), args.repeats, args.steps, args.batch, args.out, args.what.split(","), args.beta)
+    betas = [args.beta] if args.beta is not None else _floats(args.betas)
+    if args.reward_in_flight is not None and not has_in_flight_key():
+        print(f"train.{IN_FLIGHT_KEY} is not a key of this tree: one reward call in flight", flush=True)
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    print(
+        f"{device}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores",
+        flush=True,
+    )
+    rows = run(
+        args.sizes.split(","),
+        args.repeats,
+        args.steps,
+        args.batch,
+        args.out,
+        args.what.split(","),
+        betas,
+        _floats(args.slowness),
+        args.reward_in_flight,
+    )
+    print(f"\nload average at the end {os.getloadavg()[0]:.2f}\n" + summary(rows), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+    return rows
