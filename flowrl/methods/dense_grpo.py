@@ -53,6 +53,8 @@ class DenseGRPOOptions:
 
 class DenseGRPO(FlowGRPO):
     name = "dense_grpo"
+    # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
+    media = ("image", "video", "audio")
     Options = DenseGRPOOptions
     default_credit = "dense_gains"
 

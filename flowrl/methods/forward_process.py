@@ -177,6 +177,9 @@ class ForwardProcess(MethodBase):
     """Exploration shared by forward-process methods: ODE endpoints, rewarded once, K noisings each,
     with the no-grad velocities the loss needs (``target_weights``) evaluated once per noising."""
 
+    # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
+    media = ("image", "video", "audio")
+
     Options = ForwardProcessOptions
     # a forward-process loss part (``keeps_flat_rows``) still trains a row of a flat group (towards the reference,
     # for RAM); it records no per-step log-probs, so the on-policy check does not apply

@@ -86,6 +86,8 @@ class G2RPOOptions:
 
 class G2RPO(FlowGRPO):
     name = "g2rpo"
+    # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
+    media = ("image", "video", "audio")
     Options = G2RPOOptions
     default_credit = "granular"
 

@@ -93,6 +93,8 @@ class TPGRPOOptions:
 
 class TPGRPO(FlowGRPO):
     name = "tp_grpo"
+    # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
+    media = ("image", "video", "audio")
     Options = TPGRPOOptions
     default_credit = "turning_points"
 

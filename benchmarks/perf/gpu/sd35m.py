@@ -206,7 +206,7 @@ def overhead(trainer, clock: Clock, iteration_s: float, repeats: int) -> list[di
         if clock.left() < (1 + repeats) * iteration_s:
             clock.say(f"skipping the {what} overhead: time budget")
             continue
-        ours, bare = fn(trainer, repeats)
+        ours, bare, *_ = fn(trainer, repeats)  # medians, then minima
         clock.say(f"{what}: flowrl {ours:.3f} s, bare {bare:.3f} s, ratio {ours / bare:.3f}")
         rows.append(
             {
