@@ -4,7 +4,7 @@
 
 Every key of ``flowrl.config.Config`` (sections in order), and every method's ``method.options``, with
 its type and default as the code declares them and its meaning from the comment on (or just above) the
-field in the source. ``tests/test_config_reference.py`` fails when docs/config.md drifts from the code.
+field in the source. ``tests/cli/test_config_reference.py`` fails when docs/config.md drifts from the code.
 """
 
 from __future__ import annotations

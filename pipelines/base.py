@@ -71,7 +71,7 @@ class PipelineAdapter(Protocol):
     """Everything the core (trainer, methods, rollout, ``flowrl sample``, benchmarks) calls on a family's adapter.
 
     A family joins by registering its adapter class (``register_family``); the conformance kit
-    (``tests/test_family_contract.py``) then runs every member below on the family's tiny recipe."""
+    (``tests/pipelines/test_family_contract.py``) then runs every member below on the family's tiny recipe."""
 
     media_kind: str  # "image", "video", "audio" or "audio_video": the kind ``decode`` and ``generate`` make
     tiny_recipe: str  # the shipped recipe that runs the family's tiny offline model (the conformance kit's)

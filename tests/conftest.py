@@ -1,4 +1,11 @@
 import os
+import sys
+from pathlib import Path
+
+# the shared test helpers (tests/helpers/: launchers, fake rewards, tiny detectors) import by their module names, as
+# a reward target names them (``pairwise_rewards:Brighter``); a subprocess gets the same folder on PYTHONPATH
+HELPERS = Path(__file__).parent / "helpers"
+sys.path.insert(0, str(HELPERS))
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -8,6 +15,8 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+pytest_plugins = ["tiny_vlm"]  # the tiny VLM judge fixtures, shared by the reward and UniGenBench tests
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ resumes it from its first checkpoint. It prints, per strategy, the largest relat
 training metrics (rewards, advantages, losses, KL, gradient norm) from the one-process run, whether the
 resumed second iteration repeats the uninterrupted one exactly, and the wall time. It needs GPUs (accelerate
 shards and uses DeepSpeed on GPUs only); ``zero2`` also needs ``pip install deepspeed``. The tests run the
-FSDP2 comparison on the CPU with 2 gloo processes (``tests/test_distributed.py``).
+FSDP2 comparison on the CPU with 2 gloo processes (``tests/trainer/test_distributed.py``).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ A clip is ``FRAMES`` frames of ``SIZE`` x ``SIZE`` pixels at ``FPS`` (2.1 s) wit
 * **Slots**: ``early`` onsets frames 2-5, ``middle`` 7-10, ``late`` 12-15. A render draws the onset uniformly in
   the prompt's slot; flash and beep start on the same frame (they are one event).
 
-**The detector** (``detect``) is exact on renders (``tests/test_toy_av.py`` checks every prompt):
+**The detector** (``detect``) is exact on renders (``tests/benchmarks/test_toy_av.py`` checks every prompt):
 
 * video: ``m_k`` = the largest channel mean of frame ``k``; the onset is the frame of the largest rise
   ``m_k - m_{k-1}`` (``m_{-1} = 0``); a flash is present when ``m`` at the onset is >= 0.3; its colour is the

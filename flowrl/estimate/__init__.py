@@ -87,7 +87,7 @@ with what differs measured rather than written out per architecture:
   expert takes (sigma below or above ``boundary_ratio``) runs its training forward with nothing requiring
   grad: no backward, no saved activations.
 
-Checked on the tiny models (``tests/test_estimate.py``): parameter counts equal the modules the adapters
+Checked on the tiny models (``tests/cli/test_estimate.py``): parameter counts equal the modules the adapters
 build, LoRA counts equal what the trainer adds, meta FLOPs equal torch's counter on a real CPU forward,
 meta decode FLOPs and working sets equal the CPU's, and each probe predicts the bytes a 4x wider copy saves
 at other token counts within 5 %. Against the one GPU measurement there is (docs/scaling.md, Wan2.1-1.3B

@@ -42,7 +42,7 @@ zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
 * **Loss**: lambda_pol PPO-clip (clip 0.2) with lambda_pol = sqrt(t / (|dt| (1 - t))), plus beta lambda_rw KL,
   beta 0.01 (video) / 0.002 (audio), lambda_rw = t / (|dt| (1 - t)) in the video phase and 1 in the audio one.
   The KL is the exact Gaussian KL of the two step means under the step's own (capped) g, which equals
-  lambda_KL MSE(v, v_ref) (``flowrl.losses.av_grpo_loss``, pinned in ``tests/test_credit_av_grpo.py``); the
+  lambda_KL MSE(v, v_ref) (``flowrl.losses.av_grpo_loss``, pinned in ``tests/credit/test_credit_av_grpo.py``); the
   authors' code uses the uncapped g in lambda_KL.
 * **The training forward** gets the stored joint state, the frozen modality's part being the anchor's state
   that the rollout saw, at the rollout's guidance, so the first ratio is 1 (flowrl's default: the

@@ -35,7 +35,7 @@ noise the model itself predicts where ping-pong draws a fresh one, plus Flow-GRP
 stochastic; the samples are not the distilled model's ping-pong samples, and the rewards measured in training
 are those of flowrl's sampler. ``generate`` (``flowrl sample``) calls the pipeline itself, ping-pong
 included. The base ``stable-audio-3-medium-base`` samples by deterministic Euler, which flowrl's ODE rollout
-reproduces exactly (``tests/test_stable_audio_adapter.py``).
+reproduces exactly (``tests/pipelines/test_stable_audio_adapter.py``).
 
 **Offline tiny models.** ``model.path: tiny`` is the tiny distilled model (``build_tiny_stable_audio(seed,
 distilled=True)``: ping-pong in ``generate``, like stable-audio-3-medium); ``model.path: tiny-base`` the tiny
