@@ -31,13 +31,19 @@ from flowrl.methods import build_method, seam
 from flowrl.methods.base import PromptBatch
 from flowrl.methods.context import Context
 from flowrl.pipelines.base import adapter_class
-from flowrl.policy import ParamAverage, Policy, check_compile, compile_forward, lora_config  # noqa: F401
-from flowrl.preflight import check_whole_groups, logged_metric_names, preflight  # noqa: F401
+from flowrl.policy import Policy
+from flowrl.preflight import check_whole_groups, preflight
 from flowrl.reward_models import RewardError
 from flowrl.rollout import RolloutBatch
-from flowrl.scoring import Scores, Scoring, build_rewards, check_reward_modality, reward_metrics  # noqa: F401
+from flowrl.scoring import (  # noqa: F401 - check_reward_modality: config.py imports it from here for now
+    Scores,
+    Scoring,
+    build_rewards,
+    check_reward_modality,
+    reward_metrics,
+)
 from flowrl.seeds import seed_of
-from flowrl.update import OnPolicyError, Updater  # noqa: F401
+from flowrl.update import Updater
 
 # importable from here as before they moved to their rooms (until their importers move): ParamAverage,
 # check_compile, compile_forward, lora_config, logged_metric_names, check_reward_modality, OnPolicyError

@@ -362,7 +362,7 @@ def _reward_names() -> set[str]:
 
 def test_every_metric_the_guide_names_is_logged_and_every_logged_one_is_explained():
     from flowrl.methods import list_methods
-    from flowrl.trainer import logged_metric_names
+    from flowrl.preflight import logged_metric_names
 
     logged = set()
     for method in list_methods():
@@ -612,8 +612,8 @@ def test_the_remote_table_is_the_remote_reward_s_signature():
 
 
 def test_the_remote_examples_resolve_and_redact_the_token(tmp_path, monkeypatch):
+    from flowrl.preflight import logged_metric_names
     from flowrl.reward_models import check_reward_args
-    from flowrl.trainer import logged_metric_names
 
     text = _remote_section()
     commands = _commands(text)

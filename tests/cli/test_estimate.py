@@ -375,7 +375,7 @@ def test_published_family_parameter_counts():
 
 def _lora_of(adapter, cfg) -> int:
     """The LoRA parameters the trainer adds to ``adapter.transformer``, counted after adding them."""
-    from flowrl.trainer import lora_config
+    from flowrl.policy import lora_config
 
     transformer = adapter.transformer
     transformer.requires_grad_(False)

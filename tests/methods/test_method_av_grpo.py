@@ -19,7 +19,8 @@ from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
 from flowrl.methods.seam import RewardTable
-from flowrl.trainer import Trainer, preflight
+from flowrl.preflight import preflight
+from flowrl.trainer import Trainer
 from flowrl.update import Updater
 
 SMALL = [

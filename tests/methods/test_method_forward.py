@@ -13,7 +13,8 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.methods.diffusion_nft import nft_loss, optimality_weight
 from flowrl.methods.forward_process import ramp_decay, sample_times
 from flowrl.methods.ram import ram_target
-from flowrl.trainer import ParamAverage, Trainer
+from flowrl.policy import ParamAverage
+from flowrl.trainer import Trainer
 from flowrl.update import Updater
 
 # 2 prompts x 4 members, 4 ODE steps with CFG 4.5, K = 2 noisings: one group per rollout batch

@@ -296,7 +296,7 @@ def test_bad_options_are_one_line_errors(option, message, capsys):
 
 
 def test_turning_point_figures_are_logged_and_known_before_the_run(tmp_path, one_thread):
-    from flowrl.trainer import logged_metric_names
+    from flowrl.preflight import logged_metric_names
 
     rows = _train(tmp_path, "train.iterations=1")
     cfg = resolve_config("tiny-cpu", ["method.name=tp_grpo"])

@@ -229,7 +229,7 @@ def test_compile_with_inductor_kernels(tmp_path, tiny_cfg_overrides):
 def test_compile_is_refused_in_one_line_without_a_cpp_compiler(monkeypatch):
     import torch._inductor.cpp_builder as builder
 
-    from flowrl.trainer import check_compile
+    from flowrl.policy import check_compile
 
     def missing():
         raise RuntimeError("no working C++ compiler found")
@@ -243,7 +243,7 @@ def test_compile_is_refused_in_one_line_without_a_cpp_compiler(monkeypatch):
 def test_compile_wraps_the_module_s_forward_in_place():
     """``compile_forward`` keeps the module (and so DDP/FSDP wrappers around it, its hooks, its parameter
     names); its forward gives the eager forward's output."""
-    from flowrl.trainer import compile_forward
+    from flowrl.policy import compile_forward
 
     torch.manual_seed(0)
     module = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())

@@ -8,7 +8,7 @@ import torch
 
 from flowrl.config import ConfigError, resolve_config
 from flowrl.pipelines.base import Guidance, adapter_class, list_pipelines
-from flowrl.trainer import preflight
+from flowrl.preflight import preflight
 
 FAMILIES = {
     "sd3": ("tiny-cpu", "image"),

@@ -259,7 +259,7 @@ def test_the_expert_that_sampled_a_transition_scores_it(a14b, one_thread):
 
 @pytest.mark.parametrize("trained, frozen", [("high_noise", "low_noise"), ("low_noise", "high_noise")])
 def test_a_frozen_expert_gets_no_lora_no_grad_and_is_shared_by_a_copy(one_thread, trained, frozen):
-    from flowrl.trainer import lora_config
+    from flowrl.policy import lora_config
 
     a = _adapter("tiny-a14b", f"model.trained_experts={trained}")
     experts = a.transformer
