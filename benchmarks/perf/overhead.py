@@ -246,7 +246,7 @@ def bench_reward_overlap(
     reward.seconds = slowness * one_batch
 
     def rollout_and_reward(overlap: bool):
-        slow.cfg.train.reward_overlap = overlap
+        slow.scoring.overlap = overlap  # the reward phase reads train.reward_overlap once, when it is built
         batches_, _ = slow.collect(0)
         slow.score(batches_)
 
