@@ -55,7 +55,7 @@ def cmd_geneval(args: argparse.Namespace) -> int:
 
 def _geneval_prompts(args: argparse.Namespace) -> int:
     from flowrl.benchmarks.geneval.prompts import write_prompts
-    from flowrl.cli import refuse_overwrite
+    from flowrl.commands import refuse_overwrite
 
     refuse_overwrite([args.write_prompts], "--write-prompts", args.force)
     if args.prompts_txt is not None:
@@ -67,7 +67,7 @@ def _geneval_prompts(args: argparse.Namespace) -> int:
 
 def _refuse_results(out: Path, names: tuple[str, ...], force: bool) -> None:
     """``--out DIR`` holding results of an earlier run: refused, naming the file, unless ``--force``."""
-    from flowrl.cli import refuse_overwrite
+    from flowrl.commands import refuse_overwrite
 
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out: {str(out)!r} is a file; expected a folder")
@@ -417,50 +417,6 @@ def _add_unigenbench(sub: Any) -> None:
 
 # ------------------------------------------------------------------------------------ cached base models
 
-# the benchmarks whose base model is made on this machine and cached: cache folder -> (what, command)
-PRETRAINED = {
-    "toy": ("the toy GenEval base model", "flowrl eval toy"),
-    "toy_av": ("the toy audio-video base model", "flowrl eval toy-av"),
-}
-
-
-def missing_model_hint(path: str) -> str | None:
-    """How to make ``path`` when it names a benchmark's cached base model that does not exist yet (the toy
-    recipes name ``~/.cache/flowrl/<benchmark>/default``; ``$FLOWRL_CACHE/<benchmark>`` when that is set)."""
-    import os
-
-    local = Path(path).expanduser()
-    roots = [Path.home() / ".cache" / "flowrl"]
-    if os.environ.get("FLOWRL_CACHE"):
-        roots.insert(0, Path(os.environ["FLOWRL_CACHE"]).expanduser())
-    for folder, (what, command) in PRETRAINED.items():
-        for root in roots:
-            if local.parent != root / folder:
-                continue
-            moved = roots[0] / folder / local.name
-            if moved != local and moved.exists():  # made under FLOWRL_CACHE, named here under ~/.cache
-                return f"{what} is in $FLOWRL_CACHE: set model.path={moved}"
-            return (
-                f"{what} is not made yet: create it with `{command} --pretrain` (cached and reused), or let "
-                f"`{command} RECIPE` pretrain it and train"
-            )
-    return None
-
-
-def check_model_path_or_hint(model_cfg) -> None:
-    """``check_model_path``, whose "no such file or folder" names the command that makes a benchmark's cached base
-    model when ``model.path`` is one (train, validate, sample and generation all check through this)."""
-    from flowrl.pipelines.base import check_model_path
-
-    try:
-        check_model_path(model_cfg)
-    except FileNotFoundError as exc:
-        hint = missing_model_hint(model_cfg.path)
-        if hint is None:
-            raise
-        raise FileNotFoundError(f"{exc}; {hint}") from None
-
-
 # ------------------------------------------------------------------------------------------------ hook
 
 
@@ -484,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from flowrl.cli import error_line
+    from flowrl.commands import error_line
 
     try:
         return args.fn(args)

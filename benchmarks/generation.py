@@ -96,7 +96,7 @@ def _sha256(path: Path) -> str:
 
 def build_pipeline(cfg: Any, run: Path | None, device: Any) -> tuple[Any, dict[str, Any]]:
     """The diffusers pipeline with the run's trained weights loaded, and a record of what was loaded."""
-    from flowrl.benchmarks.cli import check_model_path_or_hint
+    from flowrl.benchmarks.models import check_model_path_or_hint
     from flowrl.pipelines.base import adapter_class
 
     check_model_path_or_hint(cfg.model)  # a toy recipe before its pretraining names the command that makes it

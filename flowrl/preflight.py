@@ -20,7 +20,7 @@ logger = logging.getLogger(__name__)
 
 def preflight(cfg: Config) -> None:
     """Input errors that would otherwise surface after the model is built (or never): one line each."""
-    from flowrl.benchmarks.cli import check_model_path_or_hint
+    from flowrl.benchmarks.models import check_model_path_or_hint
     from flowrl.reward_models import check_reward_args
 
     check_model_path_or_hint(cfg.model)  # a benchmark's cached base model not made yet: names the command

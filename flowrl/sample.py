@@ -200,7 +200,7 @@ def _record(
 def cmd_sample(args: argparse.Namespace) -> int:
     import torch
 
-    from flowrl.benchmarks.cli import check_model_path_or_hint
+    from flowrl.benchmarks.models import check_model_path_or_hint
     from flowrl.media import num_samples, to_cpu
     from flowrl.pipelines.base import adapter_class
 

@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from flowrl.cli import error_line
+    from flowrl.commands import error_line
 
     try:
         return args.fn(args)

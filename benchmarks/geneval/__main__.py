@@ -21,7 +21,7 @@ def _rule_config(options: list[str]) -> RuleConfig:
 
 def _refuse(args: argparse.Namespace, paths: list[Path]) -> None:
     """A file that exists already is not written over without ``--force`` (one line naming it)."""
-    from flowrl.cli import refuse_overwrite
+    from flowrl.commands import refuse_overwrite
 
     try:
         refuse_overwrite(paths, "out", args.force)

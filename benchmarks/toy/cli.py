@@ -65,7 +65,7 @@ def cmd_toy(args: argparse.Namespace) -> int:
     if args.force and not (args.pretrain or args.out):
         raise ValueError("--force applies to --pretrain (train the cached model again) or --out (replace its results)")
     if args.out and not args.pretrain:
-        from flowrl.cli import refuse_overwrite
+        from flowrl.commands import refuse_overwrite
 
         if Path(args.out).exists() and not Path(args.out).is_dir():
             raise ValueError(f"--out: {args.out!r} is a file; expected a folder")
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.toy")
     add_command(parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK"))
     args = parser.parse_args(["toy", *(sys.argv[1:] if argv is None else argv)])
-    from flowrl.cli import error_line
+    from flowrl.commands import error_line
 
     try:
         return args.fn(args)

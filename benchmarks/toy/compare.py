@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(max(1, args.threads))
-    from flowrl.cli import error_line
+    from flowrl.commands import error_line
 
     try:
         return _compare(args)
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
 def refuse_other_comparison(out: Path, common: list[str], only: list[str] | None) -> None:
     """Refuse, in one line, an ``--out`` that holds what another comparison wrote: tables recording a run with
     other settings (or no ``compare.json`` beside them), or a finished run that this call would retrain."""
-    from flowrl.cli import refuse_overwrite
+    from flowrl.commands import refuse_overwrite
 
     every = runs_to_make(None)
     tables = out / OUTPUTS[0]

@@ -259,7 +259,7 @@ def write_report(
     if not out.parent.is_dir():
         raise ConfigError(f"report: -o: no folder {str(out.parent)!r} to write {out.name!r} in")
     if not (output is None and len(runs) == 1):  # a run's own report.html is the report's to rewrite
-        from flowrl.cli import refuse_overwrite
+        from flowrl.commands import refuse_overwrite
 
         try:
             refuse_overwrite([out], "-o", force)

@@ -520,7 +520,7 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
 
 
 def test_offline_errors_are_the_ones_the_guide_quotes(monkeypatch, capsys):
-    from flowrl.cli import error_line
+    from flowrl.commands import error_line
     from flowrl.pipelines.sd3 import HubUnavailableError, load_sd3_pipeline
     from flowrl.reward_models import RewardError, build_reward
 
