@@ -423,10 +423,10 @@ def inert_settings(cfg: Config) -> list[str]:
 
 
 def _check_reward_media(cfg: Config) -> None:
-    """The trained rewards' media kind against the pipeline's (``flowrl.trainer.check_reward_modality``)."""
+    """The trained rewards' media kind against the pipeline's (``flowrl.scoring.check_reward_modality``)."""
     from flowrl.pipelines.base import adapter_class
     from flowrl.reward_models.base import reward_target
-    from flowrl.trainer import check_reward_modality
+    from flowrl.scoring import check_reward_modality
 
     try:
         kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
@@ -769,11 +769,12 @@ RESUME_FREE_KEYS = (
 )
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten_config(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config tree as ``{"a.b.c": value}`` (an empty mapping stays one entry)."""
     if isinstance(tree, dict) and tree:
         out: dict[str, Any] = {}
         for k, v in tree.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten_config(v, f"{prefix}{k}."))
         return out
     return {prefix.rstrip("."): tree}
 
@@ -781,8 +782,8 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key (old -> new)`` for every setting that differs between two config dicts and changes the math
     of training (``RESUME_FREE_KEYS`` do not; redacted secrets are not compared)."""
-    a, b = _flatten(old), _flatten(new)
-    defaults = _flatten(Config().to_dict())
+    a, b = flatten_config(old), flatten_config(new)
+    defaults = flatten_config(Config().to_dict())
     for key, value in defaults.items():  # a key added after the old run was saved: it ran with the default
         nested = any(k.startswith(key + ".") for k in (*a, *b))  # e.g. an empty default mapping, set in one run
         # only a key the new config has: a default entry of a free-form mapping (the default reward's name) that

@@ -42,6 +42,7 @@ from typing import Callable
 import torch
 
 from flowrl.config import TrainConfig, config_from_dict, resolve_config
+from flowrl.methods.seam import RewardTable
 from flowrl.plan import make_plan
 from flowrl.reward_models import RewardOutput
 from flowrl.rollout import rollout
@@ -159,7 +160,7 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
 
 def bench_update(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
     batches, group_ids = tr.collect(0)
-    adv = tr.method.credit(tr.score(batches).columns, group_ids)
+    adv = tr.method.credit(RewardTable(tr.score(batches).columns, group_ids)).values
     return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
 
 
