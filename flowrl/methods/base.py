@@ -142,7 +142,7 @@ class MethodBase:
         """The iteration's advantages: the credit part on ``table``, then the credit normalisation part. Rows
         whose advantage is 0 at every trained transition carry no signal (``keep`` None), unless the loss part
         still pulls them (``Part.keeps_flat_rows``: every row trains)."""
-        adv = self._credit_norm(self._credit_rule(self, table), self.cfg)
+        adv = self._credit_norm(self._credit_rule(self, table), self)
         if self.parts.loss.keeps_flat_rows and adv.keep is None:
             adv.keep = torch.ones(adv.values.shape[0], dtype=torch.bool, device=adv.values.device)
         return adv
