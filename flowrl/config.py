@@ -583,7 +583,9 @@ def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     given: set[str] = set()
     for text in overrides:
         key, value = parse_override(text)
-        drop_partners(data, [key], keep=given)  # train.beta replaces the recipe's method.options.beta, and back
+        drop_partners(
+            data, flatten_config({key: value}), keep=given
+        )  # train.beta over the recipe's method.options.beta
         if key == "method.name":
             carry_options(data, value, keep=given)  # the recipe's options were for its own method
         _set_path(data, key, value)
