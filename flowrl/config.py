@@ -583,9 +583,8 @@ def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     given: set[str] = set()
     for text in overrides:
         key, value = parse_override(text)
-        drop_partners(
-            data, flatten_config({key: value}), keep=given
-        )  # train.beta over the recipe's method.options.beta
+        # a knob set here replaces the recipe's other spelling of it (train.beta, method.options.beta)
+        drop_partners(data, flatten_config({key: value}), keep=given)
         if key == "method.name":
             carry_options(data, value, keep=given)  # the recipe's options were for its own method
         _set_path(data, key, value)
