@@ -129,11 +129,11 @@ class SampleConfig:
     eval_num_steps: int = 40  # steps of evaluation / `flowrl sample`
     guidance_scale: float = 4.5  # CFG in rollouts (and in the training forward); 1 = no CFG
     eval_guidance_scale: float | None = None  # default: guidance_scale
-    sde_type: str = "flow_sde"  # flow_sde | cps | dance_sde
-    noise_level: float = 0.7  # a of flow_sde / cps, eta of dance_sde
-    window_size: int = 0  # 0: stochastic at every step; k: an SDE window of k steps, ODE elsewhere
-    window_range: list[int] | None = None  # [lo, hi] where the window may start/end; default [0, num_steps]
-    timestep_fraction: float = 0.99  # without a window: train the first int(T * fraction) transitions
+    sde_type: str | None = None  # deprecated: method.options.sde_type
+    noise_level: float | None = None  # deprecated: method.options.noise_level
+    window_size: int | None = None  # deprecated: method.options.window_size
+    window_range: list[int] | None = None  # deprecated: method.options.window_range
+    timestep_fraction: float | None = None  # deprecated: method.options.timestep_fraction
     group_size: int = 24  # samples per prompt (G)
     prompts_per_iteration: int = 48  # prompt groups per iteration, over all processes
     batch_size: int = 9  # samples per rollout forward, per process; also the training minibatch
@@ -143,26 +143,10 @@ class SampleConfig:
         _positive("sample.num_steps", self.num_steps)
         _positive("sample.eval_num_steps", self.eval_num_steps)
         _positive("sample.guidance_scale", self.guidance_scale)
-        _choice("sample.sde_type", self.sde_type, ("flow_sde", "cps", "dance_sde"))
-        _positive("sample.noise_level", self.noise_level)
-        _positive("sample.window_size", self.window_size, strict=False)
-        if not 0 < self.timestep_fraction <= 1:
-            raise ConfigError(f"sample.timestep_fraction: must be in (0, 1], got {self.timestep_fraction}")
         if self.group_size < 2:
             raise ConfigError(f"sample.group_size: GRPO needs at least 2 samples per prompt, got {self.group_size}")
         _positive("sample.prompts_per_iteration", self.prompts_per_iteration)
         _positive("sample.batch_size", self.batch_size)
-        if self.window_size > self.num_steps:
-            raise ConfigError(f"sample.window_size: {self.window_size} exceeds sample.num_steps={self.num_steps}")
-        if self.window_range is not None:
-            lo_hi = self.window_range
-            if len(lo_hi) != 2 or not 0 <= lo_hi[0] <= lo_hi[1] - self.window_size or lo_hi[1] > self.num_steps:
-                raise ConfigError(
-                    f"sample.window_range: {lo_hi} must be [lo, hi] with 0 <= lo <= hi - window_size and "
-                    f"hi <= num_steps={self.num_steps}"
-                )
-        if self.window_size == 0 and int(self.num_steps * self.timestep_fraction) == 0:
-            raise ConfigError("sample.timestep_fraction: trains no transition at this num_steps")
 
 
 @dataclass
@@ -194,11 +178,11 @@ class TrainConfig:
     adam_eps: float = 1e-8  # AdamW epsilon
     max_grad_norm: float = 1.0  # gradient-norm clip before each optimizer step
     optimizer_steps_per_iteration: int = 2  # Flow-GRPO: two optimizer steps per epoch
-    clip_range: float = 1e-4  # PPO clip on the mean-reduced ratio (1e-5 for cps / windows)
-    adv_clip_max: float = 5.0  # advantages are clipped to [-adv_clip_max, adv_clip_max]
-    beta: float = 0.004  # KL weight, exact per-element Gaussian KL (= Flow-GRPO code beta 0.04 x |dt| 0.1)
-    global_std: bool = True  # normalise by the std of all rewards (True) or of each group (False)
-    std_eps: float = 1e-4  # group advantage (r - mean) / (std + std_eps)
+    clip_range: float | None = None  # deprecated: method.options.clip_range
+    adv_clip_max: float | None = None  # deprecated: method.options.adv_clip_max
+    beta: float | None = None  # deprecated: method.options.beta
+    global_std: bool | None = None  # deprecated: method.options.global_std
+    std_eps: float | None = None  # deprecated: method.options.std_eps
     batch_renorm: bool = False  # deprecated: method.credit_norm=gdpo
     ratio_norm: bool = False  # deprecated: method.loss=ratio_norm
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
@@ -241,10 +225,6 @@ class TrainConfig:
         _positive("train.weight_decay", self.weight_decay, strict=False)
         _positive("train.max_grad_norm", self.max_grad_norm)
         _positive("train.optimizer_steps_per_iteration", self.optimizer_steps_per_iteration)
-        _positive("train.clip_range", self.clip_range)
-        _positive("train.adv_clip_max", self.adv_clip_max)
-        _positive("train.beta", self.beta, strict=False)
-        _positive("train.std_eps", self.std_eps)
         _choice("train.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
         if not 0 <= self.ema_decay < 1:
             raise ConfigError(f"train.ema_decay: must be in [0, 1), got {self.ema_decay}")
@@ -387,8 +367,10 @@ class Config:
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
+        from flowrl.methods.options import resolve_knobs
         from flowrl.methods.parts import check_part_keys
 
+        resolve_knobs(self)  # sample.noise_level, train.beta, ...: deprecated aliases of method.options.*
         check_part_keys(self)  # train.ratio_norm / train.batch_renorm: deprecated aliases of method.loss / credit_norm
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
@@ -423,10 +405,10 @@ def inert_settings(cfg: Config) -> list[str]:
 
 
 def _check_reward_media(cfg: Config) -> None:
-    """The trained rewards' media kind against the pipeline's (``flowrl.trainer.check_reward_modality``)."""
+    """The trained rewards' media kind against the pipeline's (``flowrl.scoring.check_reward_modality``)."""
     from flowrl.pipelines.base import adapter_class
     from flowrl.reward_models.base import reward_target
-    from flowrl.trainer import check_reward_modality
+    from flowrl.scoring import check_reward_modality
 
     try:
         kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
@@ -596,9 +578,17 @@ def _looks_numeric(text: str) -> bool:
 
 
 def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    from flowrl.methods.options import carry_options, drop_partners
+
+    given: set[str] = set()
     for text in overrides:
         key, value = parse_override(text)
+        # a knob set here replaces the recipe's other spelling of it (train.beta, method.options.beta)
+        drop_partners(data, flatten_config({key: value}), keep=given)
+        if key == "method.name":
+            carry_options(data, value, keep=given)  # the recipe's options were for its own method
         _set_path(data, key, value)
+        given.add(key)
     return data
 
 
@@ -634,6 +624,9 @@ def load_recipe(name_or_path: str | None, _seen: tuple[str, ...] = ()) -> dict[s
     if base in _seen or base == name_or_path:
         raise ConfigError(f"recipe {name_or_path!r}: base recipes form a cycle through {base!r}")
     merged = load_recipe(base, (*_seen, name_or_path))
+    from flowrl.methods.options import over_base
+
+    over_base(merged, data)  # sample.noise_level here replaces the base's method.options.noise_level, and back
     for key, value in data.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in REPLACED_SECTIONS:
             merged[key] = {**merged[key], **value}
@@ -769,11 +762,12 @@ RESUME_FREE_KEYS = (
 )
 
 
-def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+def flatten_config(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config tree as ``{"a.b.c": value}`` (an empty mapping stays one entry)."""
     if isinstance(tree, dict) and tree:
         out: dict[str, Any] = {}
         for k, v in tree.items():
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten_config(v, f"{prefix}{k}."))
         return out
     return {prefix.rstrip("."): tree}
 
@@ -781,8 +775,10 @@ def _flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
 def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``key (old -> new)`` for every setting that differs between two config dicts and changes the math
     of training (``RESUME_FREE_KEYS`` do not; redacted secrets are not compared)."""
-    a, b = _flatten(old), _flatten(new)
-    defaults = _flatten(Config().to_dict())
+    from flowrl.methods.options import normalise_knobs
+
+    a, b = normalise_knobs(flatten_config(old)), normalise_knobs(flatten_config(new))
+    defaults = flatten_config(Config().to_dict())
     for key, value in defaults.items():  # a key added after the old run was saved: it ran with the default
         nested = any(k.startswith(key + ".") for k in (*a, *b))  # e.g. an empty default mapping, set in one run
         # only a key the new config has: a default entry of a free-form mapping (the default reward's name) that

@@ -125,7 +125,7 @@ def _parts_section() -> list[str]:
         for name in registry.names():
             part = registry.get(name)
             needs = [RECORDS[r] for r in RECORDS if r in part.requires]
-            needs += [f"method.options.{f}" for f in part.reads] + list(part.shared)
+            needs += [f"method.options.{f}" for f in part.reads]
             lines.append(f"| `{registry.key}` | `{name}` | {_cell('; '.join(needs))} | {_cell(part.summary)} |")
     lines += ["", "| method | credit | credit_norm | loss |", "|---|---|---|---|"]
     for name in list_methods():
@@ -148,7 +148,11 @@ def reference() -> str:
     lines += [
         "## `method.options`, per method",
         "",
-        "Typed per method (`flowrl ls methods`); an unknown or mistyped option is a one-line error.",
+        "Typed per method (`flowrl ls methods`); an unknown or mistyped option is a one-line error. Flow-GRPO's",
+        "knobs (`sde_type`, `noise_level`, `window_size`, `window_range`, `timestep_fraction`, `clip_range`, `beta`,",
+        "`adv_clip_max`, `global_std`, `std_eps`) are options of the methods that read them; their old keys",
+        "(`sample.noise_level`, `train.beta`, ...) set them for one release with a FutureWarning, and are ignored",
+        "with a warning for a method without the knob.",
         "",
     ]
     lines += _parts_section()

@@ -42,9 +42,9 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
     """Refuse, in one line, a reward that scores another kind of media than the pipeline makes (an image reward
     on video points to the per-frame ``video`` reward). A remote reward, whose modality its server says, is
     checked by the server on each call instead."""
-    from flowrl.reward_models.base import _FunctionReward
+    from flowrl.reward_models.base import FunctionReward
 
-    if isinstance(reward, _FunctionReward):  # a plain function declares no media kind: it takes what comes
+    if isinstance(reward, FunctionReward):  # a plain function declares no media kind: it takes what comes
         return
     cls = reward if isinstance(reward, type) else type(reward)
     declared = getattr(reward, "__dict__", {}).get("modality", getattr(cls, "modality", "image"))

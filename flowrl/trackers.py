@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from flowrl.config import Config, ConfigError, _flatten, redact_secrets
+from flowrl.config import Config, ConfigError, flatten_config, redact_secrets
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def check_trackers(cfg: Config) -> None:
 
 def hyperparameters(cfg: Config, run_name: str) -> dict[str, int | float | str | bool]:
     """The resolved config flattened to ``section.key`` (secrets redacted), values a tracker accepts."""
-    flat = _flatten(redact_secrets(cfg.to_dict()))
+    flat = flatten_config(redact_secrets(cfg.to_dict()))
     out = {k: v if isinstance(v, (int, float, str, bool)) else str(v) for k, v in flat.items()}
     out["run_name"] = run_name
     return out

@@ -192,8 +192,8 @@ def build_reward(name: str, **kwargs: Any) -> RewardModel:
     if isinstance(target, type):
         return target(**kwargs)
     if kwargs:
-        return _FunctionReward(target, kwargs)
-    return _FunctionReward(target, {})
+        return FunctionReward(target, kwargs)
+    return FunctionReward(target, {})
 
 
 def _reward_params(target: Any) -> tuple[dict[str, inspect.Parameter], bool] | None:
@@ -313,7 +313,7 @@ def check_type(reward: str, arg: str, value: Any, kind: type) -> None:
         raise RewardError(f"{reward}: {arg}={value!r}; expected {_SIMPLE_TYPES[kind]}")
 
 
-class _FunctionReward:
+class FunctionReward:
     """Adapts a plain function ``fn(media, prompts, metadata, **kwargs)`` to the contract."""
 
     def __init__(self, fn: Callable, kwargs: dict[str, Any]):

@@ -21,7 +21,7 @@ For each model size it times, alternating the two sides so that machine noise hi
   slowness 1 and 0.5 for slowness 2; with one call in flight (batches slowness + 1) / (batches (1 + slowness))
   once slowness > 1: 0.75 for slowness 2.
 
-update and iteration run at each ``--betas`` (``train.beta``: above 0 both sides add a no-grad reference
+update and iteration run at each ``--betas`` (``method.options.beta``: above 0 both sides add a no-grad reference
 forward per trained step; the rollout does not depend on it and runs at the first only); reward_overlap at
 each ``--slowness``. It reports the median of each side and the ratio flowrl / bare (and the ratio of the
 minima: the work itself on a shared machine), then a summary of the figures the speed targets name. It runs
@@ -42,6 +42,7 @@ from typing import Callable
 import torch
 
 from flowrl.config import TrainConfig, config_from_dict, resolve_config
+from flowrl.methods.seam import RewardTable
 from flowrl.plan import make_plan
 from flowrl.reward_models import RewardOutput
 from flowrl.rollout import rollout
@@ -92,7 +93,7 @@ def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> 
             "sample.group_size=2",
             f"sample.prompts_per_iteration={batch // 2}",
             "train.optimizer_steps_per_iteration=1",
-            f"train.beta={beta}",
+            f"method.options.beta={beta}",
             "train.onpolicy_check=false",
         ],
     )
@@ -109,7 +110,7 @@ def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float, float, float
     w, steps = cfg.sample.guidance_scale, cfg.sample.num_steps
 
     def ours():
-        plan = make_plan(ad.sigmas(steps), "flow_sde", cfg.sample.noise_level)
+        plan = make_plan(ad.sigmas(steps), "flow_sde", tr.method.options.noise_level)
         return rollout(ad, cond, plan, noise, ids, w, torch.Generator(ad.device).manual_seed(1))
 
     def bare():
@@ -130,9 +131,9 @@ def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float, float, float
 
 def _bare_fwd_bwd(tr: Trainer, batches) -> None:
     """The update's transformer calls as plain forward+backward with a trivial loss, same optimizer steps;
-    with ``train.beta`` above 0 also the reference forward per trained step (no grad, LoRA off or the
+    with ``method.options.beta`` above 0 also the reference forward per trained step (no grad, LoRA off or the
     frozen copy) that a KL penalty needs, as flow_grpo's loop makes it."""
-    ad, w, beta = tr.adapter, tr.cfg.sample.guidance_scale, tr.cfg.train.beta
+    ad, w, beta = tr.adapter, tr.cfg.sample.guidance_scale, tr.method.options.beta
     for b in batches:
         plan = b.traj.plan
         inputs = ad.model_inputs(b.cond, w)
@@ -159,7 +160,7 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
 
 def bench_update(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
     batches, group_ids = tr.collect(0)
-    adv = tr.method.credit(tr.score(batches).columns, group_ids)
+    adv = tr.method.credit(RewardTable(tr.score(batches).columns, group_ids)).values
     return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
 
 
@@ -382,8 +383,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
     p.add_argument("--what", default="rollout,update,iteration,reward_overlap", help="which comparisons to run")
-    p.add_argument("--betas", default="0,0.004", help="train.beta values for update and iteration")
-    p.add_argument("--beta", type=float, default=None, help="one train.beta (instead of --betas)")
+    p.add_argument("--betas", default="0,0.004", help="method.options.beta values for update and iteration")
+    p.add_argument("--beta", type=float, default=None, help="one method.options.beta (instead of --betas)")
     p.add_argument("--slowness", default="1,2", help="reward latency in units of one batch's rollout")
     p.add_argument(
         "--reward-in-flight",

@@ -26,7 +26,7 @@ Formulas
 1. Noise cap (§7 step 3) [code]: g = a·sqrt(t/(1−t)) (``flowrl.sde.flow_sde_g``), step std
    s = g·sqrt(|Δ|); if s > max_std, g is scaled down so s = max_std, and the drift is recomputed with that g.
    **a_video = 0.02, a_audio = 0.8** (the sampler uses 0.8 when the video is frozen, 0.02 otherwise),
-   max_std = 0.5. At σ = 1 the code clamps 1 − t at 1e-5 (``ONE_MINUS_T_MIN``): g = a·sqrt(1e5), so the first
+   max_std = 0.5. At σ = 1 the code clamps 1 − t at 1e-5 (``flowrl.sde.ONE_MINUS_T_MIN``): g = a·sqrt(1e5), so the first
    step is capped to std 0.5 whenever |Δ_0| > (max_std / (a·sqrt(1e5)))² (6.3e-3 for the video, 3.9e-6 for
    the audio), in both phases; it does not substitute σ_1 as Flow-GRPO does (``sigma_at_one``, kept as an
    argument for comparison).
@@ -44,7 +44,7 @@ Formulas
    λ_pol·max(−Aρ, −A·clip(ρ, 1−ε, 1+ε)) + β·λ_rw·λ_KL·MSE(v_θ, v_ref), averaged over the batch, with
    λ_pol = sqrt(t/(|Δ|(1−t))), λ_rw = t/(|Δ|(1−t)) (video phase) or 1 (audio phase), ε = 0.2,
    β_video = 0.01, β_audio = 0.002. The code clamps t to [1e-5, 0.999] in λ_pol, λ_rw and λ_KL
-   (``T_CLAMP``; at t = 1, λ_pol = sqrt(999/|Δ|)); its 1e-10 and 1e-8 guards on denominators are left out.
+   (``flowrl.losses.T_CLAMP``; at t = 1, λ_pol = sqrt(999/|Δ|)); its 1e-10 and 1e-8 guards on denominators are left out.
 5. Advantages (§7 step 4) [code]: every metric is z-scored over the group (population std + 1e-8), the
    z-scores are averaged with equal weights; fallbacks: video phase with group-mean VQ ≤ 0 → VQ's z-score
    only; audio phase with group-mean CLAP < 0.4 → CLAP's only; then the score is z-scored again (unbiased
@@ -69,9 +69,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
-
-from flowrl.losses import T_CLAMP  # noqa: F401 (the code's clamp of t inside λ_pol, λ_rw and λ_KL)
-from flowrl.sde import MAX_STD, ONE_MINUS_T_MIN  # noqa: F401 (the cap on g·sqrt(|Δ|), the clamp of 1 − t)
 
 PHASES = ("video", "audio")
 NOISE_LEVEL = {"video": 0.02, "audio": 0.8}  # a per trained modality [code: Corrections]

@@ -14,7 +14,7 @@ counted there.
 * frozen weights: text encoders and transformer at ``model.dtype``, the VAE in fp32 (it decodes in fp32);
 * trainable weights (the LoRA, or the whole transformer) are upcast to fp32: 4 P_train;
 * gradients 4 P_train, AdamW's two moments 8 P_train, EMA 4 P_train, a DDP gradient bucket 4 P_train
-  with several processes; full fine-tuning with ``train.beta > 0`` also keeps a frozen reference copy,
+  with several processes; full fine-tuning with Flow-GRPO's ``method.options.beta > 0`` also keeps a frozen reference copy,
   and under autocast the fp16 copies of the fp32 weights (2 P) are cached during each training forward;
 * rollout buffers: every local sample keeps its (T+1) latents in fp32 (the other families: only those its
   trained transitions read or write, as ``Trajectory.trained_only`` keeps them: a window of k keeps k + 1,
@@ -51,7 +51,7 @@ context (about 0.5 GiB) and allocator fragmentation (reserved memory is often 5-
 * rollout: T forwards per sample (x the guidance's passes: 2 rows with CFG); update: per trained transition one forward and
   backward, 3x a forward for full fine-tuning (input and weight gradients) and 2x with LoRA (the frozen
   weights need only input gradients), +1 forward with gradient checkpointing and +1 reference forward
-  when ``train.beta > 0``; decode: ``2 * P * positions`` of each VAE decoder stage;
+  when ``method.options.beta > 0``; decode: ``2 * P * positions`` of each VAE decoder stage;
 * seconds = FLOPs / (sustained FLOP/s) + forward calls x a per-forward overhead (kernel launches and
   Python, ``OVERHEAD_S``). The FLOP/s is ``flops`` if given, else a short matmul measured on this machine
   times ``MATMUL_EFFICIENCY`` (the share of a matmul's rate a whole model reaches), else a constant for

@@ -70,9 +70,12 @@ class Estimate:
 
 
 def trained_transitions(cfg: Config) -> int:
-    """Transitions per sample the plan trains: the window, else the first ``timestep_fraction`` of the steps."""
-    s = cfg.sample
-    return s.window_size if s.window_size else int(s.num_steps * s.timestep_fraction)
+    """Transitions per sample the plan trains: the window, else the first ``timestep_fraction`` of the steps
+    (Flow-GRPO's knobs of the method, ``flowrl.methods.options.flow_knobs``)."""
+    from flowrl.methods.options import flow_knobs
+
+    o = flow_knobs(cfg)
+    return o.window_size if o.window_size else int(cfg.sample.num_steps * o.timestep_fraction)
 
 
 def compute_16bit(cfg: Config) -> bool:
@@ -88,9 +91,11 @@ def is_av_grpo(cfg: Config) -> bool:
 
 
 def kl_reference(cfg: Config) -> bool:
-    """Whether the update runs a reference forward (and full fine-tuning keeps a frozen copy): ``train.beta > 0``,
-    or AV-GRPO's own KL weights (``method.options.beta_video`` / ``beta_audio``, defaults 0.01 / 0.002)."""
-    if cfg.train.beta > 0:
+    """Whether the update runs a reference forward (and full fine-tuning keeps a frozen copy): Flow-GRPO's
+    ``method.options.beta > 0``, or AV-GRPO's own KL weights (``method.options.beta_video`` / ``beta_audio``, defaults 0.01 / 0.002)."""
+    from flowrl.methods.options import flow_knobs
+
+    if flow_knobs(cfg).beta > 0:
         return True
     if is_av_grpo(cfg):
         from flowrl.credit.av_grpo import BETA

@@ -35,6 +35,7 @@ from flowrl.estimate.meta import (
 )
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
 from flowrl.estimate.published import PUBLISHED, WAN22_BOUNDARY_RATIO
+from flowrl.methods.options import flow_knobs
 
 PROFILES: dict[str, FamilyProfile] = {
     p.pipeline: p for p in (flux.PROFILE, wan.PROFILE, stable_audio.PROFILE, ltx2.PROFILE)
@@ -333,10 +334,11 @@ def _expert_transitions(cfg: Config, parts: FamilyParts) -> tuple[float, float]:
     sigmas = expert_sigmas(parts, s.num_steps)
     boundary = parts.boundary_ratio or WAN22_BOUNDARY_RATIO
     mine = [(sigmas[i] >= boundary) == (experts == [0]) for i in range(s.num_steps)]
-    if s.window_size:
-        lo, hi = s.window_range or (0, s.num_steps)
+    o = flow_knobs(cfg)
+    if o.window_size:
+        lo, hi = o.window_range or (0, s.num_steps)
         share = sum(mine[lo:hi]) / max(1, hi - lo)
-        return s.window_size * share, s.window_size * (1 - share)
+        return o.window_size * share, o.window_size * (1 - share)
     grad = float(sum(mine[:trained]))
     return grad, trained - grad
 

@@ -126,7 +126,9 @@ def _kept_states(cfg: Config, m: ModelSize) -> int:
 
 
 def _reference(cfg: Config, m: ModelSize) -> bool:
-    return m.kl_reference if m.kl_reference is not None else cfg.train.beta > 0
+    from flowrl.methods.options import flow_knobs
+
+    return m.kl_reference if m.kl_reference is not None else flow_knobs(cfg).beta > 0
 
 
 def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str) -> tuple[dict, list[str]]:

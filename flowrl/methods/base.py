@@ -138,24 +138,11 @@ class MethodBase:
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         raise NotImplementedError
 
-    def credit(self, table: RewardTable, group_ids: torch.Tensor | None = None) -> Advantages:
+    def credit(self, table: RewardTable) -> Advantages:
         """The iteration's advantages: the credit part on ``table``, then the credit normalisation part. Rows
         whose advantage is 0 at every trained transition carry no signal (``keep`` None), unless the loss part
-        still pulls them (``Part.keeps_flat_rows``: every row trains).
-
-        The old call ``credit(columns, group_ids)`` (before ``RewardTable``) still works for one release and
-        returns the advantage tensor alone, with a FutureWarning."""
-        if group_ids is not None:
-            import warnings
-
-            warnings.warn(
-                "Method.credit(columns, group_ids) is deprecated; call credit(RewardTable(columns, group_ids)) "
-                "and read .values",
-                FutureWarning,
-                stacklevel=2,
-            )
-            return self.credit(RewardTable(table, group_ids)).values
-        adv = self._credit_norm(self._credit_rule(self, table), self.cfg)
+        still pulls them (``Part.keeps_flat_rows``: every row trains)."""
+        adv = self._credit_norm(self._credit_rule(self, table), self)
         if self.parts.loss.keeps_flat_rows and adv.keep is None:
             adv.keep = torch.ones(adv.values.shape[0], dtype=torch.bool, device=adv.values.device)
         return adv
@@ -203,7 +190,3 @@ class MethodBase:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         pass
-
-
-# the name methods subclassed before ``MethodBase``
-Method = MethodBase

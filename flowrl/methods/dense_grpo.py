@@ -27,12 +27,17 @@ from flowrl.credit.dense import (
 )
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.options import AdvantageClipOptions, GroupZScoreOptions, PolicyOptions, check_knobs
 from flowrl.methods.seam import Advantages, RewardTable
 from flowrl.plan import StepPlan
 
 
 @dataclass
-class DenseGRPOOptions:
+class DenseGRPOOptions(PolicyOptions, GroupZScoreOptions, AdvantageClipOptions):
+    """Flow-GRPO's loss and group z-score knobs (clip_range, beta, global_std, std_eps, adv_clip_max), and its own
+    step plan: every step a ``dance_sde`` of calibrated noise ψ (``noise_level`` and ``timestep_fraction`` are its
+    own knobs, which ``sample.noise_level`` / ``sample.timestep_fraction`` never set)."""
+
     noise_level: float = 0.7  # a of ψ before calibration: Flow-GRPO's a sqrt(σ / (1 - σ))
     calibrate: bool = True  # Algorithm 1 before training
     calibration_max_rounds: int = 50  # [inferred] stop after this many rounds ...
@@ -43,6 +48,7 @@ class DenseGRPOOptions:
     timestep_fraction: float = 1.0  # transitions that train (DenseGRPO: every one)
 
     def __post_init__(self):
+        check_knobs(self)
         if self.noise_level <= 0:
             raise ConfigError(f"method.options.noise_level: must be > 0, got {self.noise_level}")
         if not 0 < self.timestep_fraction <= 1:
@@ -67,6 +73,9 @@ class DenseGRPO(FlowGRPO):
 
     def records(self) -> frozenset[str]:
         return super().records() | {"state_completions"}
+
+    def step_kind(self) -> str:
+        return "dance_sde"  # ψ's steps, whatever the options
 
     def _psi(self, ctx: Context) -> torch.Tensor:
         if self.psi is None:
@@ -105,7 +114,7 @@ class DenseGRPO(FlowGRPO):
     def dense_credit(self, table: RewardTable) -> Advantages:
         """The credit part ``dense_gains``: each transition's gain, group-normalised per transition, clipped;
         (N, T), column j transition j."""
-        t = self.cfg.train
+        t = self.options
         adv = dense_advantages(
             self._table(table.columns),
             table.group_ids,

@@ -5,7 +5,7 @@ Forward-process RL on RAM's pieces (``forward_process``): clean endpoints under 
 multistep DPM-Solver++ of order 2 ("dpm2", on ``sample.num_steps`` steps; CFG-free when ``sample.guidance_scale``
 is 1, as the authors' configs have it), rewarded once, then each trained at K = int(0.99 N) distinct sigmas of its
 own sampling grid (9 of 10; a fresh noise each). The reward becomes an optimality weight r = clip(A / (2 A_max) +
-1/2, 0, 1) (A the group advantage of ``train.*``, A_max = ``train.adv_clip_max``). With v_old the lagged policy's
+1/2, 0, 1) (A the group advantage of ``method.options``' ``global_std`` / ``std_eps``, A_max = ``adv_clip_max``). With v_old the lagged policy's
 velocity, the implicit positive and negative policies are v+ = beta v_theta + (1 - beta) v_old and v- = (1 + beta)
 v_old - beta v_theta, and each predicts x0 as x_t - t v. The loss
 
@@ -27,6 +27,7 @@ import torch
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, TransitionLoss
 from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardProcessOptions
+from flowrl.methods.options import AdvantageClipOptions, GroupZScoreOptions, check_knobs
 from flowrl.pipelines.base import Conditioning
 
 
@@ -59,7 +60,11 @@ def nft_loss(
 
 
 @dataclass
-class DiffusionNFTOptions(ForwardProcessOptions):
+class DiffusionNFTOptions(ForwardProcessOptions, GroupZScoreOptions, AdvantageClipOptions):
+    """Flow-GRPO's group z-score (``group_zscore``: global_std, std_eps) and advantage clip, which is also A_max;
+    ``beta`` is DiffusionNFT's own (the implicit policies' strength), not Flow-GRPO's KL weight: ``train.beta`` never
+    set it."""
+
     beta: float = 1.0  # strength of the implicit positive / negative policies (the authors' OCR config: 0.1)
     kl_beta: float = 1e-4  # weight of ||v_theta - v_ref||^2 (0: no reference forward)
     num_noisings: int | None = None  # K; None: int(0.99 N) grid points, 9 of 10 (the authors' timestep_fraction)
@@ -72,6 +77,7 @@ class DiffusionNFTOptions(ForwardProcessOptions):
 
     def __post_init__(self):
         super().__post_init__()
+        check_knobs(self)
         if self.beta <= 0:
             raise ConfigError(f"method.options.beta: must be > 0, got {self.beta}")
         if self.kl_beta < 0:
@@ -94,7 +100,7 @@ class DiffusionNFT(ForwardProcess):
         o = self.options
         x_t, t = traj.x_t(j), traj.t[:, j]
         v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)
-        adv_max = self.cfg.train.adv_clip_max
+        adv_max = self.options.adv_clip_max
         r = optimality_weight(advantages, adv_max)
         # the authors scale the policy term by adv_clip_max (train_nft_sd3.py: ori_policy_loss * adv_clip_max)
         policy = adv_max * nft_loss(v, traj.velocities["old"][:, j], x_t, t, traj.x0, r, o.beta).mean()

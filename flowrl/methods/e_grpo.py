@@ -12,7 +12,7 @@ schedule, which for l > 1 re-runs steps n+1..n+l-1 on a latent already at σ_{n+
 lists hide); flowrl starts it at σ_{n+l}.
 
 Credit: z-scores within the members that share the merged step (a group's column k), per granularity,
-summed over granularities, clipped to ``train.adv_clip_max``; loss and schedule are G²RPO's. With several
+summed over granularities, clipped to ``method.options.adv_clip_max``; loss and schedule are G²RPO's. With several
 rewards the authors z-score the WEIGHTED SUM OF THE RAW REWARDS (shengjun-zhang/VisualGRPO ae619bf:
 ``RewardManager.compute_rewards`` returns Σ_c w_c r_c, ``RolloutBuffer.compute_advantages`` z-scores it):
 ``reward_zscore="weighted_sum"``, the default. ``"per_reward"`` is G²RPO's rule, Σ_c w_c z(r_c), which
@@ -118,14 +118,14 @@ class EGRPO(G2RPO):
     def merged_credit(self, table: RewardTable) -> Advantages:
         """The credit part ``entropy_merged``, (N, K): Σ_λ z(Σ_c w_c r_c) within groups
         (``reward_zscore="weighted_sum"``, the code), or G²RPO's Σ_λ Σ_c w_c z(r_c) (``"per_reward"``); clipped
-        to ``train.adv_clip_max``. Its metric: the mean merge length of the latest exploration."""
+        to ``method.options.adv_clip_max``. Its metric: the mean merge length of the latest exploration."""
         o = self.options
         if o.reward_zscore == "per_reward":
             adv = self.granular_credit(table)
         else:
             rewards = self.table(table.columns, "final")[..., None]  # (N, K, L, 1): the weighted raw reward sum
             values = granular_advantages(rewards, table.group_ids, unbiased=o.unbiased, eps=o.eps)  # (N, K)
-            adv = Advantages(clip_advantages(values, self.cfg.train.adv_clip_max))
+            adv = Advantages(clip_advantages(values, self.options.adv_clip_max))
         if self._pairs:
             adv.metrics["e_grpo/merge_length_mean"] = sum(b - a for a, b in self._pairs) / len(self._pairs)
         return adv

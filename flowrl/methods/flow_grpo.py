@@ -1,7 +1,7 @@
 """Flow-GRPO (arXiv 2505.05470): SDE rollouts, group-normalised trajectory advantages, PPO-clip + KL.
 
-On the method seam (``flowrl.methods.base``): ``explore`` walks the step plan (``sample.*``: SDE kind,
-noise level, window) from the batch's noise; ``credit`` normalises the final reward within groups;
+On the method seam (``flowrl.methods.base``): ``explore`` walks the step plan (``method.options``: SDE kind,
+noise level, window; ``flowrl.methods.options.FlowGRPOOptions``) from the batch's noise; ``credit`` normalises the final reward within groups;
 ``transition_loss`` is the clipped ratio of the recomputed log-prob plus beta times the exact Gaussian KL
 to the reference. Other methods subclass it and replace one of these.
 
@@ -21,6 +21,7 @@ from flowrl.advantages import clip_advantages, group_advantages
 from flowrl.config import ConfigError
 from flowrl.losses import PolicyLossOutput, gaussian_kl, ppo_clip_loss, ratio_norm_clip_loss
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
+from flowrl.methods.options import FlowGRPOOptions
 from flowrl.methods.parts import joint_pipeline
 from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.pipelines.base import Conditioning
@@ -33,9 +34,9 @@ GAUSSIAN_KINDS = ("flow_sde", "dance_sde")
 
 
 def group_zscore_credit(method: MethodBase, table: RewardTable) -> Advantages:
-    """The credit part ``group_zscore``: the final reward z-scored within its group (``train.global_std``,
-    ``train.std_eps``), clipped to ``train.adv_clip_max``; (N,)."""
-    t = method.cfg.train
+    """The credit part ``group_zscore``: the final reward z-scored within its group (``method.options.global_std``,
+    ``std_eps``), clipped to ``method.options.adv_clip_max``; (N,)."""
+    t = method.options
     adv = group_advantages(table.columns["final"], table.group_ids, global_std=t.global_std, eps=t.std_eps)
     return Advantages(clip_advantages(adv, t.adv_clip_max))
 
@@ -43,8 +44,8 @@ def group_zscore_credit(method: MethodBase, table: RewardTable) -> Advantages:
 def ppo_clip_policy(
     method: MethodBase, traj: Trajectory, j: int, new: StepOutput, advantages: torch.Tensor
 ) -> PolicyLossOutput:
-    """The loss part ``ppo_clip``: the clipped surrogate of the recomputed log-prob (``train.clip_range``)."""
-    return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, method.cfg.train.clip_range)
+    """The loss part ``ppo_clip``: the clipped surrogate of the recomputed log-prob (``method.options.clip_range``)."""
+    return ppo_clip_loss(new.log_prob, traj.log_probs[:, j], advantages, method.options.clip_range)
 
 
 def ratio_norm_policy(
@@ -61,7 +62,7 @@ def ratio_norm_policy(
         traj.means[:, j].to(new.mean.device),
         new.std,
         advantages,
-        method.cfg.train.clip_range,
+        method.options.clip_range,
         dt,
     )
 
@@ -72,6 +73,7 @@ class FlowGRPO(MethodBase):
     (the loss part on a recomputed step) and ``assemble`` (policy loss plus the KL)."""
 
     name = "flow_grpo"
+    Options = FlowGRPOOptions
     default_credit = "group_zscore"
     default_loss = "ppo_clip"
     hosts_policy_loss = True
@@ -79,14 +81,11 @@ class FlowGRPO(MethodBase):
     def __init__(self, cfg):
         super().__init__(cfg)
         if "gaussian_means" in self.parts.loss.requires:
-            # a method that picks its own step kind (G²RPO, E-GRPO: method.options.sde_type) is checked on it
-            own = hasattr(self.options, "sde_type")
-            kind = self.options.sde_type if own else cfg.sample.sde_type
+            kind = self.step_kind()
             if kind not in GAUSSIAN_KINDS:
                 raise ConfigError(
-                    f"{'method.options' if own else 'sample'}.sde_type: {self.name} needs a Gaussian "
-                    f"step with an exact log-prob for RatioNorm ({', '.join(GAUSSIAN_KINDS)}), "
-                    f"got {kind!r}"
+                    f"method.options.sde_type: {self.name} needs a Gaussian step with an exact log-prob for "
+                    f"RatioNorm ({', '.join(GAUSSIAN_KINDS)}), got {kind!r}"
                 )
             if joint_pipeline(cfg):
                 raise ConfigError(
@@ -98,12 +97,16 @@ class FlowGRPO(MethodBase):
     def records(self) -> frozenset[str]:
         return frozenset({"log_probs", "gaussian_means"})
 
+    def step_kind(self) -> str:
+        """The SDE kind of the trained steps (``method.options.sde_type``)."""
+        return self.options.sde_type
+
     def needs(self) -> Needs:
-        return Needs(media=self.media, reference=self.cfg.train.beta > 0, metrics=self.parts.credit.metrics)
+        return Needs(media=self.media, reference=self.options.beta > 0, metrics=self.parts.credit.metrics)
 
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
         """The batch's step plan; a window start is drawn from the stream ("plan", batch position)."""
-        s = self.cfg.sample
+        s = self.options
         window_range = tuple(s.window_range) if s.window_range is not None else None
         return make_plan(
             ctx.sigmas(),
@@ -158,7 +161,7 @@ class FlowGRPO(MethodBase):
     ) -> TransitionLoss:
         """Policy loss plus beta times the exact Gaussian KL to ``reference_mean()`` (called only when
         beta > 0), with the figures the trainer logs."""
-        t = self.cfg.train
+        t = self.options
         pg = self.policy_loss(traj, j, new, advantages)
         loss, kl = pg.loss, torch.zeros(())
         if t.beta > 0:

@@ -16,7 +16,7 @@ Scored names: ``"final"`` is the tail of the first branch at the first granulari
 stands for; ``reward/mean`` is its reward), ``"branch"`` the other K·|Λ| - 1 in (k, λ) order, so the reward
 calls are exactly G·K·|Λ| per group. Credit: per-(k, λ, reward) z-scores within groups (the code's unbiased
 std + ``eps``), summed over granularities and over rewards, each reward's z-score multiplied by its weight
-(1: the code's plain sum), clipped to ``train.adv_clip_max``: (N, K), column k the k-th branch. Loss:
+(1: the code's plain sum), clipped to ``method.options.adv_clip_max``: (N, K), column k the k-th branch. Loss:
 Flow-GRPO's clipped ratio (and KL when beta > 0) on the branch transition, with the shared-input forward.
 One optimizer step per branch k over all units (``schedule``).
 
@@ -34,6 +34,7 @@ from flowrl.config import ConfigError
 from flowrl.credit.granular import granular_zscores, ode_tail
 from flowrl.methods.base import Context, Experience, PromptBatch, TransitionLoss
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.options import AdvantageClipOptions, PolicyOptions, check_knobs
 from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.pipelines.base import Conditioning, select
 from flowrl.plan import StepPlan, ode_plan
@@ -54,7 +55,10 @@ def group_rows(group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @dataclass
-class G2RPOOptions:
+class G2RPOOptions(PolicyOptions, AdvantageClipOptions):
+    """Flow-GRPO's loss knobs (clip_range, beta) and advantage clip, and its own branch step: ``sde_type`` and
+    ``noise_level`` are G²RPO's, which ``sample.sde_type`` / ``sample.noise_level`` never set."""
+
     sde_type: str = "flow_sde"  # the branch step (the code: Flow-GRPO's SDE, a = 0.7)
     noise_level: float = 0.7  # a of the branch step
     trained_steps: list[int] | None = None  # M; None: the first half of the schedule, 0 .. T//2 - 1
@@ -63,6 +67,7 @@ class G2RPOOptions:
     unbiased: bool = True  # the code's unbiased std (False: population std)
 
     def __post_init__(self):
+        check_knobs(self)
         self.granularities = list(self.granularities)
         if self.sde_type not in SDE_KINDS:
             raise ConfigError(f"method.options.sde_type: {self.sde_type!r} is not one of {', '.join(SDE_KINDS)}")
@@ -187,7 +192,7 @@ class G2RPO(FlowGRPO):
         z = granular_zscores(tables, group_ids, unbiased=o.unbiased, eps=o.eps)  # (N, K, L, C)
         weights = torch.tensor(list(self.weights.values()), dtype=z.dtype)
         adv = (z * weights).sum(dim=(-2, -1))  # Σ_λ Σ_c w_c z: the code's plain sum at weight 1
-        return Advantages(clip_advantages(adv, self.cfg.train.adv_clip_max))
+        return Advantages(clip_advantages(adv, self.options.adv_clip_max))
 
     # ------------------------------------------------------------------------------------ update
     def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:

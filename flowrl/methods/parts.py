@@ -11,7 +11,7 @@ Three kinds of part, each chosen by a method by default and swappable from the c
 
 A part declares what it needs: ``requires``, facts a method's exploration records (``MethodBase.records``:
 ``log_probs``, ``gaussian_means``, ``endpoints``, ``joint_phases``, ...), and ``reads``, the
-``method.options`` fields it reads. A composition whose method lacks one is refused in one line naming both
+``method.options`` fields it reads (Flow-GRPO's knobs among them: ``flowrl.methods.options``). A composition whose method lacks one is refused in one line naming both
 parts and why, when the config resolves (before any weight loads).
 
 A part's ``target`` is ``"module:attr"`` (``attr`` may be ``Class.function``), imported only when chosen.
@@ -48,7 +48,6 @@ class Part:
     kind: str = "credit"  # credit | norm | policy | transition
     metrics: tuple[str, ...] = ()  # the figures it reports (logged as method/<name>)
     keeps_flat_rows: bool = False  # a loss that still pulls a row whose advantage is 0 (every row trains)
-    shared: tuple[str, ...] = ()  # the shared config keys it reads (train.*)
 
     def load(self) -> Callable[..., Any]:
         module, _, attr = self.target.partition(":")
@@ -100,8 +99,8 @@ for _part in (
     Part(
         "group_zscore",
         f"{_M}.flow_grpo:group_zscore_credit",
-        "the final reward z-scored within its prompt group (train.global_std, train.std_eps), clipped",
-        shared=("train.global_std", "train.std_eps", "train.adv_clip_max"),
+        "the final reward z-scored within its prompt group (global_std, std_eps), clipped to adv_clip_max",
+        reads=("global_std", "std_eps", "adv_clip_max"),
     ),
     Part(
         "iteration_zscore",
@@ -113,8 +112,7 @@ for _part in (
         "win_rates",
         f"{_M}.pref_grpo:PrefGRPO.win_rate_credit",
         "each reward's win rates (pairwise, or derived from scores) z-scored within groups, weighted sum",
-        reads=("win_rate_from", "std_eps", "unbiased_std"),
-        shared=("train.adv_clip_max",),
+        reads=("win_rate_from", "std_eps", "unbiased_std", "adv_clip_max"),
         metrics=("pref/win_rate_mean", "pref/win_rate_std"),
     ),
     Part(
@@ -122,16 +120,24 @@ for _part in (
         f"{_M}.dense_grpo:DenseGRPO.dense_credit",
         "per-transition reward gains of the completed states, z-scored per transition: (N, T)",
         requires=frozenset({"state_completions"}),
-        reads=("baseline",),
-        shared=("train.global_std", "train.std_eps", "train.adv_clip_max"),
+        reads=("baseline", "global_std", "std_eps", "adv_clip_max"),
     ),
     Part(
         "turning_points",
         f"{_M}.tp_grpo:TPGRPO.turning_point_credit",
         "incremental step rewards with turning points credited the long-term reward, balanced: (N, T)",
         requires=frozenset({"window_completions"}),
-        reads=("eta", "first_step", "consistency", "balance", "drop_incremental", "balance_pool"),
-        shared=("train.global_std", "train.std_eps", "train.adv_clip_max"),
+        reads=(
+            "eta",
+            "first_step",
+            "consistency",
+            "balance",
+            "drop_incremental",
+            "balance_pool",
+            "global_std",
+            "std_eps",
+            "adv_clip_max",
+        ),
         metrics=("tp/detected_frac", "tp/kept_frac", "tp/kept_positive", "tp/kept_negative", "tp/active_frac"),
     ),
     Part(
@@ -139,16 +145,14 @@ for _part in (
         f"{_M}.g2rpo:G2RPO.granular_credit",
         "per-(branch, granularity, reward) z-scores within groups, summed over granularities and rewards",
         requires=frozenset({"branches"}),
-        reads=("granularities", "eps", "unbiased"),
-        shared=("train.adv_clip_max",),
+        reads=("granularities", "eps", "unbiased", "adv_clip_max"),
     ),
     Part(
         "entropy_merged",
         f"{_M}.e_grpo:EGRPO.merged_credit",
         "z-scores of each merged branch's weighted reward sum (or G²RPO's per reward), summed over granularities",
         requires=frozenset({"branches"}),
-        reads=("granularities", "eps", "unbiased", "reward_zscore"),
-        shared=("train.adv_clip_max",),
+        reads=("granularities", "eps", "unbiased", "reward_zscore", "adv_clip_max"),
     ),
     Part(
         "modality_zscore",
@@ -167,9 +171,9 @@ for _part in (
         "gdpo",
         f"{_M}.parts:gdpo_norm",
         "GDPO: the advantages z-scored again over the whole iteration (sample std, eps 1e-8; a 0 stays 0), "
-        "then clipped to train.adv_clip_max",
+        "then clipped to adv_clip_max",
         kind="norm",
-        shared=("train.adv_clip_max",),
+        reads=("adv_clip_max",),
     ),
 ):
     CREDIT_NORMS.register(_part)
@@ -178,18 +182,18 @@ for _part in (
     Part(
         "ppo_clip",
         f"{_M}.flow_grpo:ppo_clip_policy",
-        "Flow-GRPO's PPO-clipped ratio of the recomputed log-prob (plus train.beta times the Gaussian KL)",
+        "Flow-GRPO's PPO-clipped ratio of the recomputed log-prob (plus beta times the Gaussian KL)",
         requires=frozenset({"log_probs"}),
+        reads=("clip_range", "beta"),
         kind="policy",
-        shared=("train.clip_range", "train.beta"),
     ),
     Part(
         "ratio_norm",
         f"{_M}.flow_grpo:ratio_norm_policy",
         "GRPO-Guard's RatioNorm: the corrected ratio, the clipped loss divided by |dt| (plus the KL)",
         requires=frozenset({"log_probs", "gaussian_means"}),
+        reads=("clip_range", "beta"),
         kind="policy",
-        shared=("train.clip_range", "train.beta"),
     ),
     Part(
         "ram_regression",
@@ -205,9 +209,8 @@ for _part in (
         f"{_M}.diffusion_nft:DiffusionNFT.nft_transition_loss",
         "DiffusionNFT: the negative-aware x0 regression of the implicit positive and negative policies",
         requires=frozenset({"endpoints"}),
-        reads=("beta", "kl_beta"),
+        reads=("beta", "kl_beta", "adv_clip_max"),
         kind="transition",
-        shared=("train.adv_clip_max",),
         keeps_flat_rows=True,
     ),
     Part(
@@ -223,14 +226,14 @@ for _part in (
 
 
 # ------------------------------------------------------------------------------------------- the norms
-def no_norm(adv: Any, cfg: Any) -> Any:
+def no_norm(adv: Any, method: Any) -> Any:
     return adv
 
 
-def gdpo_norm(adv: Any, cfg: Any) -> Any:
+def gdpo_norm(adv: Any, method: Any) -> Any:
     from flowrl.advantages import batch_zscore, clip_advantages
 
-    adv.values = clip_advantages(batch_zscore(adv.values), cfg.train.adv_clip_max)
+    adv.values = clip_advantages(batch_zscore(adv.values), method.options.adv_clip_max)
     return adv
 
 

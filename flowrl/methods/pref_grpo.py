@@ -32,6 +32,7 @@ from flowrl.advantages import clip_advantages, group_zscore
 from flowrl.config import ConfigError
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.options import AdvantageClipOptions, PolicyOptions, SDEOptions, check_knobs
 from flowrl.methods.seam import Advantages, RewardTable
 
 
@@ -50,13 +51,17 @@ def score_win_rates(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tens
 
 
 @dataclass
-class PrefGRPOOptions:
+class PrefGRPOOptions(SDEOptions, PolicyOptions, AdvantageClipOptions):
+    """Flow-GRPO's step plan, loss knobs and advantage clip; its credit z-scores each reward's win rates with its own
+    ``std_eps`` (1e-8, the authors'), which ``train.std_eps`` never set (no ``global_std``: always per group)."""
+
     subset_fraction: float = 0.6  # each sample trains this share of the plan's trained transitions (at least 1)
     win_rate_from: list[str] = field(default_factory=list)  # pointwise rewards scored by their win rates
     std_eps: float = 1e-8  # z = (w - mean) / (std + std_eps) per component
     unbiased_std: bool = True  # the sample std (the authors' code) or the population std
 
     def __post_init__(self):
+        check_knobs(self)
         if not 0 < self.subset_fraction <= 1:
             raise ConfigError(f"method.options.subset_fraction: must be in (0, 1], got {self.subset_fraction}")
         if self.std_eps <= 0:
@@ -91,7 +96,7 @@ class PrefGRPO(FlowGRPO):
         """The credit part ``win_rates``: each reward's win rates (a pairwise reward's own, or derived from the
         scores of ``win_rate_from``) z-scored within groups and summed with the rewards' weights; clipped unless
         GDPO (``method.credit_norm=gdpo``) re-normalises first, as the authors' code clamps only after GDPO."""
-        o, t = self.options, self.cfg.train
+        o = t = self.options
         rewards, group_ids = table.columns, table.group_ids
         total = torch.zeros(len(group_ids))
         rates = []

@@ -15,8 +15,8 @@ same thing for every start. Cost per sample: W + 1 reward calls and T (rollout) 
 Σ_{m=1..W-1} (T - s - m) forwards, times 2 rows with CFG; the update is Flow-GRPO's over the W window
 transitions.
 
-Credit (§2 steps 3-7): ``turning_point_credit`` on the table (``train.std_eps``, ``train.global_std``),
-clipped to ``train.adv_clip_max``, then each rollout batch's (n, W) advantages are placed at its own
+Credit (§2 steps 3-7): ``turning_point_credit`` on the table (``method.options.std_eps``, ``global_std``),
+clipped to ``method.options.adv_clip_max``, then each rollout batch's (n, W) advantages are placed at its own
 window's transitions (its row's ``window_start``), so column j of the (N, T) result is transition j.
 
 Balancing pools (``balance_pool``). The authors balance turning points within one process's rollout
@@ -48,6 +48,7 @@ from flowrl.credit.dense import completion_table
 from flowrl.credit.turning_point import TurningPointCredit, turning_point_credit
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.options import AdvantageClipOptions, GroupZScoreOptions, PolicyOptions, check_knobs
 from flowrl.methods.seam import Advantages, RewardTable
 from flowrl.plan import StepPlan, make_plan
 
@@ -55,7 +56,12 @@ SDE_KINDS = ("cps", "flow_sde", "dance_sde")
 
 
 @dataclass
-class TPGRPOOptions:
+class TPGRPOOptions(PolicyOptions, GroupZScoreOptions, AdvantageClipOptions):
+    """Flow-GRPO's loss and group z-score knobs (clip_range, beta, global_std, std_eps, adv_clip_max), and its own
+    window: ``sde_type``, ``noise_level``, ``window_size`` and ``window_range`` are TP-GRPO's, which the
+    ``sample.*`` keys never set. ``window_size`` in particular is not Flow-GRPO's: its None is T - 1 (a window
+    always; Flow-GRPO's 0 is no window), so these options do not extend ``FlowGRPOOptions``."""
+
     sde_type: str = "cps"  # the window's step (SD3 runs: CPS; the FLUX runs used flow_sde with a = 0.8)
     noise_level: float = 0.7  # a of the window's SDE
     window_size: int | None = None  # W; None: T - 1 (the released (0, 9) at T = 10: the last step is ODE)
@@ -69,6 +75,7 @@ class TPGRPOOptions:
     balance_pool: str = "batch"  # balancing pool: each rollout "batch" (the code) | the whole "iteration"
 
     def __post_init__(self):
+        check_knobs(self)
         if self.sde_type not in SDE_KINDS:
             raise ConfigError(f"method.options.sde_type: {self.sde_type!r} is not one of {', '.join(SDE_KINDS)}")
         if self.noise_level <= 0:
@@ -165,7 +172,7 @@ class TPGRPO(FlowGRPO):
     def turning_point_credit(self, table: RewardTable) -> Advantages:
         """The credit part ``turning_points``: (N, T), each rollout batch's window advantages at its own
         window's transitions; the detection figures as metrics."""
-        t, o = self.cfg.train, self.options
+        t = o = self.options
         rewards, group_ids = table.columns, table.group_ids
         n, num_steps = len(group_ids), self.cfg.sample.num_steps
         pools = self.balance_pools(n)

@@ -3,6 +3,7 @@ import torch
 
 from flowrl.config import ConfigError, config_from_dict, load_recipe, recipe_names, resolve_config
 from flowrl.data import GroupSampler, load_prompts
+from flowrl.methods import build_method
 
 
 @pytest.mark.parametrize("name", recipe_names())
@@ -14,10 +15,11 @@ def test_every_shipped_recipe_loads_and_validates(name):
 
 def test_defaults_follow_the_spec():
     cfg = resolve_config("sd35m-ocr")
+    o = build_method(cfg).options
     assert (cfg.sample.num_steps, cfg.sample.eval_num_steps, cfg.sample.guidance_scale) == (10, 40, 4.5)
-    assert (cfg.sample.noise_level, cfg.sample.group_size, cfg.train.clip_range) == (0.7, 24, 1e-4)
+    assert (o.noise_level, cfg.sample.group_size, o.clip_range) == (0.7, 24, 1e-4)
     assert (cfg.train.lora.rank, cfg.train.lora.alpha, cfg.train.learning_rate) == (32, 64, 3e-4)
-    assert cfg.train.beta == pytest.approx(0.004)
+    assert o.beta == pytest.approx(0.004)
 
 
 def test_overrides_are_typed():
@@ -34,7 +36,7 @@ def test_overrides_are_typed():
         ],
     )
     assert cfg.train.iterations == 3 and cfg.train.learning_rate == 1e-4 and cfg.seed == 7
-    assert cfg.sample.window_range == [0, 4]
+    assert cfg.method.options["window_range"] == [0, 4]  # sample.window_range: a deprecated alias
     assert cfg.reward == {"jpeg_compressibility": 1.0, "jpeg_incompressibility": 0.5}
     assert cfg.train.lora.target_modules == ["attn.to_q"]
 
@@ -48,9 +50,9 @@ def test_overrides_are_typed():
         ("train.iterations=2.5", "train.iterations: expected an integer, got 2.5"),
         ("train.ema=maybe", "train.ema: expected true or false, got 'maybe'"),
         ("train.learning_rate=-1", "train.learning_rate: must be > 0, got -1.0"),
-        ("sample.sde_type=sdee", "sample.sde_type: 'sdee' is not one of flow_sde, cps, dance_sde"),
+        ("sample.sde_type=sdee", "method.options.sde_type: 'sdee' is not one of flow_sde, cps, dance_sde"),
         ("sample.group_size=1", "sample.group_size: GRPO needs at least 2 samples per prompt, got 1"),
-        ("sample.window_size=20", "sample.window_size: 20 exceeds sample.num_steps=6"),
+        ("sample.window_size=20", "method.options.window_size: 20 exceeds sample.num_steps=6"),
         ("model.resolution=30", "model.resolution: must be a multiple of 16, got 30"),
         ("model.dtype=fp8", "model.dtype: 'fp8' is not one of fp32, fp16, bf16"),
         ("train.mixed_precision=fp64", "train.mixed_precision: 'fp64' is not one of no, fp16, bf16"),
@@ -170,3 +172,59 @@ def test_a_recipe_whose_reward_replaces_the_default_one_resumes_without_changes(
     assert math_changes(cfg, resolve_config("tiny-wan").to_dict()) == []
     changed = resolve_config("tiny-wan", ["reward={video: 2.0}"]).to_dict()
     assert math_changes(cfg, changed) == ["reward.video (1.0 -> 2.0)"]
+
+
+def test_flow_grpo_knobs_old_keys_are_deprecated_aliases_of_method_options():
+    """sample.* / train.* of Flow-GRPO's knobs set method.options.* for one release, with a FutureWarning naming the
+    new key; the command line's old key replaces the recipe's new one; both at one level and different: one line."""
+    with pytest.warns(FutureWarning, match=r"sample\.noise_level is deprecated; use method\.options\.noise_level"):
+        cfg = resolve_config("tiny-cpu", ["sample.noise_level=0.9"])
+    assert cfg.method.options["noise_level"] == 0.9 and cfg.sample.noise_level is None
+    with pytest.warns(FutureWarning, match=r"train\.beta is deprecated"):
+        assert resolve_config("tiny-cpu", ["train.beta=0.01"]).method.options["beta"] == 0.01  # recipe: 0.0
+    assert resolve_config("tiny-cpu", ["method.options.beta=0.02"]).method.options["beta"] == 0.02
+    with pytest.raises(ConfigError, match=r"^train\.beta=0\.01 and method\.options\.beta=0\.02 disagree"):
+        resolve_config("tiny-cpu", ["train.beta=0.01", "method.options.beta=0.02"])
+    with pytest.warns(FutureWarning):
+        assert (
+            resolve_config("tiny-cpu", ["train.beta=0.02", "method.options.beta=0.02"]).method.options["beta"] == 0.02
+        )
+
+
+def test_an_old_key_for_a_method_without_the_knob_is_a_warning_naming_it():
+    """ram has no Flow-GRPO knob, DiffusionNFT's beta and TP-GRPO's window are their own: the old key is ignored with
+    one warning line naming the method (as before, when it was ignored silently), and a recipe's Flow-GRPO
+    options do not become another method's own knobs of the same name."""
+    with pytest.warns(UserWarning, match=r"^train\.beta=0\.01: method ram has no such knob; ignored$"):
+        cfg = resolve_config("tiny-cpu", ["method.name=ram", "train.beta=0.01"])
+    assert "beta" not in cfg.method.options
+    with pytest.warns(UserWarning, match=r"method diffusion_nft has no such knob \(method\.options\.beta is its own"):
+        resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.beta=0.01"])
+    with pytest.warns(UserWarning, match=r"method\.options\.beta \(set for method flow_grpo\): method diffusion_nft"):
+        cfg = resolve_config("tiny-cpu", ["method.name=diffusion_nft"])
+    assert build_method(cfg).options.beta == 1.0 and cfg.method.options["global_std"] is False
+    with pytest.warns(UserWarning, match=r"sample\.window_size=2: method tp_grpo has no such knob"):
+        cfg = resolve_config("tiny-cpu", ["method.name=tp_grpo", "sample.window_size=2"])
+    assert build_method(cfg).options.window_size is None
+
+
+def test_no_shipped_recipe_sets_a_deprecated_key_or_a_knob_its_method_ignores():
+    import warnings
+
+    for name in recipe_names():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            resolve_config(name)
+
+
+def test_a_run_saved_with_the_old_keys_resumes_without_a_change():
+    from flowrl.config import math_changes
+
+    old = resolve_config("toy-flow-grpo").to_dict()
+    old["method"]["options"] = {}
+    old["sample"].update(sde_type="cps", noise_level=0.8, window_size=2, window_range=[0, 4], timestep_fraction=0.99)
+    old["train"].update(clip_range=1e-4, beta=0.0, global_std=False, adv_clip_max=5.0, std_eps=1e-4)
+    assert math_changes(old, resolve_config("toy-flow-grpo").to_dict()) == []
+    assert math_changes(old, resolve_config("toy-flow-grpo", ["method.options.beta=0.1"]).to_dict()) == [
+        "method.options.beta (0.0 -> 0.1)"
+    ]

@@ -24,6 +24,7 @@ from flowrl.config import (
     resolve_config,
 )
 from flowrl.config_reference import reference
+from flowrl.methods.options import flow_knobs
 
 DOCS = Path(__file__).parents[2] / "docs"
 SMALL = [
@@ -418,7 +419,7 @@ def test_a_tiny_run_logs_the_guide_s_metrics_with_the_exact_values_it_states(tmp
     n, steps, trained_steps = (
         s.prompts_per_iteration * s.group_size,
         s.num_steps,
-        int(s.num_steps * s.timestep_fraction),
+        int(s.num_steps * flow_knobs(cfg).timestep_fraction),
     )
     for r in trained:
         assert r["policy/clip_frac"] == 0 and r["policy/approx_kl"] == 0 and r["policy/ratio_mean"] == 1

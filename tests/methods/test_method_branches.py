@@ -10,9 +10,9 @@ import torch
 from flowrl.config import resolve_config
 from flowrl.credit.entropy import merge_length
 from flowrl.credit.granular import tail_indices
+from flowrl.losses import ratio_norm_log_ratio
 from flowrl.methods import build_method, list_methods
 from flowrl.methods.g2rpo import group_rows
-from flowrl.methods.grpo_guard import ratio_norm_log_ratio
 from flowrl.methods.seam import RewardTable
 from flowrl.trainer import Trainer
 

@@ -252,7 +252,7 @@ def test_nft_policy_term_is_scaled_by_adv_clip_max():
     from flowrl.methods.forward_process import Endpoints
 
     method = DiffusionNFT(resolve_config("tiny-cpu", ["method.name=diffusion_nft"]))
-    assert method.cfg.train.adv_clip_max == 5.0
+    assert method.options.adv_clip_max == 5.0
     zero = torch.zeros(1, 1, 2)
     unit = Endpoints(
         torch.zeros(1, 2),
@@ -402,14 +402,14 @@ def test_the_sd35m_recipes_carry_the_released_configs(task, reward, beta, flat, 
         cap,
         "optimizer_step",
     )
-    assert (t.learning_rate, t.weight_decay, t.max_grad_norm, t.adv_clip_max, t.optimizer_steps_per_iteration) == (
+    assert (t.learning_rate, t.weight_decay, t.max_grad_norm, o.adv_clip_max, t.optimizer_steps_per_iteration) == (
         3e-4,
         1e-4,
         1.0,
         5.0,
         steps,
     )
-    assert (t.lora.rank, t.lora.alpha, t.ema, t.ema_decay, t.ema_every, t.global_std) == (32, 64, True, 0.9, 1, True)
+    assert (t.lora.rank, t.lora.alpha, t.ema, t.ema_decay, t.ema_every, o.global_std) == (32, 64, True, 0.9, 1, True)
     assert dict(cfg.reward) == {reward: 1.0}
 
 

@@ -244,7 +244,7 @@ def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_t
 def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
     for overrides, message in (
         (["method.name=ram"], "train.ratio_norm: method ram has no clipped PPO ratio"),
-        (["method.name=flow_grpo", "sample.sde_type=cps"], "sample.sde_type: flow_grpo needs a Gaussian step"),
+        (["method.name=flow_grpo", "sample.sde_type=cps"], "method.options.sde_type: flow_grpo needs a Gaussian step"),
         (["method.name=tp_grpo"], "method.options.sde_type: tp_grpo needs a Gaussian step"),  # CPS by default
     ):
         with pytest.raises(ConfigError) as err:
@@ -330,13 +330,13 @@ def test_the_sd35m_recipe_carries_the_authors_released_settings():
     3e787f6): UR-Think 0.4 + CLIP 0.6, --apply_gdpo, --rationorm, --init_same_noise, 25 steps at eta 0.7 with
     the last one ignored and timestep_fraction 0.6, clip 1e-4, adv clip 5, no KL, lr 1e-5, wd 1e-4, LoRA 64/128."""
     cfg = resolve_config("sd35m-pref-grpo")
-    s, t = cfg.sample, cfg.train
+    s, t, o = cfg.sample, cfg.train, build_method(cfg).options
     assert cfg.reward == {"unifiedreward": 0.4, "clipscore": 0.6}
     ur = cfg.reward_args["unifiedreward"]
     assert ur["mode"] == "pairwise" and "template_from" in ur and ur["max_new_tokens"] == 4096
     assert cfg.reward_args["clipscore"]["formula"] == "cos"
     assert cfg.method.credit_norm == "gdpo" and cfg.method.loss == "ratio_norm" and s.same_noise_in_group
-    assert (s.num_steps, s.noise_level, s.group_size, int(s.num_steps * s.timestep_fraction)) == (25, 0.7, 8, 24)
+    assert (s.num_steps, o.noise_level, s.group_size, int(s.num_steps * o.timestep_fraction)) == (25, 0.7, 8, 24)
     assert cfg.method.options["subset_fraction"] == 0.6 and round(0.6 * 24) == 14  # the authors' int(24 x 0.6)
-    assert (t.clip_range, t.adv_clip_max, t.beta, t.learning_rate, t.weight_decay) == (1e-4, 5.0, 0.0, 1e-5, 1e-4)
+    assert (o.clip_range, o.adv_clip_max, o.beta, t.learning_rate, t.weight_decay) == (1e-4, 5.0, 0.0, 1e-5, 1e-4)
     assert (t.lora.rank, t.lora.alpha, t.ema) == (64, 128, False)

@@ -259,11 +259,11 @@ def test_the_sd35m_recipe_carries_the_authors_launch_settings():
     4 // 2 = 2 rollout batches: two optimizer steps an epoch."""
     cfg = resolve_config("sd35m-tp-grpo")
     s, t, o = cfg.sample, cfg.train, build_method(cfg).options
-    assert t.beta == 1e-4
+    assert o.beta == 1e-4
     assert s.prompts_per_iteration * s.group_size == 1152 and t.optimizer_steps_per_iteration == 2
     assert s.batch_size == 9 and (1152 // 32) % s.batch_size == 0  # 4 rollout batches of 9 per GPU: the pools
     assert (o.balance_pool, o.baseline_noise, o.noise_level, o.eta) == ("batch", "independent", 0.7, 1.0)
-    assert (t.clip_range, t.global_std, t.learning_rate) == (1e-5, False, 3e-4)
+    assert (o.clip_range, o.global_std, t.learning_rate) == (1e-5, False, 3e-4)
 
 
 @pytest.mark.parametrize(
@@ -314,4 +314,4 @@ def test_the_toy_comparison_gives_tp_grpo_the_recipes_window():
     cfg = resolve_config("toy-flow-grpo", [*runs_to_make(["tp_grpo"])["tp_grpo"], "model.path=tiny"])
     method = build_method(cfg)
     assert (method.window_size, method.window_range, method.options.noise_level) == (2, (0, 4), 0.8)
-    assert method.options.sde_type == cfg.sample.sde_type == "cps"
+    assert method.options.sde_type == resolve_config("toy-flow-grpo").method.options["sde_type"] == "cps"

@@ -203,7 +203,7 @@ def test_yaml_floats_without_a_dot_are_floats(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("train:\n  learning_rate: 1e-3\n  clip_range: 2E-4\n")
     cfg = resolve_config(str(recipe), [])
-    assert cfg.train.learning_rate == 1e-3 and cfg.train.clip_range == 2e-4
+    assert cfg.train.learning_rate == 1e-3 and cfg.method.options["clip_range"] == 2e-4  # train.clip_range: an alias
 
 
 def test_state_json_records_the_run_config(tmp_path):

@@ -1,0 +1,290 @@
+"""Flow-GRPO's knobs as method options, and the deprecated keys that set them.
+
+Flow-GRPO's knobs come in groups, each a dataclass that a method's options extend where the method reads them:
+
+* ``SDEOptions``: the step plan of ``flowrl.plan.make_plan`` (SDE kind, noise level, window, trained fraction);
+* ``PolicyOptions``: the PPO clip of the policy loss parts (``ppo_clip``, ``ratio_norm``) and the KL weight;
+* ``GroupZScoreOptions``: the group z-score of the credit (``group_zscore``, dense gains, turning points);
+* ``AdvantageClipOptions``: the clip of the advantages.
+
+``FlowGRPOOptions`` holds all of them. A method with a knob of the same name that means something else (TP-GRPO's
+``window_size``, Pref-GRPO's ``std_eps``) keeps its own field, which the deprecated keys never set.
+
+The deprecated keys (``sample.noise_level``, ``train.beta``, ...; ``DEPRECATED_KEYS``) are accepted for one
+release: at config resolution each sets ``method.options.<name>`` with a FutureWarning; given together with
+``method.options.<name>`` at the same level (one recipe file, or the command line) and a different value, it
+is a ``ConfigError``; a later level wins over an earlier one (the command line over the recipe, a recipe over
+its ``base:``). Set for a method that has no such knob, an old key, like one of Flow-GRPO's knobs left in
+``method.options`` by a recipe written for another method, is a one-line warning naming the method and is
+dropped: the method never read it, and a shared list of overrides (one per method) keeps working.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from flowrl.config import ConfigError
+
+SDE_TYPES = ("flow_sde", "cps", "dance_sde")
+# the knobs that must be > 0 (True) or >= 0 (False)
+POSITIVE = {
+    "noise_level": True,
+    "window_size": False,
+    "clip_range": True,
+    "adv_clip_max": True,
+    "beta": False,
+    "std_eps": True,
+}
+
+
+@dataclass
+class SDEOptions:
+    """Flow-GRPO's step plan (``flowrl.plan.make_plan``)."""
+
+    sde_type: str = "flow_sde"  # flow_sde | cps | dance_sde
+    noise_level: float = 0.7  # a of flow_sde / cps, eta of dance_sde
+    window_size: int = 0  # 0: stochastic at every step; k: an SDE window of k steps, ODE elsewhere
+    window_range: list[int] | None = None  # [lo, hi] where the window may start/end; default [0, num_steps]
+    timestep_fraction: float = 0.99  # without a window: train the first int(T * fraction) transitions
+
+
+@dataclass
+class PolicyOptions:
+    """The policy loss on a recomputed SDE step, and its KL to the reference."""
+
+    clip_range: float = 1e-4  # PPO clip on the mean-reduced ratio (1e-5 for cps / windows)
+    beta: float = 0.004  # KL weight, exact per-element Gaussian KL (= Flow-GRPO code beta 0.04 x |dt| 0.1)
+
+
+@dataclass
+class GroupZScoreOptions:
+    """The group advantage (r - mean) / (std + std_eps)."""
+
+    global_std: bool = True  # normalise by the std of all rewards (True) or of each group (False)
+    std_eps: float = 1e-4  # group advantage (r - mean) / (std + std_eps)
+
+
+@dataclass
+class AdvantageClipOptions:
+    adv_clip_max: float = 5.0  # advantages are clipped to [-adv_clip_max, adv_clip_max]
+
+
+KNOB_GROUPS = (SDEOptions, PolicyOptions, GroupZScoreOptions, AdvantageClipOptions)
+
+
+@dataclass
+class FlowGRPOOptions(SDEOptions, PolicyOptions, GroupZScoreOptions, AdvantageClipOptions):
+    """Flow-GRPO's options (``method.options.*``): every group of knobs."""
+
+    def __post_init__(self):
+        check_knobs(self)
+
+
+# the deprecated keys (one release) -> the option each sets
+DEPRECATED_KEYS = {
+    **{f"sample.{f.name}": f.name for f in dataclasses.fields(SDEOptions)},
+    **{f"train.{f.name}": f.name for g in KNOB_GROUPS[1:] for f in dataclasses.fields(g)},
+}
+KNOB_NAMES = frozenset(DEPRECATED_KEYS.values())
+
+
+def shared_knobs(options_cls: type) -> frozenset[str]:
+    """The names of Flow-GRPO's knobs an options class holds from the knob groups (a field of the same name that
+    a class of its own declares is its own knob, which the deprecated keys do not set)."""
+    if not dataclasses.is_dataclass(options_cls):
+        return frozenset()
+    groups = [g for g in KNOB_GROUPS if issubclass(options_cls, g)]
+    names = {f.name for g in groups for f in dataclasses.fields(g)}
+    own = set()
+    for klass in options_cls.__mro__:
+        if klass not in KNOB_GROUPS and klass is not FlowGRPOOptions:
+            own |= set(vars(klass).get("__annotations__", {}))
+    return frozenset(names - own)
+
+
+def check_knobs(options: Any) -> None:
+    """Flow-GRPO's knobs an options object holds, each in range (one line naming ``method.options.<name>``)."""
+    knobs = shared_knobs(type(options))
+    if "sde_type" in knobs and options.sde_type not in SDE_TYPES:
+        raise ConfigError(f"method.options.sde_type: {options.sde_type!r} is not one of {', '.join(SDE_TYPES)}")
+    if "timestep_fraction" in knobs and not 0 < options.timestep_fraction <= 1:
+        raise ConfigError(f"method.options.timestep_fraction: must be in (0, 1], got {options.timestep_fraction}")
+    for name, strict in POSITIVE.items():
+        value = getattr(options, name) if name in knobs else 1
+        if value < 0 or (strict and value == 0):
+            raise ConfigError(f"method.options.{name}: must be {'> 0' if strict else '>= 0'}, got {value}")
+
+
+def check_steps(options: Any, num_steps: int) -> None:
+    """The step plan's knobs against ``sample.num_steps`` (an options object without them: nothing to check)."""
+    if "window_size" not in shared_knobs(type(options)):
+        return
+    w = options.window_size
+    if w > num_steps:
+        raise ConfigError(f"method.options.window_size: {w} exceeds sample.num_steps={num_steps}")
+    if options.window_range is not None:
+        lo_hi = options.window_range
+        if len(lo_hi) != 2 or not 0 <= lo_hi[0] <= lo_hi[1] - w or lo_hi[1] > num_steps:
+            raise ConfigError(
+                f"method.options.window_range: {lo_hi} must be [lo, hi] with 0 <= lo <= hi - window_size and "
+                f"hi <= num_steps={num_steps}"
+            )
+    if w == 0 and int(num_steps * options.timestep_fraction) == 0:
+        raise ConfigError("method.options.timestep_fraction: trains no transition at this num_steps")
+
+
+# ----------------------------------------------------------------------------------------------------
+# the deprecated keys
+def alias_partner(key: str) -> str | None:
+    """The other spelling of a knob: ``sample.noise_level`` <-> ``method.options.noise_level``; None if none."""
+    if key in DEPRECATED_KEYS:
+        return f"method.options.{DEPRECATED_KEYS[key]}"
+    name = key.removeprefix("method.options.")
+    if name != key:
+        return next((old for old, new in DEPRECATED_KEYS.items() if new == name), None)
+    return None
+
+
+def drop_partners(tree: dict[str, Any], keys: Any, keep: Any = ()) -> None:
+    """A higher level (a recipe over its base, the command line over the recipe) setting a knob under one spelling
+    replaces a lower level's other spelling: remove each key's ``alias_partner`` from ``tree``, except those in
+    ``keep`` (set at the same level, and compared when the config resolves)."""
+    for key in keys:
+        partner = alias_partner(key)
+        if partner is None or partner in keep:
+            continue
+        *parents, last = partner.split(".")
+        node = tree
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, dict):
+            node.pop(last, None)
+
+
+def carry_options(tree: dict[str, Any], name: Any, keep: Any = ()) -> None:
+    """``method.name`` set to ``name`` over a lower level's method (the command line over a recipe, a recipe over its
+    ``base:``): the lower level's ``method.options`` were written for its own method, so of Flow-GRPO's knobs among
+    them only those ``name`` holds as Flow-GRPO's stay (``tiny-cpu`` with ``method.name=diffusion_nft`` keeps
+    ``global_std``; Flow-GRPO's ``beta`` does not become DiffusionNFT's own); the others are dropped with a warning.
+    ``keep``: keys set at the same level, which stay."""
+    from flowrl.methods import method_class
+
+    method = tree.get("method")
+    options = method.get("options") if isinstance(method, dict) else None
+    old = method.get("name", "flow_grpo") if isinstance(method, dict) else "flow_grpo"
+    if not isinstance(options, dict) or not isinstance(name, str) or name == old:
+        return
+    try:
+        knobs = shared_knobs(method_class(name).Options)
+    except ValueError:  # an unknown method has its own error later
+        return
+    for key in sorted(KNOB_NAMES & set(options) - knobs):
+        if f"method.options.{key}" not in keep:
+            warnings.warn(
+                f"method.options.{key} (set for method {old}): method {name} has no such knob of Flow-GRPO's; ignored",
+                UserWarning,
+                stacklevel=4,
+            )
+            del options[key]
+
+
+def over_base(merged: dict[str, Any], data: dict[str, Any]) -> None:
+    """A recipe's settings ``data`` over its base's ``merged``: each knob ``data`` sets replaces the base's other
+    spelling, and a method of its own keeps only the base's Flow-GRPO knobs it holds (``carry_options``)."""
+    from flowrl.config import flatten_config
+
+    drop_partners(merged, flatten_config(data))
+    method = data.get("method")
+    if isinstance(method, dict) and "name" in method and "options" not in method:  # its options replace the base's
+        carry_options(merged, method["name"])
+
+
+def resolve_knobs(cfg: Any) -> None:
+    """At config resolution: each deprecated key set (not None) moves to ``method.options`` of a method that holds
+    the knob (a FutureWarning naming the new key; a ``ConfigError`` when ``method.options`` gives another value),
+    or is dropped with a warning naming a method that has none; Flow-GRPO's knobs in ``method.options`` of a method
+    without them are dropped with a warning. The knobs are then checked (range, ``sample.num_steps``)."""
+    from flowrl.config import build_section
+    from flowrl.methods import method_class
+
+    name = cfg.method.name
+    options_cls = method_class(name).Options
+    knobs = shared_knobs(options_cls)
+    fields = {f.name for f in dataclasses.fields(options_cls)} if dataclasses.is_dataclass(options_cls) else set()
+    options = cfg.method.options
+    for old, new in DEPRECATED_KEYS.items():
+        section, attr = old.split(".")
+        value = getattr(getattr(cfg, section), attr)
+        if value is None:
+            continue
+        setattr(getattr(cfg, section), attr, None)
+        if new not in knobs:
+            own = f" (method.options.{new} is its own knob, which {old} never set)" if new in fields else ""
+            warnings.warn(f"{old}={value}: method {name} has no such knob{own}; ignored", UserWarning, stacklevel=4)
+            continue
+        warnings.warn(f"{old} is deprecated; use method.options.{new}", FutureWarning, stacklevel=4)
+        if new in options and options[new] != value:
+            raise ConfigError(
+                f"{old}={value} and method.options.{new}={options[new]} disagree: give method.options.{new} only"
+            )
+        options[new] = value
+    for key in sorted(KNOB_NAMES & set(options) - fields):
+        warnings.warn(
+            f"method.options.{key}: method {name} has no such knob (one of Flow-GRPO's); ignored",
+            UserWarning,
+            stacklevel=4,
+        )
+        del options[key]
+    given = {k: options[k] for k in knobs if k in options}
+    if given:
+        try:
+            check_steps(build_section(options_cls, given, "method.options."), cfg.sample.num_steps)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (method {name})") from None
+
+
+def normalise_knobs(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flattened config dict (``flowrl.config.flatten_config``) with the deprecated keys at their new home and
+    the method's Flow-GRPO knobs at their defaults where unset, so a run saved before the knobs moved compares
+    equal to the same run after (``flowrl.config.math_changes``)."""
+    from flowrl.methods import method_class
+
+    try:
+        options_cls = method_class(flat.get("method.name", "flow_grpo"))
+    except ValueError:
+        return flat
+    options_cls = options_cls.Options
+    knobs = shared_knobs(options_cls)
+    out = dict(flat)
+    for old, new in DEPRECATED_KEYS.items():
+        value = out.pop(old, None)
+        if value is not None and new in knobs:
+            out.setdefault(f"method.options.{new}", value)
+    for f in dataclasses.fields(options_cls) if knobs else ():
+        if f.name in knobs:
+            out.setdefault(f"method.options.{f.name}", f.default)
+    if any(k.startswith("method.options.") for k in out) and out.get("method.options") == {}:
+        del out["method.options"]
+    return out
+
+
+def flow_knobs(cfg: Any) -> FlowGRPOOptions:
+    """Flow-GRPO's knobs of a resolved config without building its method: those its method holds, Flow-GRPO's
+    defaults for the step plan where it holds none, and ``beta`` 0 (no Flow-GRPO KL) where it has no such knob
+    (``flowrl.estimate`` sizes the plan and the reference forward with them)."""
+    from flowrl.config import build_section
+    from flowrl.methods import method_class
+
+    try:
+        options_cls = method_class(cfg.method.name).Options
+    except ValueError:
+        options_cls = FlowGRPOOptions
+    knobs = shared_knobs(options_cls)
+    given = {k: v for k, v in (cfg.method.options or {}).items() if k in knobs}
+    out = build_section(FlowGRPOOptions, given, "method.options.")
+    if "beta" not in knobs:
+        out.beta = 0.0
+    return out
