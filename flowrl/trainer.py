@@ -35,13 +35,7 @@ from flowrl.policy import Policy
 from flowrl.preflight import check_whole_groups, preflight
 from flowrl.reward_models import RewardError
 from flowrl.rollout import RolloutBatch
-from flowrl.scoring import (  # noqa: F401 - check_reward_modality: config.py imports it from here for now
-    Scores,
-    Scoring,
-    build_rewards,
-    check_reward_modality,
-    reward_metrics,
-)
+from flowrl.scoring import Scores, Scoring, build_rewards, reward_metrics
 from flowrl.seeds import seed_of
 from flowrl.update import Updater
 

@@ -10,7 +10,7 @@ The pipeline is a real ``StableDiffusion3Pipeline``:
   ``silu(x) - silu(-x) = x`` undoes the activation exactly. Diffusion therefore happens in pixel space
   (like pixel-space DiTs), which spares training a VAE on two CPU cores; the latents are the pixels
   normalised by ``shift_factor`` and ``scaling_factor`` measured on renders.
-* **Text encoders**: the offline tiny builder's CLIP x2 and T5 (``pipelines.tiny``) over the toy words,
+* **Text encoders**: the offline tiny builder's CLIP x2 and T5 (``flowrl.pipelines.sd3.tiny``, ``flowrl.pipelines.kit.tiny``) over the toy words,
   random and frozen (their token features carry the prompt; the transformer learns to read them).
 * **Transformer**: ``SD3Transformer2DModel`` with large patches (8 px: 16 image tokens at 32 px), trained
   by rectified flow (``v = noise - x0``, logit-normal sigmas, 10% empty captions for CFG), EMA weights
@@ -145,7 +145,8 @@ def build_toy_pipeline(cfg: ToyModelConfig, shift: float = 0.0, scale: float = 1
     """The untrained toy ``StableDiffusion3Pipeline`` (random transformer, identity VAE, toy tokenizers)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, SD3Transformer2DModel, StableDiffusion3Pipeline
 
-    from flowrl.pipelines.tiny import SIZES, build_tiny_sd3_pipeline, make_word_tokenizer
+    from flowrl.pipelines.kit.tiny import make_word_tokenizer
+    from flowrl.pipelines.sd3.tiny import SIZES, build_tiny_sd3_pipeline
 
     words = list(world.WORDS)
     text = build_tiny_sd3_pipeline(cfg.resolution, cfg.text_size, seed=cfg.seed, vocabulary=words)

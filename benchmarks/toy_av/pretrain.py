@@ -1,6 +1,6 @@
 """Pretrain a tiny LTX-2 on the toy audio-video world, and cache it as a diffusers ``LTX2Pipeline`` folder.
 
-The pipeline is the offline tiny LTX-2 (``pipelines.tiny_families.build_tiny_ltx2``: the real classes) with a
+The pipeline is the offline tiny LTX-2 (``flowrl.pipelines.ltx2.tiny.build_tiny_ltx2``: the real classes) with a
 tokenizer over the toy words and a wider transformer. Two stages, both on fresh renders (``world.py``):
 
 1. **Decoders.** LTX-2's video VAE compresses 32x in space and 8x in time, so it cannot be set to the identity by
@@ -104,8 +104,8 @@ def build_toy_av_pipeline(cfg: ToyAVConfig):
     from diffusers import AutoencoderKLLTX2Audio, LTX2VideoTransformer3DModel
     from diffusers.pipelines.ltx2 import LTX2Vocoder
 
-    from flowrl.pipelines.tiny import make_word_tokenizer
-    from flowrl.pipelines.tiny_families import build_tiny_ltx2
+    from flowrl.pipelines.kit.tiny import make_word_tokenizer
+    from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 
     pipe = build_tiny_ltx2(seed=cfg.seed)
     tokenizer = make_word_tokenizer(1024, list(world.WORDS))

@@ -4,7 +4,7 @@
     print(format_estimate(est))
 
 The architecture is read, never loaded. The transformer, text encoders and VAE are built from their
-configs on the ``meta`` device: the ``tiny`` presets through ``pipelines/tiny.py``, a hub id or local folder
+configs on the ``meta`` device: the ``tiny`` presets through ``pipelines/sd3/tiny.py``, a hub id or local folder
 through ``load_config`` (``transformer/config.json`` and so on), with a built-in table of the SD3/SD3.5
 configs as the offline fallback (FLUX, Wan and Stable Audio 3: "Other families" below). Parameters are
 counted there.
@@ -61,7 +61,7 @@ context (about 0.5 GiB) and allocator fragmentation (reserved memory is often 5-
 **Other families** (``model.pipeline`` flux, wan, stable_audio, ltx2; ``families.py`` and one profile each). The same items,
 with what differs measured rather than written out per architecture:
 
-* parts: the tiny models through ``pipelines/tiny_families.py`` (built for real, they are small; the paths
+* parts: the tiny models through each family folder's ``tiny.py`` (built for real, they are small; the paths
   each adapter knows: Wan ``tiny`` / ``tiny-a14b``, Stable Audio ``tiny`` / ``tiny-base``), a hub id or
   local folder through ``model_index.json`` and each component's ``load_config``, else the built-in
   ``PUBLISHED`` table (FLUX.1-dev, Wan2.1-T2V-1.3B / 14B, Wan2.2-T2V-A14B, stable-audio-3-medium[-base];

@@ -10,6 +10,7 @@ family adds its module and one entry here.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import math
 import warnings
@@ -96,11 +97,10 @@ def family_parts(pipeline: str, path: str, revision: str | None) -> FamilyParts:
 
 
 def _family_parts_tiny(profile: FamilyProfile, path: str) -> FamilyParts:
-    """The offline tiny pipeline (``pipelines/tiny_families.py``, as the adapter builds ``model.path``), built
-    for real: it is small, and only its configs and parameter counts are read."""
-    from flowrl.pipelines import tiny_families
-
-    pipe = getattr(tiny_families, profile.tiny_builder)(**profile.tiny_paths[path])
+    """The offline tiny pipeline (the family's ``flowrl.pipelines.<family>.tiny``, as the adapter builds
+    ``model.path``), built for real: it is small, and only its configs and parameter counts are read."""
+    tiny = importlib.import_module(f"flowrl.pipelines.{profile.pipeline}.tiny")
+    pipe = getattr(tiny, profile.tiny_builder)(**profile.tiny_paths[path])
     # kept where they were built (they are tiny): moving them to meta would untie T5's shared embedding
     modules = {name: m for name, m in pipe.components.items() if isinstance(m, torch.nn.Module)}
     tokenizer = getattr(pipe, "tokenizer", None)
@@ -115,7 +115,7 @@ def _family_parts_from_path(pipeline: str, path: str, revision: str | None) -> F
     from diffusers import DiffusionPipeline
     from transformers import AutoConfig
 
-    from flowrl.pipelines.sd3 import local_or_hub
+    from flowrl.pipelines.kit.loading import local_or_hub
 
     kw = {"revision": revision} if revision else {}
     path = local_or_hub(path)

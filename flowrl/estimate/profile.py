@@ -52,7 +52,7 @@ class FamilyProfile:
     media: str  # what a sample decodes to: image | video | audio | audio+video
     transformer_class: str  # diffusers class of the transformer
     vae_class: str | None  # diffusers class of the VAE, for the generic meta decode (None: ``decode_cost``)
-    tiny_builder: str  # the builder in flowrl.pipelines.tiny_families
+    tiny_builder: str  # the builder in the family's flowrl.pipelines.<pipeline>.tiny
     tiny_paths: dict[str, dict]  # model.path values that build the tiny model -> the builder's keywords
     lora_targets: list[str]  # where the adapter cannot be imported (it names its own: lora_target_modules)
     layout: Callable[[Config, FamilyParts], Layout]

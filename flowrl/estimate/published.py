@@ -86,12 +86,12 @@ T5_XXL = {
 # Where each number comes from (no hub access here):
 # * FLUX.1-dev: FluxTransformer2DModel's defaults, which are FLUX.1-dev's transformer/config.json except
 #   guidance_embeds (true in FLUX.1-dev: its guidance embedding); 11.90B. The VAE is SD3's architecture with
-#   FLUX's scaling 0.3611 / shift 0.1159 (vae/config.json, as pipelines/tiny_families.py records them);
+#   FLUX's scaling 0.3611 / shift 0.1159 (vae/config.json, as pipelines/flux/tiny.py records them);
 #   text encoders CLIP-L (CLIPTextModel, no projection) and the T5-XXL encoder, as SD3's table.
 # * Wan2.1-T2V-1.3B: transformer/config.json of Wan-AI/Wan2.1-T2V-1.3B-Diffusers (1.42B; the table the GPU
 #   benchmark already used). Wan2.1-T2V-14B: WanTransformer3DModel's defaults (40 heads of 128 = 5120 wide,
 #   FFN 13824, 40 layers), which are the 14B model's published dimensions; Wan2.2-T2V-A14B: two experts of
-#   that size, boundary_ratio 0.875 (model_index.json, as pipelines/tiny_families.py records it). VAE:
+#   that size, boundary_ratio 0.875 (model_index.json, as pipelines/wan/tiny.py records it). VAE:
 #   AutoencoderKLWan's defaults (the Wan2.1 VAE, 127M, which A14B reuses). Text encoder: the UMT5-XXL
 #   encoder (google/umt5-xxl: d_model 4096, 24 layers, 64 heads, d_ff 10240, vocabulary 256,384).
 # * Stable Audio 3 medium: StableAudio3DiTModel's, AutoencoderSAME's and StableAudio3DurationEmbedder's

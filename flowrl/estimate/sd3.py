@@ -52,7 +52,7 @@ def sd3_parts(path: str, revision: str | None, tiny_size: str, resolution: int) 
 
 
 def _sd3_parts_tiny(size: str, resolution: int) -> SD3Parts:
-    from flowrl.pipelines.tiny import SIZES, build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import SIZES, build_tiny_sd3_pipeline
 
     with torch.device("meta"):
         pipe = build_tiny_sd3_pipeline(resolution, size)
@@ -65,7 +65,7 @@ def _read_configs(path: str, revision: str | None) -> tuple[dict, dict, list, st
     from diffusers import AutoencoderKL, SD3Transformer2DModel
     from transformers import CLIPTextConfig, T5Config
 
-    from flowrl.pipelines.sd3 import local_or_hub
+    from flowrl.pipelines.kit.loading import local_or_hub
 
     kw = {"revision": revision} if revision else {}
     path = local_or_hub(path)
@@ -261,7 +261,7 @@ def _sd3_probe_cached(
 
 def sd3_model_size(cfg: Config) -> ModelSize:
     """SD3 / SD3.5 by formula: parameters, tokens, FLOPs and activation bytes of ``cfg.model`` (configs only)."""
-    from flowrl.pipelines.sd3 import SD3_LORA_TARGETS
+    from flowrl.pipelines.sd3.adapter import SD3_LORA_TARGETS
 
     mc = cfg.model
     parts = sd3_parts(mc.path, mc.revision, mc.tiny_size, mc.resolution if mc.path == "tiny" else 0)

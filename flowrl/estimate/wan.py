@@ -71,7 +71,7 @@ def passes(embedded: bool, scale: float) -> int:
 
 
 def default_scheduler() -> dict:
-    from flowrl.pipelines.tiny_families import WAN_SCHEDULER_CONFIG
+    from flowrl.pipelines.wan.tiny import WAN_SCHEDULER_CONFIG
 
     return dict(WAN_SCHEDULER_CONFIG)
 

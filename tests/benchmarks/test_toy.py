@@ -89,7 +89,7 @@ def test_splits_are_disjoint_and_cover_every_task_and_shipped_files_match():
     }
     assert shipped["train"] == world.balanced_rows(split.train, 80)
     assert shipped["eval"] == world.balanced_rows(split.heldout, 16)
-    from flowrl.pipelines.tiny import make_word_tokenizer
+    from flowrl.pipelines.kit.tiny import make_word_tokenizer
 
     tok = make_word_tokenizer(12, list(world.WORDS))
     for row in shipped["train"] + shipped["eval"]:

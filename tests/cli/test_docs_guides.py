@@ -471,7 +471,7 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
     from safetensors.torch import save_file
 
     from flowrl.pipelines.base import check_model_path
-    from flowrl.pipelines.sd3 import SINGLE_FILE_SUFFIXES
+    from flowrl.pipelines.kit.loading import SINGLE_FILE_SUFFIXES
 
     text = _doc("local-models.md")
     assert set(SINGLE_FILE_SUFFIXES) == {".safetensors", ".ckpt"}
@@ -522,7 +522,8 @@ def test_the_model_path_checks_say_what_the_guide_quotes(tmp_path, capsys):
 
 def test_offline_errors_are_the_ones_the_guide_quotes(monkeypatch, capsys):
     from flowrl.commands import error_line
-    from flowrl.pipelines.sd3 import HubUnavailableError, load_sd3_pipeline
+    from flowrl.pipelines.kit.loading import HubUnavailableError
+    from flowrl.pipelines.sd3.loading import load_sd3_pipeline
     from flowrl.reward_models import RewardError, build_reward
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -81,7 +81,7 @@ def test_lora_count_matches_peft():
     """r * (in + out) per targeted Linear equals what peft actually adds (tiny preset, tiny-cpu targets)."""
     from peft import LoraConfig
 
-    from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
 
     cfg = resolve_config("tiny-cpu")
     transformer = build_tiny_sd3_pipeline(32, "tiny").transformer
@@ -172,7 +172,7 @@ def test_unknown_model_offline_names_the_path():
 
 def test_local_folder_configs_are_read(tmp_path):
     """A pipeline folder's config.json files are read (here a saved tiny pipeline)."""
-    from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
 
     build_tiny_sd3_pipeline(32, "tiny").save_pretrained(tmp_path)
     from_folder = model_size(resolve_config("tiny-cpu", [f"model.path={tmp_path}"]))
@@ -437,7 +437,8 @@ def test_family_decode_flops_and_working_set_on_meta_match_the_cpu():
 
     from flowrl.estimate.families import meta_decode_cost
     from flowrl.estimate.meta import LiveBytes
-    from flowrl.pipelines.tiny_families import build_tiny_stable_audio, build_tiny_wan
+    from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio
+    from flowrl.pipelines.wan.tiny import build_tiny_wan
 
     for pipeline, vae, latent in (
         ("wan", build_tiny_wan().vae, (16, 3, 8, 8)),
@@ -604,7 +605,7 @@ def test_video_states_kept_only_for_trained_transitions():
 def test_family_folder_configs_are_read(tmp_path):
     """A saved pipeline folder (here the tiny Wan 2.2 A14B) is read through model_index.json: both experts,
     the boundary from its config, the same counts as the preset's."""
-    from flowrl.pipelines.tiny_families import build_tiny_wan
+    from flowrl.pipelines.wan.tiny import build_tiny_wan
 
     build_tiny_wan(two_experts=True).save_pretrained(tmp_path)
     recipe, overrides = TINY_FAMILIES["wan-a14b"]

@@ -136,7 +136,8 @@ def test_the_first_step_substitute_does_not_need_sigma_to_be_exactly_one():
     # every family's own schedule: the first transition's g stays Flow-GRPO's substitute value
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
-    from flowrl.pipelines.tiny_families import build_tiny_flux, build_tiny_wan
+    from flowrl.pipelines.flux.tiny import build_tiny_flux
+    from flowrl.pipelines.wan.tiny import build_tiny_wan
 
     wan = build_tiny_wan().scheduler
     wan.set_timesteps(20)

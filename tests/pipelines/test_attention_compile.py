@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from flowrl.config import ConfigError, resolve_config
-from flowrl.pipelines.sd3 import DispatchedJointAttention, SD3Adapter
+from flowrl.pipelines.sd3 import SD3Adapter
+from flowrl.pipelines.sd3.attention import DispatchedJointAttention
 from flowrl.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -7,7 +7,9 @@ import torch
 from safetensors.torch import save_file
 
 from flowrl.pipelines.base import check_model_path
-from flowrl.pipelines.sd3 import HubUnavailableError, SD3Adapter, load_sd3_pipeline, single_file_keys
+from flowrl.pipelines.kit.loading import HubUnavailableError, single_file_keys
+from flowrl.pipelines.sd3 import SD3Adapter
+from flowrl.pipelines.sd3.loading import load_sd3_pipeline
 
 
 def _cfg(path, **kw):

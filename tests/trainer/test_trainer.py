@@ -48,7 +48,7 @@ def test_exported_lora_loads_into_a_diffusers_pipeline(tmp_path, tiny_cfg_overri
     cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=1")
     trainer = Trainer(cfg)
     trainer.train()
-    from flowrl.pipelines.tiny import build_tiny_sd3_pipeline
+    from flowrl.pipelines.sd3.tiny import build_tiny_sd3_pipeline
 
     pipe = build_tiny_sd3_pipeline(cfg.model.resolution, cfg.model.tiny_size, seed=cfg.seed)
     pipe.load_lora_weights(str(tmp_path / "lora"))

@@ -34,7 +34,7 @@ def reset_transformer(transformer, processors: dict) -> None:
 
 def runnable_backends(transformer, names, device: torch.device, dtype: torch.dtype, clock: Clock) -> list[str]:
     """The backends among ``names`` that run (and backpropagate) here, each said as it is checked."""
-    from flowrl.pipelines.sd3 import set_attention_backend
+    from flowrl.pipelines.sd3.attention import set_attention_backend
 
     processors = dict(transformer.attn_processors)
     runnable = []
@@ -63,7 +63,7 @@ def bench_attention(
     runs here, and torch.compile with today's attention and with the fastest backend: seconds, ratio to
     today's, and the first update's on-policy log-prob gap."""
     from flowrl.config import config_from_dict, merge_overrides
-    from flowrl.pipelines.sd3 import DTYPES
+    from flowrl.pipelines.kit.loading import DTYPES
 
     clock.say(f"attention: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
     pipe = build_sd35m(scale, device, DTYPES[precision])

@@ -4,6 +4,7 @@ iteration next to ``estimate(cfg)``."""
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,17 +145,15 @@ def t5_encoder(config: dict, shallow: bool, umt5: bool = False):
 def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dtype):
     """The family's diffusers pipeline with random weights: the published architecture (``flowrl.estimate``'s
     table), initialised on ``device`` in ``dtype`` (the VAE in fp32), tokenizers made in code; with ``--smoke``
-    (``scale.encoders == "tiny"``) the offline tiny model of ``pipelines/tiny_families.py``."""
-    from flowrl.pipelines import tiny_families as tf
+    (``scale.encoders == "tiny"``) the offline tiny model of the family's folder (``flowrl.pipelines.<family>.tiny``)."""
+    from flowrl.pipelines.flux.layout import FLUX_SCHEDULER_CONFIG
+    from flowrl.pipelines.ltx2.layout import LTX2_SCHEDULER_CONFIG
+    from flowrl.pipelines.stable_audio.tiny import STABLE_AUDIO3_SCHEDULER_CONFIG
+    from flowrl.pipelines.wan.tiny import WAN_SCHEDULER_CONFIG
 
     if scale.encoders == "tiny":
-        builders = {
-            "flux": tf.build_tiny_flux,
-            "wan": tf.build_tiny_wan,
-            "stable_audio": tf.build_tiny_stable_audio,
-            "ltx2": tf.build_tiny_ltx2,
-        }
-        pipe = builders[name]()
+        tiny = importlib.import_module(f"flowrl.pipelines.{name}.tiny")
+        pipe = getattr(tiny, f"build_tiny_{name}")()
         for part in ("transformer", "text_encoder", "text_encoder_2", "connectors"):
             module = getattr(pipe, part, None)
             if module is not None:
@@ -164,16 +163,16 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
 
     from flowrl import estimate as e
     from flowrl.estimate import component
-    from flowrl.pipelines.tiny import make_word_tokenizer
+    from flowrl.pipelines.kit.tiny import make_word_tokenizer
 
     shallow = scale.encoders == "shallow"
     schedulers = {  # made outside the device context: their sigma tables live on the CPU
-        "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.FLUX_SCHEDULER_CONFIG),
-        "wan": lambda: diffusers.UniPCMultistepScheduler(**tf.WAN_SCHEDULER_CONFIG),
+        "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG),
+        "wan": lambda: diffusers.UniPCMultistepScheduler(**WAN_SCHEDULER_CONFIG),
         "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(
-            **tf.STABLE_AUDIO3_SCHEDULER_CONFIG, stochastic_sampling=True
+            **STABLE_AUDIO3_SCHEDULER_CONFIG, stochastic_sampling=True
         ),
-        "ltx2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**tf.LTX2_SCHEDULER_CONFIG),
+        "ltx2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**LTX2_SCHEDULER_CONFIG),
     }
     if name not in schedulers:
         raise ValueError(f"no {name!r} family here; choose one of {', '.join(FAMILY_RUNS)}")
@@ -330,7 +329,7 @@ def bench_family(
 ) -> list[dict]:
     """One family's flowrl iteration (the last of ``iterations``; the first warms up) next to ``estimate(cfg)``."""
     from flowrl.estimate import estimate
-    from flowrl.pipelines.sd3 import DTYPES
+    from flowrl.pipelines.kit.loading import DTYPES
 
     gpu = device.type == "cuda"
     label = FAMILY_NAMES[name]

@@ -27,7 +27,7 @@ def bench_methods(
     in-memory pipeline: seconds, NFE/s, NFE and reward calls, peak memory, beside Flow-GRPO's."""
     from flowrl.config import config_from_dict, merge_overrides
     from flowrl.methods import list_methods
-    from flowrl.pipelines.sd3 import DTYPES
+    from flowrl.pipelines.kit.loading import DTYPES
 
     clock.say(f"methods: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
     pipe = build_sd35m(scale, device, DTYPES[precision])

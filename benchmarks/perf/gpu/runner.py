@@ -45,7 +45,7 @@ three stages below):
   before the iteration).
   Each of the four reports seconds per iteration (the last of ``--iterations``), samples per second and the
   peak next to ``estimate(cfg)``'s, and is skipped when the estimate says it would overrun ``--max-seconds``.
-  With ``--smoke`` they run the tiny models of ``pipelines/tiny_families.py`` (``--shallow-text-encoders``
+  With ``--smoke`` they run the tiny models of each family folder (``pipelines/<family>/tiny.py``) (``--shallow-text-encoders``
   shrinks T5-XXL, UMT5-XXL and T5Gemma to one layer, CLIP-L to two).
 * **Every method** (``--what methods``, not in the default): one iteration of each registered method on
   the same SD3.5-M (after a warm-up iteration): seconds and their ratio to Flow-GRPO's, NFE, NFE/s,

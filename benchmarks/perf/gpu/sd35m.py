@@ -51,7 +51,7 @@ def build_sd35m(scale: Scale, device: torch.device, dtype: torch.dtype):
     )
 
     from flowrl.estimate import SD3_TRANSFORMERS, SD3_VAE
-    from flowrl.pipelines.tiny import make_word_tokenizer
+    from flowrl.pipelines.kit.tiny import make_word_tokenizer
 
     clip_len = 16 if scale.encoders == "tiny" else 77
     tokenizer, tokenizer_2 = make_word_tokenizer(clip_len), make_word_tokenizer(clip_len)
@@ -149,7 +149,7 @@ def bench_sd35m(
     scale: Scale, device: torch.device, iterations: int, clock: Clock, precision: str, repeats: int = 3
 ) -> list[dict]:
     from flowrl.estimate import estimate
-    from flowrl.pipelines.sd3 import DTYPES
+    from flowrl.pipelines.kit.loading import DTYPES
 
     gpu = device.type == "cuda"
     clock.say(f"SD3.5-Medium: building ({scale.encoders} text encoders, {precision}) on {device}")

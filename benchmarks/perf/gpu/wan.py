@@ -24,7 +24,7 @@ def bench_wan(scale: Scale, device: torch.device, repeats: int, clock: Clock, pr
     from diffusers import WanTransformer3DModel
     from peft import LoraConfig
 
-    from flowrl.pipelines.sd3 import DTYPES
+    from flowrl.pipelines.kit.loading import DTYPES
 
     gpu = device.type == "cuda"
     dtype = DTYPES[precision]
