@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -18,9 +17,14 @@ from typing import Any
 
 import yaml
 
-
-class ConfigError(ValueError):
-    """A bad config value, key, recipe or override. The message is one line naming the culprit."""
+from flowrl.configkit import (  # noqa: F401 - ConfigError, flatten_config, parse_stop_rule: part of the config's API
+    ConfigError,
+    build_dataclass,
+    flatten_config,
+    looks_numeric,
+    parse_stop_rule,
+    unknown_key,
+)
 
 
 def _choice(name: str, value: Any, allowed: tuple) -> None:
@@ -257,18 +261,6 @@ class MethodConfig:
     loss: str | None = None
 
 
-def parse_stop_rule(rule: str) -> tuple[str, str, float]:
-    """``"metric<value"`` or ``"metric>value"`` -> (metric, op, value)."""
-    for op in ("<", ">"):
-        metric, sep, value = rule.partition(op)
-        if sep:
-            try:
-                return metric.strip(), op, float(value)
-            except ValueError:
-                break
-    raise ConfigError(f"log.stop_if: {rule!r} is not 'metric<value' or 'metric>value'")
-
-
 # the tracker names of accelerate 1.x (``accelerate.tracking.LOGGER_TYPE_TO_CLASS``); trackio needs accelerate >= 1.10
 TRACKER_NAMES = ("tensorboard", "wandb", "swanlab", "aim", "mlflow", "comet_ml", "clearml", "dvclive", "trackio")
 
@@ -424,86 +416,10 @@ def _check_reward_media(cfg: Config) -> None:
 # building configs from dicts, recipes and overrides
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _coerce(key: str, value: Any, tp: Any) -> Any:
-    """Check ``value`` against the annotation ``tp``; ints are accepted for floats."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in (a for a in args if a is not type(None)):
-            try:
-                return _coerce(key, value, arg)
-            except ConfigError as exc:
-                errors.append(exc)
-        raise errors[0]
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping of settings, got {value!r}")
-        return _build(tp, value, key + ".")
-    if origin is list:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
-        (item_tp,) = typing.get_args(tp)
-        return [_coerce(f"{key}[{i}]", v, item_tp) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping, got {value!r}")
-        key_tp, val_tp = typing.get_args(tp)
-        return {str(k): _coerce(f"{key}.{k}", v, val_tp) for k, v in value.items()}
-    if tp is Any:
-        return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp is float and isinstance(value, str) and _looks_numeric(value):
-        return float(value)  # YAML 1.1 reads 1e-3 (no dot) as a string
-    if tp is float and isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{key}: expected a finite number, got {value}")
-    if tp is bool and not isinstance(value, bool):
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
-    if tp is int and (isinstance(value, bool) or not isinstance(value, int)):
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
-    if not isinstance(value, tp):
-        raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
-    return value
-
-
-def _unknown_key(prefix: str, key: str, known: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-    hint = f"; did you mean {prefix}{close[0]!r}?".replace(f"{prefix}'", f"'{prefix}") if close else ""
-    return ConfigError(f"unknown key {prefix + key!r}{hint}")
-
-
-def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    kwargs = {}
-    for key, value in data.items():
-        if key not in names:
-            raise _unknown_key(prefix, str(key), names)
-        kwargs[key] = _coerce(prefix + key, value, hints[key])
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:  # pragma: no cover - guarded by the key check above
-        raise ConfigError(f"{prefix or 'config'}: {exc}") from None
-
-
-def build_section(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """A dataclass of settings from a mapping, checked as the config is (a method's typed options)."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{prefix.rstrip('.') or 'section'}: expected a mapping of settings, got {data!r}")
-    return _build(cls, data, prefix)
-
-
 def config_from_dict(data: dict[str, Any]) -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"a config must be a mapping of settings, got {type(data).__name__}")
-    return _build(Config, data)
+    return build_dataclass(Config, data)
 
 
 def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
@@ -516,7 +432,7 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if dataclasses.is_dataclass(cls):
             names = [f.name for f in dataclasses.fields(cls)]
             if part not in names:
-                raise _unknown_key(prefix, part, names)
+                raise unknown_key(prefix, part, names)
             cls = typing.get_type_hints(cls)[part]
         elif typing.get_origin(cls) is dict or cls is Any:
             cls = typing.get_args(cls)[1] if typing.get_origin(cls) is dict else Any
@@ -527,7 +443,7 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
             cls = inner[0]
             names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else None
             if names is not None and part not in names:
-                raise _unknown_key(prefix, part, names)
+                raise unknown_key(prefix, part, names)
             cls = typing.get_type_hints(cls)[part] if names is not None else typing.get_args(cls)[1]
         else:
             raise ConfigError(f"{prefix.rstrip('.')}: is not a group of settings; cannot set {dotted!r}")
@@ -564,17 +480,9 @@ def parse_override(text: str) -> tuple[str, Any]:
     except yaml.YAMLError:
         value = raw
     quoted = raw.strip()[:1] in ("'", '"')  # a quoted value stays the string it spells ('"2024"')
-    if isinstance(value, str) and not quoted and _looks_numeric(value):
+    if isinstance(value, str) and not quoted and looks_numeric(value):
         value = float(value)
     return key, value
-
-
-def _looks_numeric(text: str) -> bool:
-    """A finite number written as text (``1e-3``); "nan" and "inf" are not accepted as settings."""
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
 
 
 def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -760,16 +668,6 @@ RESUME_FREE_KEYS = (
     "train.compile_mode",
     "train.offload_states",  # where states wait, not what they are
 )
-
-
-def flatten_config(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """A nested config tree as ``{"a.b.c": value}`` (an empty mapping stays one entry)."""
-    if isinstance(tree, dict) and tree:
-        out: dict[str, Any] = {}
-        for k, v in tree.items():
-            out.update(flatten_config(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): tree}
 
 
 def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 
 
 @dataclass(frozen=True)

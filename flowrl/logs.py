@@ -117,7 +117,7 @@ def progress(iterable, disable: bool):
 
 def stop_rule_hit(rules: list[str], metrics: dict[str, float]) -> str | None:
     """The first ``log.stop_if`` rule that an iteration's metrics satisfy."""
-    from flowrl.config import parse_stop_rule
+    from flowrl.configkit import parse_stop_rule
 
     for rule in rules:
         name, op, value = parse_stop_rule(rule)

@@ -8,7 +8,8 @@ import difflib
 import logging
 
 from flowrl import trackers
-from flowrl.config import Config, ConfigError, inert_settings, parse_stop_rule
+from flowrl.config import Config, inert_settings
+from flowrl.configkit import ConfigError, parse_stop_rule
 from flowrl.media import monitor_names
 from flowrl.methods import build_method, seam
 from flowrl.pipelines.base import adapter_class

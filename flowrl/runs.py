@@ -25,7 +25,8 @@ import time
 import weakref
 from pathlib import Path
 
-from flowrl.config import Config, ConfigError
+from flowrl.config import Config
+from flowrl.configkit import ConfigError
 
 logger = logging.getLogger(__name__)
 

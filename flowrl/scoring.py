@@ -15,16 +15,19 @@ import threading
 from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from flowrl.advantages import zero_std_ratio
-from flowrl.config import Config, ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.media import cat_media, num_samples
 from flowrl.pipelines.base import adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
 from flowrl.rollout import RolloutBatch
+
+if TYPE_CHECKING:  # the config checks rewards through this module (check_reward_modality)
+    from flowrl.config import Config
 
 logger = logging.getLogger(__name__)
 

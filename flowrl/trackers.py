@@ -18,7 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from flowrl.config import Config, ConfigError, flatten_config, redact_secrets
+from flowrl.config import Config, redact_secrets
+from flowrl.configkit import ConfigError, flatten_config
 
 logger = logging.getLogger(__name__)
 

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from flowrl.config import Config, ConfigError
+from flowrl.config import Config
+from flowrl.configkit import ConfigError
 from flowrl.estimate import flux, ltx2, stable_audio, wan
 from flowrl.estimate.base import ModelSize, compute_16bit, is_av_grpo, kl_reference, trained_transitions
 from flowrl.estimate.meta import (

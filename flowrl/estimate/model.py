@@ -9,7 +9,8 @@ from collections.abc import Callable
 
 import torch
 
-from flowrl.config import Config, ConfigError
+from flowrl.config import Config
+from flowrl.configkit import ConfigError
 from flowrl.estimate.base import Estimate, ModelSize, compute_16bit, trained_transitions
 from flowrl.estimate.families import PROFILES, family_model_size
 from flowrl.estimate.sd3 import sd3_model_size

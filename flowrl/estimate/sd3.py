@@ -12,7 +12,8 @@ from typing import Any
 
 import torch
 
-from flowrl.config import Config, ConfigError
+from flowrl.config import Config
+from flowrl.configkit import ConfigError
 from flowrl.estimate.base import ModelSize
 from flowrl.estimate.meta import (
     PROBE_HEAD_DIM,

@@ -65,7 +65,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.credit.av_grpo import (
     BETA,
     CLAP_FLOOR,
@@ -100,9 +100,7 @@ class AVGRPOOptions:
     noise_video: float = NOISE_LEVEL["video"]  # the SDE noise level a of the video while it trains
     noise_audio: float = NOISE_LEVEL["audio"]  # the SDE noise level a of the audio while it trains
     max_std: float = MAX_STD  # cap on a step's std g sqrt(|dt|)
-    clip_range: float = (
-        CLIP_RANGE  # the PPO clip of AV-GRPO's own loss (not Flow-GRPO's: train.clip_range never sets it)
-    )
+    clip_range: float = CLIP_RANGE  # the PPO clip of AV-GRPO's loss (train.clip_range never sets it)
     beta_video: float = BETA["video"]  # KL weight in the video phase
     beta_audio: float = BETA["audio"]  # KL weight in the audio phase
     video_rewards: list[str] = field(default_factory=list)  # the video phase's rewards (names of `reward`); empty: all

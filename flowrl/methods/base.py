@@ -106,7 +106,7 @@ class MethodBase:
     hosts_policy_loss: bool = False
 
     def __init__(self, cfg: Any):
-        from flowrl.config import ConfigError, build_section
+        from flowrl.configkit import ConfigError, build_section
         from flowrl.methods.parts import compose
 
         self.cfg = cfg

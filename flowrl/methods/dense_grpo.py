@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from flowrl.advantages import clip_advantages
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.credit.dense import (
     calibrate_psi,
     calibration_done,

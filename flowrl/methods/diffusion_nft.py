@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.methods.base import Context, TransitionLoss
 from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardProcessOptions
 from flowrl.methods.options import AdvantageClipOptions, GroupZScoreOptions, check_knobs

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from flowrl.advantages import clip_advantages
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.credit.entropy import merged_steps
 from flowrl.credit.granular import granular_advantages
 from flowrl.methods.g2rpo import G2RPO, G2RPOOptions

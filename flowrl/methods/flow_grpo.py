@@ -18,7 +18,7 @@ from collections.abc import Callable
 import torch
 
 from flowrl.advantages import clip_advantages, group_advantages
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.losses import PolicyLossOutput, gaussian_kl, ppo_clip_loss, ratio_norm_clip_loss
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.options import FlowGRPOOptions

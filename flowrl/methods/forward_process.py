@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch
 from flowrl.methods.seam import Needs
 from flowrl.plan import ODE_SOLVERS, ode_plan

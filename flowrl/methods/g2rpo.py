@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from flowrl.advantages import clip_advantages
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.credit.granular import granular_zscores, ode_tail
 from flowrl.methods.base import Context, Experience, PromptBatch, TransitionLoss
 from flowrl.methods.flow_grpo import FlowGRPO

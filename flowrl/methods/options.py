@@ -26,7 +26,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 
 SDE_TYPES = ("flow_sde", "cps", "dance_sde")
 # the knobs that must be > 0 (True) or >= 0 (False)
@@ -194,7 +194,7 @@ def carry_options(tree: dict[str, Any], name: Any, keep: Any = ()) -> None:
 def over_base(merged: dict[str, Any], data: dict[str, Any]) -> None:
     """A recipe's settings ``data`` over its base's ``merged``: each knob ``data`` sets replaces the base's other
     spelling, and a method of its own keeps only the base's Flow-GRPO knobs it holds (``carry_options``)."""
-    from flowrl.config import flatten_config
+    from flowrl.configkit import flatten_config
 
     drop_partners(merged, flatten_config(data))
     method = data.get("method")
@@ -207,7 +207,7 @@ def resolve_knobs(cfg: Any) -> None:
     the knob (a FutureWarning naming the new key; a ``ConfigError`` when ``method.options`` gives another value),
     or is dropped with a warning naming a method that has none; Flow-GRPO's knobs in ``method.options`` of a method
     without them are dropped with a warning. The knobs are then checked (range, ``sample.num_steps``)."""
-    from flowrl.config import build_section
+    from flowrl.configkit import build_section
     from flowrl.methods import method_class
 
     name = cfg.method.name
@@ -275,7 +275,7 @@ def flow_knobs(cfg: Any) -> FlowGRPOOptions:
     """Flow-GRPO's knobs of a resolved config without building its method: those its method holds, Flow-GRPO's
     defaults for the step plan where it holds none, and ``beta`` 0 (no Flow-GRPO KL) where it has no such knob
     (``flowrl.estimate`` sizes the plan and the reference forward with them)."""
-    from flowrl.config import build_section
+    from flowrl.configkit import build_section
     from flowrl.methods import method_class
 
     try:

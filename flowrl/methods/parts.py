@@ -250,7 +250,7 @@ class Composition:
 def compose(method_name: str, cls: type, options: Any, cfg: Any, records: frozenset[str]) -> Composition:
     """The method's parts with the command line's choices, each checked against what the method's exploration
     records and what its options hold: a mismatch is one ``ConfigError`` line naming both parts and why."""
-    from flowrl.config import ConfigError
+    from flowrl.configkit import ConfigError
 
     m = cfg.method
     chosen = {
@@ -318,7 +318,7 @@ def check_part_keys(cfg: Any) -> None:
     FutureWarning (refused where the method or pipeline cannot take RatioNorm, in their own words)."""
     import warnings
 
-    from flowrl.config import ConfigError
+    from flowrl.configkit import ConfigError
     from flowrl.methods import method_class
 
     for key, (part, name) in PART_ALIASES.items():

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from flowrl.advantages import clip_advantages, group_zscore
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
 from flowrl.methods.options import AdvantageClipOptions, PolicyOptions, SDEOptions, check_knobs

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from flowrl.advantages import group_zscore
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.methods.base import Context, TransitionLoss
 from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardProcessOptions
 from flowrl.methods.seam import Advantages, RewardTable

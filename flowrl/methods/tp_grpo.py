@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from flowrl.advantages import clip_advantages
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.credit.dense import completion_table
 from flowrl.credit.turning_point import TurningPointCredit, turning_point_credit
 from flowrl.methods.base import Context, Experience, PromptBatch

@@ -11,7 +11,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 from flowrl.report.assets import CHART_JS, CSS, HEALTH_JS
 from flowrl.report.layout import PALETTE, PHASES, duration, fmt, phase_table, sections, summary
 from flowrl.report.runs import Run, load_run, series_of, unique_names

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from flowrl.config import ConfigError
+from flowrl.configkit import ConfigError
 
 
 # ------------------------------------------------------------------------------------------ reading runs

@@ -4,7 +4,32 @@ and the model's factors, read by the adapter, the tiny builder and the estimate.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from flowrl.pipelines.kit.layout import Layout
+
+
+# the tiny presets' sizes (``model.path: tiny``, ``model.tiny_size``): the tiny builder reads them, and so does
+# the layout of a tiny model
+@dataclass(frozen=True)
+class TinySize:
+    layers: int
+    heads: int
+    head_dim: int
+    clip_dim: int  # hidden size of each of the two CLIP text encoders
+    t5_dim: int  # = joint attention dim
+    vae_channels: tuple[int, ...]
+    latent_channels: int = 4
+    patch_size: int = 2
+    text_tokens: int = 16  # CLIP tokenizer length (SD3 uses 77)
+
+
+SIZES = {
+    "tiny": TinySize(layers=2, heads=2, head_dim=16, clip_dim=16, t5_dim=32, vae_channels=(8, 16)),
+    "small": TinySize(layers=4, heads=4, head_dim=32, clip_dim=32, t5_dim=64, vae_channels=(16, 32)),
+    # about 70M transformer parameters, the size the perf benchmark reports
+    "70m": TinySize(layers=8, heads=8, head_dim=64, clip_dim=64, t5_dim=128, vae_channels=(32, 64)),
+}
 
 LATENT_CHANNELS = 16  # SD3 / SD3.5's VAE
 VAE_SCALE_FACTOR = 8
@@ -42,8 +67,6 @@ def for_model(model_cfg) -> Layout:
     height, width = model_cfg.size
     if model_cfg.path != "tiny":
         return layout(height, width)
-    from flowrl.pipelines.sd3.tiny import SIZES
-
     s = SIZES[model_cfg.tiny_size]
     factor = 2 ** (len(s.vae_channels) - 1)
     return layout(height, width, vae_scale_factor=factor, channels=s.latent_channels, patch_size=s.patch_size)

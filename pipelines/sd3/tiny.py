@@ -2,33 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from flowrl.pipelines.kit.tiny import make_word_tokenizer, t5_encoder
-from flowrl.pipelines.sd3.layout import latent_shape
-
-
-@dataclass(frozen=True)
-class TinySize:
-    layers: int
-    heads: int
-    head_dim: int
-    clip_dim: int  # hidden size of each of the two CLIP text encoders
-    t5_dim: int  # = joint attention dim
-    vae_channels: tuple[int, ...]
-    latent_channels: int = 4
-    patch_size: int = 2
-    text_tokens: int = 16  # CLIP tokenizer length (SD3 uses 77)
-
-
-SIZES = {
-    "tiny": TinySize(layers=2, heads=2, head_dim=16, clip_dim=16, t5_dim=32, vae_channels=(8, 16)),
-    "small": TinySize(layers=4, heads=4, head_dim=32, clip_dim=32, t5_dim=64, vae_channels=(16, 32)),
-    # about 70M transformer parameters, the size the perf benchmark reports
-    "70m": TinySize(layers=8, heads=8, head_dim=64, clip_dim=64, t5_dim=128, vae_channels=(32, 64)),
-}
+from flowrl.pipelines.sd3.layout import SIZES, TinySize, latent_shape
 
 
 def _clip_text_encoder(size: TinySize, vocab: int, eos_id: int):
