@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import traceback
+import warnings
 
 from flowrl.commands import error_line
 
@@ -195,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     level = logging.INFO if args.debug else logging.WARNING
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries(args.debug)
+    if not args.debug:  # a setting's warning (a deprecated key, a knob the method lacks) is one line, not a traceback
+        warnings.formatwarning = lambda message, category, *_, **__: f"flowrl: {category.__name__}: {message}\n"
     try:
         return args.fn(args)
     except KeyboardInterrupt as exc:
