@@ -11,7 +11,7 @@ from flowrl import trackers
 from flowrl.config import Config, inert_settings
 from flowrl.configkit import ConfigError, parse_stop_rule
 from flowrl.media import monitor_names
-from flowrl.methods import build_method, seam
+from flowrl.methods import build_method
 from flowrl.pipelines.base import adapter_class
 from flowrl.reward_models.base import reward_target
 from flowrl.scoring import check_reward_modality
@@ -29,7 +29,7 @@ def preflight(cfg: Config) -> None:
     method = build_method(cfg)  # unknown or mistyped method.options
     check_whole_groups(cfg, method, 1)
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
-    kinds = seam.needs(method).media
+    kinds = method.needs().media
     if kinds is not None and kind not in kinds:
         raise ConfigError(
             f"method {cfg.method.name} trains {' or '.join(kinds)} media; model.pipeline="
@@ -60,7 +60,7 @@ def check_whole_groups(cfg: Config, method, world: int, pairwise: bool = False) 
     ``pairwise`` reward, which compares the samples of a group, needs each process's share to be one."""
     s = cfg.sample
     share = s.prompts_per_iteration * s.group_size // world
-    if seam.needs(method).whole_groups and (s.batch_size % s.group_size or share % s.group_size):
+    if method.needs().whole_groups and (s.batch_size % s.group_size or share % s.group_size):
         raise ConfigError(
             f"method {method.name} explores per prompt group, so every rollout batch must hold whole groups: "
             f"sample.batch_size={s.batch_size} and the {share} samples per process must be multiples of "
@@ -109,7 +109,7 @@ def logged_metric_names(cfg: Config) -> set[str]:
         "throughput/nfe_per_s",
         "cost/optimizer_steps",
     }
-    names |= {f"method/{k}" for k in seam.needs(build_method(cfg)).metrics}
+    names |= {f"method/{k}" for k in build_method(cfg).needs().metrics}
     for name in cfg.reward:
         names |= {f"reward/{name}/mean", f"reward/{name}/std", f"cost/reward_calls/{name}"}
     if cfg.log.monitors:

@@ -76,7 +76,7 @@ class Trainer:
             len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed, world, self.acc.process_index
         )
         self.method = build_method(cfg)  # its typed options are checked before any weights load
-        self.needs = seam.needs(self.method)
+        self.needs = self.method.needs()
         check_whole_groups(cfg, self.method, world)
         preflight(cfg)  # the inputs that a model build would only trip over later
         self.out, self._run_lock = runs.prepare_run_dir(cfg, self.acc)
@@ -195,7 +195,7 @@ class Trainer:
         that is left after the rollout."""
         metrics: dict[str, float] = {"iteration": iteration}
         ctx = self.context(iteration)
-        turn = seam.begin(self.method, iteration)
+        turn = self.method.begin(iteration)
         self.policy.nfe = 0
         with timed(metrics, "iteration"):
             with timed(metrics, "rollout"):
@@ -206,7 +206,7 @@ class Trainer:
                 metrics["skipped"] = 1.0
                 return metrics
             with timed(metrics, "advantage"):
-                adv = seam.credit(self.method, seam.RewardTable(scored.columns, group_ids, self.scoring.pairwise))
+                adv = self.method.credit(seam.RewardTable(scored.columns, group_ids, self.scoring.pairwise))
             metrics.update({f"method/{k}": v for k, v in adv.metrics.items()})
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()
@@ -241,7 +241,7 @@ class Trainer:
         draws and window do not depend on the number of processes, and a resumed run repeats them.
         """
         s = self.cfg.sample
-        turn = turn or seam.begin(self.method, iteration)
+        turn = turn or self.method.begin(iteration)
         samples = self.sampler.iteration(turn.prompts_of)
         prompt_index = samples.prompt_index[samples.local]
         group_ids = samples.group_ids[samples.local]
@@ -312,7 +312,7 @@ class Trainer:
         """Update phase (``Updater.run``): the method's loss over every trained transition of every kept sample.
         ``adv_all``: (N,) or (N, T) advantages of all processes' samples in global order; ``turn.trains``: the
         parameters that step (default: the method's ``begin``)."""
-        trains = (turn or seam.begin(self.method, 0)).trains
+        trains = (turn or self.method.begin(0)).trains
         return self.updater.run(batches, adv_all, first, ctx or self.context(0), keep_rows, trains)
 
     def context(self, iteration: int) -> Context:

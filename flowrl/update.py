@@ -20,7 +20,6 @@ import torch
 from flowrl import sharding
 from flowrl.lr import lr_factor
 from flowrl.media import select_media
-from flowrl.methods import seam
 from flowrl.methods.context import Context
 from flowrl.rollout import RolloutBatch
 
@@ -177,9 +176,7 @@ class Updater:
                 policy.ema.update(policy.trainable)
         for average in policy.averages.values():
             average.update(policy.trainable)
-        if seam.end(
-            self.method
-        ).reset_optimizer:  # the method starts afresh (AV-GRPO's phase switch): no moments carried
+        if self.method.end().reset_optimizer:  # the method starts afresh (AV-GRPO's phase switch): no moments carried
             getattr(policy.optimizer, "optimizer", policy.optimizer).state.clear()
         out = stats.reduce(self.acc)
         keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)

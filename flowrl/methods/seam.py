@@ -1,23 +1,21 @@
 """What the trainer asks of a method, and the data types that cross the seam.
 
-The trainer reads a method through these calls only, in this order:
+The trainer reads a method through these members only, in this order (``flowrl.methods.base.MethodBase`` gives
+the defaults):
 
-* ``needs(method)``: a ``Needs`` declaration, read once before any weight loads (pre-flight, the policy set-up);
-* per iteration: ``begin(method, i)`` (a ``Turn``: whose prompts, which parameters step), ``method.explore``,
-  ``credit(method, table)`` (``Advantages`` from a ``RewardTable``), ``method.transition_loss`` for each transition
-  the ``method.schedule`` names, ``method.learning_rate`` for each optimizer step, then ``end(method)`` (an
-  ``Ending``);
-* per run: ``method.prepare`` (before the first iteration), ``method.state_dict`` / ``load_state_dict``.
+* ``needs()``: a ``Needs`` declaration, read once before any weight loads (pre-flight, the policy set-up);
+* per iteration: ``begin(i)`` (a ``Turn``: whose prompts, which parameters step), ``explore``, ``credit(table)``
+  (``Advantages`` from a ``RewardTable``), ``transition_loss`` for each transition ``schedule`` names,
+  ``learning_rate`` for each optimizer step, then ``end()`` (an ``Ending``);
+* per run: ``prepare`` (before the first iteration), ``state_dict`` / ``load_state_dict``.
 
-Each function calls the method's member of the same name (``flowrl.methods.base.MethodBase`` gives the defaults);
-the data types below are what crosses the seam.
+The data types below are what crosses the seam.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
@@ -70,20 +68,3 @@ class Ending:
     """What ``end`` reports after an iteration's optimizer steps."""
 
     reset_optimizer: bool = False  # clear the optimizer's moments and step counts (AV-GRPO's phase switch)
-
-
-def needs(method: Any) -> Needs:
-    return method.needs()
-
-
-def begin(method: Any, iteration: int) -> Turn:
-    return method.begin(iteration)
-
-
-def credit(method: Any, table: RewardTable) -> Advantages:
-    """The method's advantages: its credit part, then its credit normalisation (``method.credit_norm``)."""
-    return method.credit(table)
-
-
-def end(method: Any) -> Ending:
-    return method.end()

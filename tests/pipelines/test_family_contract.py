@@ -10,7 +10,7 @@ contract, on its tiny recipe (the adapter's ``tiny_recipe``). A new family joins
   from the same generator;
 * on policy: the log-prob recomputed for training equals the rollout's, exactly;
 * a LoRA export (``save_lora``) that the family's pipeline loads back (``load_trained``) with every weight;
-* every method whose media fit (``flowrl.methods.seam.needs(method).media``) runs one iteration on the recipe.
+* every method whose media fit (``method.needs().media``) runs one iteration on the recipe.
 """
 
 import importlib
@@ -24,7 +24,6 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.logs import read_metrics
 from flowrl.media import media_kind
 from flowrl.methods import build_method, list_methods
-from flowrl.methods.seam import needs
 from flowrl.pipelines.base import Guidance, PipelineAdapter, adapter_class, list_pipelines
 from flowrl.plan import make_plan, ode_plan
 from flowrl.reward_models.base import PairwiseReward
@@ -260,7 +259,7 @@ def test_every_fitting_method_runs_an_iteration(tmp_path, one_thread, name, meth
     overrides = [f"output_dir={tmp_path}", *SMALL, "train.iterations=1", f"method.name={method}"]
     cfg = resolve_config(adapter_class(name).tiny_recipe, overrides + _method_overrides(method, kind))
     try:
-        fits = needs(build_method(cfg)).media
+        fits = build_method(cfg).needs().media
     except ConfigError as exc:  # a part that does not take this family (RatioNorm on joint latents) refuses it
         assert "\n" not in str(exc) and f"model.pipeline={name}" in str(exc)
         return
