@@ -256,7 +256,8 @@ class RunLock:
             self._file.close()
         finally:
             self._file = None
-            if _HELD.get(str(self.path.parent.resolve())) is self:
+            # at interpreter exit (``__del__``) the module's globals may already be gone
+            if _HELD is not None and _HELD.get(str(self.path.parent.resolve())) is self:
                 del _HELD[str(self.path.parent.resolve())]
 
 

@@ -86,9 +86,21 @@ class RewardWorkers:
             self._threads.append(thread)
         return future
 
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop the workers once the calls queued before have run: each waits up to ``timeout`` s (a reward
+        still hanging after its own timeout is left to its daemon thread). A later ``submit`` starts new ones."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads = []
+
     def _run(self) -> None:
         while True:
-            future, fn, args, grad, inference, device = self._jobs.get()
+            job = self._jobs.get()
+            if job is None:  # close()
+                return
+            future, fn, args, grad, inference, device = job
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -147,6 +159,12 @@ class Scoring:
         if self._workers is None:
             self._workers = RewardWorkers("flowrl-rewards", self.cfg.train.reward_in_flight)
         rb.pending = self._workers.submit(self.call, [rb])
+
+    def close(self) -> None:
+        """Stop the reward workers (the end of ``Trainer.train``); the next ``submit`` starts them again."""
+        if self._workers is not None:
+            self._workers.close()
+            self._workers = None
 
     def call(self, batches: list[RolloutBatch]) -> dict[str, tuple[torch.Tensor, dict[str, torch.Tensor], dict]]:
         """The reward calls of ``batches``: their final samples and every other scored name, as

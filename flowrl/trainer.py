@@ -182,6 +182,8 @@ class Trainer:
                 raise
             except (KeyboardInterrupt, RewardError) as exc:
                 self._stop_after(exc, iteration)
+            finally:  # no reward thread outlives the run (a process then exits with no worker left)
+                self.scoring.close()
         if main and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
         if self._run_lock is not None:  # an interrupted run keeps it until the process (or this trainer) ends

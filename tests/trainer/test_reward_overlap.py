@@ -78,6 +78,20 @@ def test_a_reward_slower_than_a_batch_gives_the_same_metrics_with_several_calls_
     }
 
 
+def test_no_reward_worker_outlives_the_run(tmp_path, one_thread):
+    """The background reward threads stop when ``train()`` returns, so a process ends with none of them left
+    (a daemon thread still alive while the interpreter tears torch down can abort a process at exit)."""
+    import threading
+
+    trainer = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "train.reward_in_flight=3"]))
+    trainer.train()
+    assert not [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")]
+    trainer.step(2)  # a step after the run starts them again
+    assert [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")]
+    trainer.scoring.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")]
+
+
 @pytest.mark.parametrize("policy", ["skip", "stop"])
 def test_a_failing_background_reward_keeps_the_error_policy(tmp_path, policy, one_thread):
     """Call 1 (the second rollout batch of iteration 0) raises in the background thread."""
