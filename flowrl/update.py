@@ -31,23 +31,49 @@ class OnPolicyError(RuntimeError):
 
 
 class UpdateStats:
-    """Update statistics as weighted sums, so that means over processes are means over samples."""
+    """Update statistics as weighted sums, so that means over processes are means over samples.
+
+    Values may be device scalars: they are kept as they come and read to the host all at once (one
+    synchronisation, not one per transition) when the sums or maxima are first read, then added in the order
+    ``add`` received them, so the sums are the ones a float read per value gives."""
 
     def __init__(self):
-        self.sums: dict[str, float] = {}
+        self._sums: dict[str, float] = {}
         self.weights: dict[str, float] = {}
-        self.maxima: dict[str, float] = {}
+        self._maxima: dict[str, float] = {}
+        self._pending: list[tuple[str, str, float | torch.Tensor, float]] = []  # (kind, key, value, weight)
 
-    def add(self, weight: float = 1.0, **kwargs: float | None) -> None:
+    def add(self, weight: float = 1.0, **kwargs: float | torch.Tensor | None) -> None:
         for k, v in kwargs.items():
             if v is None:  # a figure this method's loss does not have
                 continue
-            self.sums[k] = self.sums.get(k, 0.0) + float(v) * weight
+            self._pending.append(("sum", k, v, weight))
             self.weights[k] = self.weights.get(k, 0.0) + weight
 
-    def add_max(self, **kwargs: float) -> None:
+    def add_max(self, **kwargs: float | torch.Tensor) -> None:
         for k, v in kwargs.items():
-            self.maxima[k] = max(self.maxima.get(k, float("-inf")), float(v))
+            self._pending.append(("max", k, v, 1.0))
+
+    def _read(self) -> None:
+        tensors = [v.detach().reshape(()).to(torch.float64) for _, _, v, _ in self._pending if torch.is_tensor(v)]
+        values = iter(torch.stack([t.to(tensors[0].device) for t in tensors]).tolist() if tensors else [])
+        for kind, k, v, weight in self._pending:
+            v = next(values) if torch.is_tensor(v) else float(v)
+            if kind == "sum":
+                self._sums[k] = self._sums.get(k, 0.0) + v * weight
+            else:
+                self._maxima[k] = max(self._maxima.get(k, float("-inf")), v)
+        self._pending = []
+
+    @property
+    def sums(self) -> dict[str, float]:
+        self._read()
+        return self._sums
+
+    @property
+    def maxima(self) -> dict[str, float]:
+        self._read()
+        return self._maxima
 
     def reduce(self, acc) -> dict[str, float]:
         """Weighted means over every process's entries, and maxima over processes (collective)."""
@@ -269,11 +295,12 @@ class Updater:
                 if self.policy.deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
                 self.acc.backward(loss)
-            if tl.logp_gap is not None:
-                max_diff = max(max_diff or 0.0, tl.logp_gap)
+            if tl.logp_gap is not None:  # a device scalar: read with the statistics, after the update
+                gap = torch.as_tensor(tl.logp_gap, dtype=torch.float64)
+                max_diff = gap if max_diff is None else torch.maximum(max_diff, gap.to(max_diff.device))
             stats.add(
                 rows,
-                loss=tl.loss.item(),
+                loss=tl.loss.detach(),
                 pg_loss=tl.policy_loss,
                 kl=tl.kl,
                 approx_kl=tl.approx_kl,

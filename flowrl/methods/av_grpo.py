@@ -394,7 +394,7 @@ class AVGRPO(MethodBase):
             o.beta_audio,
         )
         loss, pg, kl = out.loss, out.policy, out.kl
-        gap = float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max())
+        gap = (new.log_prob.detach() - traj.log_probs[:, j]).abs().max()  # read with the update's statistics
         return TransitionLoss(loss, pg.loss.detach(), kl.detach(), pg.clip_frac, pg.approx_kl, pg.ratio.mean(), gap)
 
     # ------------------------------------------------------------------ checkpoints

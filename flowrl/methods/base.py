@@ -75,7 +75,7 @@ class TransitionLoss:
     approx_kl: torch.Tensor | None = None
     ratio_mean: torch.Tensor | None = None
     # max |recomputed - rollout log-prob| for the on-policy check; None: the check does not apply
-    logp_gap: float | None = None
+    logp_gap: torch.Tensor | float | None = None  # a device scalar is read once the update is done
 
 
 @dataclass

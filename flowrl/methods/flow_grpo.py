@@ -167,5 +167,5 @@ class FlowGRPO(MethodBase):
         if t.beta > 0:
             kl = gaussian_kl(new.mean, reference_mean(), new.std).mean()
             loss = loss + t.beta * kl
-        gap = float((new.log_prob.detach() - traj.log_probs[:, j]).abs().max())
+        gap = (new.log_prob.detach() - traj.log_probs[:, j]).abs().max()  # read with the update's statistics
         return TransitionLoss(loss, pg.loss.detach(), kl.detach(), pg.clip_frac, pg.approx_kl, pg.ratio.mean(), gap)
