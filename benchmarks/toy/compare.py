@@ -32,8 +32,8 @@ OUTPUTS = ("compare.json", "compare.md", "compare.png")  # written to --out (ano
 VARIANTS: dict[str, list[str]] = {
     # Flow-GRPO's original SDE instead of the recipe's coefficient-preserving one: a = 0.7, the first 3 steps
     "flow_grpo_flow_sde": [
-        "sample.sde_type=flow_sde", "sample.noise_level=0.7", "sample.window_size=3", "sample.window_range=[0,3]",
-        "train.clip_range=1.0e-3",
+        "method.options.sde_type=flow_sde", "method.options.noise_level=0.7", "method.options.window_size=3", "method.options.window_range=[0,3]",
+        "method.options.clip_range=1.0e-3",
     ],
 }  # fmt: skip
 ACCURACY = "eval/reward/toy_geneval_accuracy/mean"
@@ -52,7 +52,7 @@ METHOD_SETTINGS: dict[str, list[str]] = {
                 "method.options.window_range=[0,4]"],
     "g2rpo": ["method.options.sde_type=cps", "method.options.noise_level=0.8", "method.options.trained_steps=[0,1,2,3]"],
     "e_grpo": ["method.options.sde_type=flow_sde", "method.options.noise_level=0.7",
-               "method.options.active_steps=[0,1,2,3]", "train.clip_range=1.0e-3"],
+               "method.options.active_steps=[0,1,2,3]", "method.options.clip_range=1.0e-3"],
     "grpo_guard": FLOW_SDE,
     "dense_grpo": ["method.options.calibration_max_rounds=3"],
     "pref_grpo": ["method.options.win_rate_from=[toy_geneval]"],

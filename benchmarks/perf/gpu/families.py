@@ -33,14 +33,14 @@ FAMILY_RUNS = {
             "model.resolution=512",
             "model.max_sequence_length=512",
             "sample.num_steps=6",
-            "sample.timestep_fraction=0.99",
+            "method.options.timestep_fraction=0.99",
             "sample.guidance_scale=3.5",
-            "sample.noise_level=0.9",
+            "method.options.noise_level=0.9",
             "sample.group_size=6",
             "sample.prompts_per_iteration=2",
             "sample.batch_size=3",
-            "train.beta=0.0",
-            "train.clip_range=1.0e-4",
+            "method.options.beta=0.0",
+            "method.options.clip_range=1.0e-4",
             "train.lora.rank=64",
             "train.lora.alpha=128",
             (
@@ -64,13 +64,13 @@ FAMILY_RUNS = {
             "model.max_sequence_length=512",
             "train.gradient_checkpointing=true",
             "sample.num_steps=10",
-            "sample.window_size=2",
+            "method.options.window_size=2",
             "sample.guidance_scale=4.5",
             "sample.group_size=2",
             "sample.prompts_per_iteration=1",
             "sample.batch_size=1",
-            "train.beta=0.004",
-            "train.clip_range=1.0e-3",
+            "method.options.beta=0.004",
+            "method.options.clip_range=1.0e-3",
             "train.lora.rank=32",
             "train.lora.alpha=64",
             "train.lora.target_modules=null",
@@ -108,8 +108,8 @@ FAMILY_RUNS = {
             "sample.group_size=6",
             "sample.prompts_per_iteration=4",
             "sample.batch_size=12",
-            "train.beta=0.004",
-            "train.clip_range=1.0e-4",
+            "method.options.beta=0.004",
+            "method.options.clip_range=1.0e-4",
             "train.lora.rank=32",
             "train.lora.alpha=64",
             "train.lora.target_modules=null",
@@ -123,7 +123,7 @@ SMOKE_FAMILY_OVERRIDES = [
     "sample.group_size=2",
     "sample.prompts_per_iteration=1",
     "sample.batch_size=2",
-    "sample.window_size=0",
+    "method.options.window_size=0",
 ]
 FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium", "ltx2": "LTX-2 (AV-GRPO)"}
 LOADERS = {
@@ -279,7 +279,7 @@ def family_config(name: str, scale: Scale, folder: Path, iterations: int, precis
     run = FAMILY_RUNS[name]
     overrides = list(run.overrides)
     if scale.encoders == "tiny":  # the tiny model at its own size, a few samples
-        keep = ("sample.guidance_scale", "train.beta", "reward=", "train.gradient_checkpointing")
+        keep = ("sample.guidance_scale", "method.options.beta", "reward=", "train.gradient_checkpointing")
         overrides = [o for o in overrides if o.startswith(keep)] + SMOKE_FAMILY_OVERRIDES
         if name == "ltx2":  # the tiny LTX-2's text connectors take 128 tokens at least
             overrides.append("model.max_sequence_length=128")
