@@ -183,8 +183,18 @@ def _hf_items(spec: str, split: str, prompt_column: str, dataset_config: str | N
     return items
 
 
+def builtin_folder(spec: str) -> Path | None:
+    """The shipped data folder ``builtin:NAME`` names (``flowrl/prompts/NAME/``, e.g. ``tiny_edit`` with its source
+    images), or None (a shipped prompt file, or not a builtin)."""
+    if not spec.startswith("builtin:"):
+        return None
+    folder = Path(str(resources.files("flowrl") / "prompts" / spec.split(":", 1)[1]))
+    return folder if folder.is_dir() else None
+
+
 def _has_split(spec: str, split: str, dataset_config: str | None) -> bool:
     """Whether a dataset folder or a Hugging Face dataset ``spec`` has the split ``split``."""
+    spec = str(builtin_folder(spec) or spec)
     if spec.startswith("builtin:"):
         return False
     if _is_hf(spec):
@@ -318,6 +328,7 @@ def load_prompts(
     (``PromptItem.images``: absolute paths; ``check_source_images`` checks them). Empty sources are an error."""
     if _is_hf(spec):
         return _hf_items(spec, split, prompt_column, dataset_config, key)
+    spec = str(builtin_folder(spec) or spec)  # a shipped data folder reads as any other
     folder = Path(spec).expanduser()
     if not spec.startswith("builtin:") and folder.is_dir():
         found = split_file(folder, split)

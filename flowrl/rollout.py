@@ -287,7 +287,7 @@ def sample_images(
     """
     plan = ode_plan(adapter.sigmas(num_steps))
     own_negatives = negative_prompts is not None and any(negative_prompts)
-    images = []
+    media = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         negatives = negative_prompts[start : start + batch_size] if own_negatives else None
@@ -295,8 +295,8 @@ def sample_images(
         cond = encode_rows(adapter, chunk, negatives, sources)
         traj = rollout(adapter, cond, plan, latents.rows(noise, slice(start, start + len(chunk))), torch.arange(len(chunk)),
                        guidance_scale, model=model, keep_all_states=False)  # fmt: skip
-        images.append(to_cpu(adapter.decode(traj.final)))
-    return cat_media(images)
+        media.append(to_cpu(adapter.decode(traj.final)))
+    return cat_media(media)
 
 
 @dataclass
