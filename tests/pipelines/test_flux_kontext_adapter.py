@@ -163,3 +163,23 @@ def test_a_trained_lora_loads_into_flux_kontext_pipeline(tmp_path, one_thread):
     assert isinstance(pipe, FluxKontextPipeline)
     pipe.load_lora_weights(str(tmp_path / "lora"))
     assert any("lora" in n for n, _ in pipe.transformer.named_parameters())
+
+
+def test_flowrl_sample_edits_the_given_image(tmp_path, capsys, one_thread):
+    import json
+
+    from flowrl.cli import main
+    from flowrl.data import load_prompts
+
+    source = load_prompts("builtin:tiny_edit")[0].images[0]
+    args = ["sample", "tiny-edit", "--prompt", "make the square red", "--num", "2", "--steps", "2"]
+    assert main([*args, "--image", source, "--out", str(tmp_path)]) == 0
+    record = json.loads((tmp_path / "0001" / "sample.json").read_text())
+    assert record["source_images"] == [source] and len(record["images"]) == 2
+    assert main([*args, "--out", str(tmp_path)]) != 0  # no --image: one line, before the model is built
+    assert main([*args, "--image", source, "--image", source, "--out", str(tmp_path)]) != 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert err == [
+        "flowrl: error: --image: model.pipeline=flux_kontext takes 1 source image(s); 0 given",
+        "flowrl: error: --image: model.pipeline=flux_kontext takes 1 source image(s); 2 given",
+    ]
