@@ -78,8 +78,10 @@ class Trainer:
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
         torch.manual_seed(seed_of(cfg.seed, "init", 0))
         self.prompts = load_train_prompts(cfg.data)
-        takes = source_images_of(adapter_class(cfg.model.pipeline))  # a row's images, before any model loads
+        eval_items = load_eval_prompts(cfg.data)  # a dataset folder: its test split
+        takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images, before any model loads
         check_source_images(self.prompts, takes, cfg.model.pipeline)
+        check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
         self.read_images = ImageCache()
         # any negative prompt: every rollout batch's conditioning holds each row's negative (else CFG's is "")
         self._own_negatives = uses_negatives(self.prompts)
@@ -98,8 +100,7 @@ class Trainer:
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
-        self.eval_prompts = load_eval_prompts(cfg.data) or self.prompts  # a dataset folder: its test split
-        check_source_images(self.eval_prompts, takes, cfg.model.pipeline, "data.eval_prompts")
+        self.eval_prompts = eval_items or self.prompts
         check_whole_groups(cfg, self.method, world, pairwise=self.reward.pairwise)
         self.scoring = Scoring(cfg, self.acc, self.reward)
         self.policy = Policy(cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages)

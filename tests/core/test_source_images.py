@@ -144,3 +144,22 @@ def test_reward_metadata_carries_each_rows_images(tmp_path):
     (tmp_path / "t").mkdir()
     text_only = load_prompts(str(_folder(tmp_path / "t", [{"prompt": "t"}])))
     assert item_images(text_only, ImageCache()) is None  # a text-only batch: nothing to read, None
+
+
+def test_the_trainer_refuses_bad_edit_rows_before_any_model_loads(tmp_path, monkeypatch):
+    from flowrl.pipelines.flux_kontext import FluxKontextAdapter
+    from flowrl.trainer import Trainer
+
+    def never(*args, **kwargs):
+        raise AssertionError("a model was built")
+
+    monkeypatch.setattr(FluxKontextAdapter, "from_config", classmethod(never))
+    (tmp_path / "data").mkdir()
+    folder = _folder(tmp_path / "data", [{"prompt": "p"}])
+    (folder / "test.jsonl").write_text(json.dumps({"prompt": "q", "image": "gone.png"}) + "\n")
+    cfg = resolve_config("tiny-edit", [f"output_dir={tmp_path / 'run'}", f"data.prompts={folder}"])
+    with pytest.raises(ConfigError, match=r"^data.prompts: row 1 \('p'\) names 0 source image"):
+        Trainer(cfg)
+    (folder / "train.jsonl").write_text(json.dumps({"prompt": "p", "image": "a.png"}) + "\n")
+    with pytest.raises(ConfigError, match=r"^data.eval_prompts: row 1 \('q'\): source image '.*gone.png' does not"):
+        Trainer(cfg)
