@@ -241,7 +241,7 @@ class Flux1Adapter:
                 raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
             if any(negative_prompts):
                 raise ValueError(
-                    "negative prompts: the flux pipeline uses FLUX.1-dev's embedded guidance, which has "
+                    f"negative prompts: the {self.family} pipeline uses FLUX.1's embedded guidance, which has "
                     "no negative branch; remove the negative prompts (data.negative_prompt, per-prompt)"
                 )
         rows = self._rows(list(prompts), images)
@@ -249,7 +249,7 @@ class Flux1Adapter:
 
     def negative_conditioning(self, n: int) -> Conditioning:
         raise NotImplementedError(
-            "the flux pipeline has no CFG negative: FLUX.1-dev's guidance is embedded "
+            f"the {self.family} pipeline has no CFG negative: FLUX.1's guidance is embedded "
             "(sample.guidance_scale is the transformer's guidance input)"
         )
 
