@@ -69,12 +69,14 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from flowrl.config import dump_config, resolve_config
-    from flowrl.data import load_eval_prompts, load_train_prompts
+    from flowrl.data import check_source_images, load_eval_prompts, load_train_prompts
+    from flowrl.pipelines.base import adapter_class, source_images_of
     from flowrl.preflight import preflight
 
     cfg = resolve_config(args.recipe, args.overrides)
-    load_train_prompts(cfg.data)
-    load_eval_prompts(cfg.data)
+    takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images: count and files
+    check_source_images(load_train_prompts(cfg.data), takes, cfg.model.pipeline)
+    check_source_images(load_eval_prompts(cfg.data) or [], takes, cfg.model.pipeline, "data.eval_prompts")
     preflight(cfg)
     if args.print:
         print(dump_config(cfg), end="")

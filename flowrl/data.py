@@ -21,9 +21,29 @@ class PromptItem:
     metadata: dict[str, Any] = field(default_factory=dict)
     # the row's own CFG negative prompt (a ``negative_prompt`` field or column); None: ``data.negative_prompt``
     negative_prompt: str | None = None
+    # absolute paths of the row's source images (an ``image`` or ``images`` field, relative to its data folder)
+    images: tuple[str, ...] = ()
 
 
 NEGATIVE_FIELD = "negative_prompt"
+IMAGE_FIELDS = ("image", "images")  # a row's source image (one path) or images (a list of paths)
+
+
+def _images_of(row: dict, base: Path | None, where: str) -> tuple[str, ...]:
+    """A row's source images as absolute paths: ``image`` (a path) or ``images`` (a list of paths), each relative
+    to ``base`` (the data folder) unless absolute; () for a row that names none."""
+    if "image" in row and "images" in row:
+        raise ConfigError(f"{where}: give 'image' or 'images', not both")
+    value = row.get("image", row.get("images"))
+    if value is None:
+        return ()
+    paths = [value] if "image" in row else value
+    if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
+        field_name = "image" if "image" in row else "images"
+        want = "a path" if field_name == "image" else "a list of paths"
+        raise ConfigError(f"{where}: '{field_name}' must be {want} (relative to the data folder), got {value!r:.60}")
+    root = base if base is not None else Path.cwd()
+    return tuple(str((root / Path(p).expanduser()).resolve()) for p in paths)
 
 
 def _negative_of(value: Any, where: str) -> str | None:
@@ -33,7 +53,7 @@ def _negative_of(value: Any, where: str) -> str | None:
     raise ConfigError(f"{where}: '{NEGATIVE_FIELD}' must be a string, got {type(value).__name__} {value!r:.60}")
 
 
-def _parse_jsonl(text: str, where: str, prompt_column: str = "prompt") -> list[PromptItem]:
+def _parse_jsonl(text: str, where: str, prompt_column: str = "prompt", base: Path | None = None) -> list[PromptItem]:
     items = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -45,8 +65,9 @@ def _parse_jsonl(text: str, where: str, prompt_column: str = "prompt") -> list[P
         if not isinstance(row, dict) or not isinstance(row.get(prompt_column), str):
             raise ConfigError(f"{where}:{n}: each line needs a string field {prompt_column!r}")
         negative = _negative_of(row.get(NEGATIVE_FIELD), f"{where}:{n}")
-        metadata = {k: v for k, v in row.items() if k not in (prompt_column, NEGATIVE_FIELD)}
-        items.append(PromptItem(row[prompt_column], metadata, negative))
+        images = _images_of(row, base, f"{where}:{n}")
+        metadata = {k: v for k, v in row.items() if k not in (prompt_column, NEGATIVE_FIELD, *IMAGE_FIELDS)}
+        items.append(PromptItem(row[prompt_column], metadata, negative, images))
     return items
 
 
@@ -144,21 +165,36 @@ def _hf_items(spec: str, split: str, prompt_column: str, dataset_config: str | N
         raise ConfigError(f"{key}: the dataset {where} holds no prompts")
     prompts = list(table[prompt_column])
     negatives = list(table[NEGATIVE_FIELD]) if NEGATIVE_FIELD in columns else [None] * len(prompts)
-    others = [c for c in columns if c not in (prompt_column, NEGATIVE_FIELD)]
+    others = [c for c in columns if c not in (prompt_column, NEGATIVE_FIELD, *IMAGE_FIELDS)]
     metadata = table.select_columns(others).to_list() if others else [{} for _ in prompts]
+    image_columns = [c for c in IMAGE_FIELDS if c in columns]
+    image_rows = table.select_columns(image_columns).to_list() if image_columns else [{} for _ in prompts]
+    local = Path(spec.removeprefix(HF_PREFIX)).expanduser()
+    base = local if local.is_dir() else None
     items = []
-    for i, (prompt, negative, meta) in enumerate(zip(prompts, negatives, metadata)):
+    for i, (prompt, negative, meta, row) in enumerate(zip(prompts, negatives, metadata, image_rows)):
         if not isinstance(prompt, str):
             raise ConfigError(
                 f"{key}: the dataset {where}, row {i}: column {prompt_column!r} must be a string, "
                 f"got {type(prompt).__name__} {prompt!r:.60}"
             )
-        items.append(PromptItem(prompt, meta, _negative_of(negative, f"{key}: the dataset {where}, row {i}")))
+        at = f"{key}: the dataset {where}, row {i}"
+        items.append(PromptItem(prompt, meta, _negative_of(negative, at), _images_of(row, base, at)))
     return items
+
+
+def builtin_folder(spec: str) -> Path | None:
+    """The shipped data folder ``builtin:NAME`` names (``flowrl/prompts/NAME/``, e.g. ``tiny_edit`` with its source
+    images), or None (a shipped prompt file, or not a builtin)."""
+    if not spec.startswith("builtin:"):
+        return None
+    folder = Path(str(resources.files("flowrl") / "prompts" / spec.split(":", 1)[1]))
+    return folder if folder.is_dir() else None
 
 
 def _has_split(spec: str, split: str, dataset_config: str | None) -> bool:
     """Whether a dataset folder or a Hugging Face dataset ``spec`` has the split ``split``."""
+    spec = str(builtin_folder(spec) or spec)
     if spec.startswith("builtin:"):
         return False
     if _is_hf(spec):
@@ -180,6 +216,53 @@ def with_negatives(items: list[PromptItem], default: str) -> list[PromptItem]:
 def uses_negatives(items: list[PromptItem]) -> bool:
     """Whether any item has a non-empty negative prompt (else CFG's negative is the empty prompt for all)."""
     return any(it.negative_prompt for it in items)
+
+
+def check_source_images(
+    items: list[PromptItem], allowed: tuple[int, int], family: str, key: str = "data.prompts"
+) -> None:
+    """Refuse, in one line naming the row and file, before any model loads: a row whose number of source images
+    the family does not take (``allowed`` = (min, max), a text-only family's (0, 0)), and an image file that is
+    missing or unreadable. Each distinct file is opened once (its header, not its pixels)."""
+    from flowrl.pipelines.kit.images import SourceImageError, check_image
+
+    low, high = allowed
+    checked: set[str] = set()
+    for n, item in enumerate(items, 1):
+        row = f"{key}: row {n} ({item.prompt!r:.40})"
+        count = len(item.images)
+        if not low <= count <= high:
+            if high == 0:
+                takes = "takes no source images (a text-only family)"
+            else:
+                takes = f"takes {low} source image(s)" if low == high else f"takes {low} to {high} source images"
+            raise ConfigError(f"{row} names {count} source image(s), but model.pipeline={family} {takes}")
+        for path in item.images:
+            if path in checked:
+                continue
+            try:
+                check_image(path)
+            except SourceImageError as exc:
+                raise ConfigError(f"{row}: {exc}") from None
+            checked.add(path)
+
+
+SOURCE_IMAGES_KEY = "source_images"  # the reward metadata key of a sample's source images
+
+
+def item_images(items: list[PromptItem], read) -> list[list[torch.Tensor]] | None:
+    """Each item's source images read by ``read`` (paths -> (3, H, W) [0, 1] tensors, e.g. a
+    ``kit.images.ImageCache``), one list per item; None when no item names any (a text-only batch)."""
+    if not any(it.images for it in items):
+        return None
+    return [read(it.images) if it.images else [] for it in items]
+
+
+def with_source_images(metadata: list[dict], images: list[list[torch.Tensor]] | None) -> list[dict]:
+    """Each sample's reward metadata with its row's source images under ``source_images`` (unchanged: None)."""
+    if images is None:
+        return metadata
+    return [{**m, SOURCE_IMAGES_KEY: list(row)} for m, row in zip(metadata, images)]
 
 
 def load_train_prompts(data: Any) -> list[PromptItem]:
@@ -240,10 +323,12 @@ def load_prompts(
     Flow-Factory lay theirs (``train.jsonl``, ``train_metadata.jsonl`` with GenEval's tags, or
     ``train.txt``; ``test.*`` alike, the held-out prompts), or a Hugging Face ``datasets`` dataset
     (``hf:NAME``, or a folder saved with ``save_to_disk``): the ``prompt_column`` of its ``split``, the other
-    columns as metadata. A row's ``negative_prompt`` field or column is its own CFG negative. Empty sources
-    are an error."""
+    columns as metadata. A row's ``negative_prompt`` field or column is its own CFG negative, its ``image``
+    (a path) or ``images`` (a list of paths) field or column its source images, relative to the data folder
+    (``PromptItem.images``: absolute paths; ``check_source_images`` checks them). Empty sources are an error."""
     if _is_hf(spec):
         return _hf_items(spec, split, prompt_column, dataset_config, key)
+    spec = str(builtin_folder(spec) or spec)  # a shipped data folder reads as any other
     folder = Path(spec).expanduser()
     if not spec.startswith("builtin:") and folder.is_dir():
         found = split_file(folder, split)
@@ -265,7 +350,8 @@ def load_prompts(
             raise ConfigError(f"{key}: no such file {spec!r}")
         text, where, is_jsonl = read_prompt_text(path, spec, key), spec, path.suffix == ".jsonl"
     if is_jsonl:
-        items = _parse_jsonl(text, where, prompt_column)
+        base = None if spec.startswith("builtin:") else Path(spec).expanduser().resolve().parent
+        items = _parse_jsonl(text, where, prompt_column, base)
     else:
         items = [PromptItem(s.strip()) for s in text.splitlines() if s.strip()]
     if not items:

@@ -8,8 +8,10 @@ from typing import Any
 import torch
 
 from flowrl import latents
+from flowrl.data import item_images, with_source_images
 from flowrl.logs import timed
 from flowrl.media import save_media
+from flowrl.pipelines.kit.images import ImageCache
 from flowrl.reward_models import WeightedReward
 from flowrl.rollout import sample_images
 from flowrl.seeds import seed_of
@@ -31,6 +33,7 @@ class Evaluation:
     ):
         self.cfg, self.acc, self.adapter, self.policy = cfg, acc, adapter, policy
         self.prompts, self.reward, self.train_reward, self.out = prompts, reward, train_reward, out
+        self.read_images = ImageCache()
 
     def due(self, iteration: int) -> bool:
         """Before iterations 0, k, 2k, ... (the policy as trained so far); the end is evaluated apart."""
@@ -61,17 +64,19 @@ class Evaluation:
         mine = items[rank * share : (rank + 1) * share]
         gen = torch.Generator(acc.device).manual_seed(seed_of(cfg.seed, "eval"))
         noise = latents.rows(self.adapter.initial_noise(len(items), gen), slice(rank * share, (rank + 1) * share))
+        sources = item_images(mine, self.read_images)  # None for text-only prompts
         with self.policy.weights("ema") as model:
             media = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=model,
-                                  negative_prompts=[it.negative_prompt for it in mine])  # fmt: skip
+                                  negative_prompts=[it.negative_prompt for it in mine], images=sources)  # fmt: skip
         prompts = [it.prompt for it in mine]
-        out = self.reward(media, prompts, [dict(it.metadata) for it in mine])
+        metadata = with_source_images([dict(it.metadata) for it in mine], sources)
+        out = self.reward(media, prompts, metadata)
         device = acc.device
         total = acc.gather(out.scores.to(device)).cpu()[:n]
         metrics = {"eval/reward/mean": float(total.mean()), "eval/reward/std": float(total.std(unbiased=False))}
         if self.reward is not self.train_reward:  # the trained reward on held-out prompts, for the gap
-            trained = self.train_reward(media, prompts, [dict(it.metadata) for it in mine])
+            trained = self.train_reward(media, prompts, [dict(m) for m in metadata])
             metrics["eval/train_reward/mean"] = float(acc.gather(trained.scores.to(device)).cpu()[:n].mean())
         for name, v in out.details["components"].items():
             metrics[f"eval/reward/{name}/mean"] = float(acc.gather(v.to(device)).cpu()[:n].mean())

@@ -249,6 +249,22 @@ def rollout(
     )
 
 
+def encode_rows(
+    adapter: PipelineAdapter,
+    prompts: list[str],
+    negative_prompts: list[str] | None = None,
+    images: list | None = None,
+) -> Conditioning:
+    """``adapter.encode_prompts`` with only the arguments given: a text-only run calls it as it always has (no
+    ``images`` keyword reaches a family that does not take source images); ``images``: one list of (3, H, W)
+    [0, 1] tensors per prompt (``flowrl.data.item_images``)."""
+    if images is not None:
+        return adapter.encode_prompts(prompts, negative_prompts, images=images)
+    if negative_prompts is not None:
+        return adapter.encode_prompts(prompts, negative_prompts)
+    return adapter.encode_prompts(prompts)
+
+
 @torch.no_grad()
 def sample_images(
     adapter: PipelineAdapter,
@@ -259,9 +275,11 @@ def sample_images(
     batch_size: int,
     model: torch.nn.Module | None = None,
     negative_prompts: list[str] | None = None,
+    images: list | None = None,
 ) -> Any:
     """Decoded deterministic (ODE) samples of ``prompts`` from ``noise``, ``batch_size`` at a time, on the CPU:
-    the adapter's media (images, or a video or audio mapping, ``flowrl.media``).
+    the adapter's media (images, or a video or audio mapping, ``flowrl.media``). ``images``: each prompt's
+    source images (one list per prompt; None for a text-only family).
 
     The evaluation sampler: the same prompts and noise give the same images, so two models (or two
     iterations of one) are compared like with like. ``negative_prompts``: each prompt's CFG negative
@@ -269,17 +287,16 @@ def sample_images(
     """
     plan = ode_plan(adapter.sigmas(num_steps))
     own_negatives = negative_prompts is not None and any(negative_prompts)
-    images = []
+    media = []
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
-        if own_negatives:
-            cond = adapter.encode_prompts(chunk, negative_prompts[start : start + batch_size])
-        else:
-            cond = adapter.encode_prompts(chunk)
+        negatives = negative_prompts[start : start + batch_size] if own_negatives else None
+        sources = images[start : start + batch_size] if images is not None else None
+        cond = encode_rows(adapter, chunk, negatives, sources)
         traj = rollout(adapter, cond, plan, latents.rows(noise, slice(start, start + len(chunk))), torch.arange(len(chunk)),
                        guidance_scale, model=model, keep_all_states=False)  # fmt: skip
-        images.append(to_cpu(adapter.decode(traj.final)))
-    return cat_media(images)
+        media.append(to_cpu(adapter.decode(traj.final)))
+    return cat_media(media)
 
 
 @dataclass

@@ -88,6 +88,22 @@ def _check_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--out: {args.out!r} is a file; expected a folder")
 
 
+def source_images(args: argparse.Namespace, pipeline: str) -> list | None:
+    """``--image`` files read to (3, H, W) [0, 1] tensors, after checking their count against what the family
+    takes (``source_images``) and each file, one line each, before any model is built; None: none given."""
+    from flowrl.pipelines.base import adapter_class, source_images_of
+    from flowrl.pipelines.kit.images import load_image
+
+    paths = list(args.image or [])
+    low, high = source_images_of(adapter_class(pipeline))
+    if not low <= len(paths) <= high:
+        if high == 0:
+            raise ValueError(f"--image: model.pipeline={pipeline} takes no source images (a text-only family)")
+        takes = f"{low}" if low == high else f"{low} to {high}"
+        raise ValueError(f"--image: model.pipeline={pipeline} takes {takes} source image(s); {len(paths)} given")
+    return [load_image(p) for p in paths] if paths else None
+
+
 # ------------------------------------------------------------------------------------------ weights
 def load_checkpoint_weights(adapter: Any, cfg: Any, path: Path, ema: bool = False) -> str:
     """Put a checkpoint's trainable tensors (``ema``: its EMA ones) into the adapter's transformer: the run's
@@ -181,6 +197,7 @@ def _record(
     record = {
         "prompts": [args.prompt] * args.num,
         "negative_prompt": negative,
+        **({"source_images": [str(Path(p).resolve()) for p in args.image]} if args.image else {}),
         **written,
         "seed": args.seed,
         "steps": steps,
@@ -214,6 +231,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     if checkpoint is not None and args.ema and not (checkpoint / "ema.safetensors").is_file():
         raise ValueError(f"--ema: checkpoint {checkpoint} has no ema.safetensors (the run trained without train.ema)")
     check_model_path_or_hint(cfg.model)  # before the build: a toy recipe names `flowrl eval toy --pretrain`
+    sources = source_images(args, cfg.model.pipeline)  # the edit's source image(s), checked before the build
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
     if checkpoint is not None:
         loaded = load_checkpoint_weights(adapter, cfg, checkpoint, args.ema)
@@ -235,6 +253,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
     base = Path(args.out) if args.out else (home / "samples_cli" if home is not None else Path("samples"))
     steps = args.steps or cfg.sample.eval_num_steps
     negative = cfg.data.negative_prompt if args.negative_prompt is None else args.negative_prompt
+    extra = {} if sources is None else {"images": [sources] * args.num}  # every sample edits the same source
     media = to_cpu(
         adapter.generate(
             [args.prompt] * args.num,
@@ -242,6 +261,7 @@ def cmd_sample(args: argparse.Namespace) -> int:
             cfg.sample.eval_guidance_scale,
             torch.Generator("cpu").manual_seed(args.seed),
             negative_prompts=[negative] * args.num if negative else None,  # None: the empty prompt
+            **extra,
         )
     )
     out = next_sample_folder(base)
@@ -276,6 +296,13 @@ def add_commands(sub: Any) -> None:
         "--negative-prompt",
         default=None,
         help='the CFG negative prompt (default: the config\'s data.negative_prompt; "": the empty prompt)',
+    )
+    p.add_argument(
+        "--image",
+        action="append",
+        default=None,
+        metavar="PATH",
+        help="a source image to edit (an image-taking family: flux_kontext); repeat for a family that takes several",
     )
     p.add_argument("--num", type=int, default=4)
     p.add_argument("--steps", type=int, default=None, help="default: sample.eval_num_steps")

@@ -22,7 +22,15 @@ import torch
 from flowrl import checkpoint as ckpt
 from flowrl import latents, runs, trackers
 from flowrl.config import Config, dump_config, redact_secrets
-from flowrl.data import GroupSampler, load_eval_prompts, load_train_prompts, uses_negatives
+from flowrl.data import (
+    GroupSampler,
+    check_source_images,
+    item_images,
+    load_eval_prompts,
+    load_train_prompts,
+    uses_negatives,
+    with_source_images,
+)
 from flowrl.evaluate import Evaluation
 from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, peak_memory_gib, plot_reward_curve, progress, read_metrics, stop_rule_hit, timed
@@ -30,11 +38,12 @@ from flowrl.media import cat_media, media_monitors, save_media, to_cpu
 from flowrl.methods import build_method, seam
 from flowrl.methods.base import PromptBatch
 from flowrl.methods.context import Context
-from flowrl.pipelines.base import adapter_class
+from flowrl.pipelines.base import adapter_class, source_images_of
+from flowrl.pipelines.kit.images import ImageCache
 from flowrl.policy import Policy
 from flowrl.preflight import check_whole_groups, preflight
 from flowrl.reward_models import RewardError
-from flowrl.rollout import RolloutBatch
+from flowrl.rollout import RolloutBatch, encode_rows
 from flowrl.scoring import Scores, Scoring, build_rewards, reward_metrics
 from flowrl.seeds import seed_of
 from flowrl.update import Updater
@@ -69,6 +78,11 @@ class Trainer:
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
         torch.manual_seed(seed_of(cfg.seed, "init", 0))
         self.prompts = load_train_prompts(cfg.data)
+        eval_items = load_eval_prompts(cfg.data)  # a dataset folder: its test split
+        takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images, before any model loads
+        check_source_images(self.prompts, takes, cfg.model.pipeline)
+        check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
+        self.read_images = ImageCache()
         # any negative prompt: every rollout batch's conditioning holds each row's negative (else CFG's is "")
         self._own_negatives = uses_negatives(self.prompts)
         s, world = cfg.sample, self.acc.num_processes
@@ -86,7 +100,7 @@ class Trainer:
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
-        self.eval_prompts = load_eval_prompts(cfg.data) or self.prompts  # a dataset folder: its test split
+        self.eval_prompts = eval_items or self.prompts
         check_whole_groups(cfg, self.method, world, pairwise=self.reward.pairwise)
         self.scoring = Scoring(cfg, self.acc, self.reward)
         self.policy = Policy(cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages)
@@ -256,11 +270,10 @@ class Trainer:
             prompts = [it.prompt for it in items]
             # "group" tells pairwise rewards which samples to compare (the prompt alone may repeat)
             metadata = [{**it.metadata, "group": g} for it, g in zip(items, group_ids[rows].tolist())]
-            cond = (
-                self.adapter.encode_prompts(prompts, [it.negative_prompt for it in items])
-                if self._own_negatives
-                else self.adapter.encode_prompts(prompts)
-            )
+            sources = item_images(items, self.read_images)  # None for a text-only batch
+            metadata = with_source_images(metadata, sources)  # rewards see each sample's source images
+            negatives = [it.negative_prompt for it in items] if self._own_negatives else None
+            cond = encode_rows(self.adapter, prompts, negatives, sources)
             batch = PromptBatch(
                 samples.local.start + start, prompts, metadata, group_ids[rows], latents.rows(noise, rows), cond
             )

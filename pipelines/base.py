@@ -14,6 +14,15 @@ of it too (SD3: ``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``), 
 keep them aligned. Media: images ``(B, 3, H, W)`` in [0, 1]; video ``{"video": (B, F, 3, H, W) in [0, 1],
 "fps": float}``; audio ``{"audio": (B, C, N) in [-1, 1], "sample_rate": int}``.
 
+Source images (editing, image-to-video): a prompt row may carry images (``flowrl.data.PromptItem.images``, files
+named by a data folder's rows). A family that takes them declares ``source_images = (min, max)`` images per row
+on its adapter class (text-only families leave it out: ``(0, 0)``, read with ``source_images_of``), and its
+``encode_prompts`` and ``generate`` take ``images``: None, or one list per prompt of float tensors ``(3, H, W)``
+in [0, 1] on the CPU (``flowrl.pipelines.kit.images.load_image`` reads a file to one). The adapter turns them
+into conditioning rows (VAE latents, a vision-language encoder's input), batch first like the text's, so
+``select`` and ``concat`` keep them aligned; its prompt cache keys a row by the prompt and the images' content
+hash (``kit.prompts.cached_rows``). Rewards see the same images (``metadata["source_images"]``).
+
 One folder per family (``flowrl.pipelines.<family>``: ``adapter``, ``layout``, ``tiny``); what families share
 is in ``flowrl.pipelines.kit`` (loading, attention backends, the prompt cache, LoRA metadata, tiny text
 encoders). No family imports another's module.
@@ -95,8 +104,12 @@ class PipelineAdapter(Protocol):
         """The trained module: one diffusers model, or a module holding the family's experts."""
         ...
 
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """Conditioning rows of ``prompts`` (cached per prompt); with ``negative_prompts``, each row's negative."""
+    def encode_prompts(
+        self, prompts: list[str], negative_prompts: list[str] | None = None, images: list | None = None
+    ) -> Conditioning:
+        """Conditioning rows of ``prompts`` (cached per prompt); with ``negative_prompts``, each row's negative;
+        with ``images`` (a family whose ``source_images`` allows them), each row's source images (one list of
+        (3, H, W) [0, 1] CPU tensors per prompt). A text-only family may leave ``images`` out of its signature."""
         ...
 
     def negative_conditioning(self, n: int) -> Conditioning:
@@ -153,8 +166,10 @@ class PipelineAdapter(Protocol):
         guidance_scale: float,
         generator: torch.Generator,
         negative_prompts: list[str] | None = None,
+        images: list | None = None,
     ) -> Any:
-        """Media from the family's own diffusers pipeline call (``flowrl sample``)."""
+        """Media from the family's own diffusers pipeline call (``flowrl sample``); ``images`` as in
+        ``encode_prompts`` (a text-only family may leave it out of its signature)."""
         ...
 
 
@@ -174,11 +189,19 @@ PIPELINES = Registry(
     builtins={
         "sd3": "flowrl.pipelines.sd3:SD3Adapter",
         "flux": "flowrl.pipelines.flux:FluxAdapter",
+        "flux_kontext": "flowrl.pipelines.flux_kontext:FluxKontextAdapter",
         "wan": "flowrl.pipelines.wan:WanAdapter",
         "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
     },
 )
+
+
+def source_images_of(adapter: Any) -> tuple[int, int]:
+    """(min, max) source images per prompt row that a family's adapter (class or instance) takes; (0, 0) for a
+    text-only family, which declares nothing."""
+    low, high = getattr(adapter, "source_images", (0, 0))
+    return int(low), int(high)
 
 
 def register_family(name: str, adapter: Any | None = None):

@@ -37,6 +37,8 @@ _BUILTIN_REWARDS = {
     "nsfw": "flowrl.reward_models.nsfw:NsfwPenalty",
     "vlm_judge": "flowrl.reward_models.vlm:VlmJudgeReward",
     "unifiedreward": "flowrl.reward_models.vlm:UnifiedRewardReward",
+    "edit": "flowrl.reward_models.edit:EditReward",
+    "edit_toy": "flowrl.reward_models.edit:EditToyReward",
     "video": "flowrl.reward_models.video:VideoFrameReward",
     "clap": "flowrl.reward_models.audio:ClapReward",
     "speech": "flowrl.reward_models.audio:SpeechReward",

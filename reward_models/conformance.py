@@ -5,7 +5,8 @@ in the declared ``score_range``; reversing the batch reverses the scores (batch-
 of a pairwise reward stay whole); a second identical call gives identical scores (determinism).
 
 Synthetic media per ``modality``: images half of which show the word quoted in their prompt (so OCR and
-text-alignment rewards see both matches and mismatches), videos of a moving square, audio of tones, noise
+text-alignment rewards see both matches and mismatches), each with a source image (``metadata["source_images"]``,
+for edit rewards), videos of a moving square, audio of tones, noise
 and silence, and audio-video clips whose clicks coincide with flashes.
 """
 
@@ -52,6 +53,10 @@ def synthetic_batch(
     metadata = [{"ocr_text": w} for w in words]
     if modality == "image":
         images = [text_image(w) if i % 2 == 0 else torch.rand(3, 256, 256, generator=gen) for i, w in enumerate(words)]
+        # each sample's source image, as an editing row carries it (edit rewards compare with it): the sign's
+        # word on a smaller canvas, so sources differ in size from the samples as real ones may
+        for meta, w in zip(metadata, words):
+            meta["source_images"] = [text_image(w, 128)]
         return torch.stack(images), prompts, metadata
     if modality == "video":
         return moving_square(batch, 6, 64, gen), prompts, metadata

@@ -406,3 +406,35 @@ def unwrap_audio(name: str, media: Any, default_rate: int | None) -> tuple[torch
     if rate is None:
         raise RewardError(f"reward {name!r}: the audio sample rate is unknown; pass sample_rate=")
     return (media if media.ndim == 3 else media[:, None]).float(), int(rate)
+
+
+# ---------------------------------------------------------------------------------------------- source images
+
+SOURCE_IMAGES = "source_images"  # the request field (and the metadata key rewards read) of each sample's sources
+
+
+def encode_sources(rows: list[list[torch.Tensor] | None], fmt: str | None = None) -> list[list[dict]]:
+    """Each sample's source images (a list of (3, H, W) [0, 1] tensors, or None) for JSON: per sample a list of
+    one-image payloads (``encode_media`` of kind image, ``fmt`` png or array), so images of different sizes travel
+    as they are."""
+    return [[encode_media(torch.as_tensor(x)[None], "image", fmt) for x in (row or [])] for row in rows]
+
+
+def decode_sources(payload: Any, batch: int) -> list[list[torch.Tensor]]:
+    """Inverse of ``encode_sources``: ``batch`` lists of (3, H, W) tensors; ``MediaError`` with a one-line reason."""
+    if not isinstance(payload, list) or len(payload) != batch:
+        raise MediaError(f"'{SOURCE_IMAGES}' must be a list of {batch} lists of images, one per prompt")
+    rows = []
+    for i, row in enumerate(payload):
+        if not isinstance(row, list):
+            raise MediaError(f"'{SOURCE_IMAGES}'[{i}] must be a list of image payloads")
+        images = []
+        for j, item in enumerate(row):
+            if not isinstance(item, Mapping) or item.get("kind") != "image":
+                raise MediaError(f"'{SOURCE_IMAGES}'[{i}][{j}] must be an image payload (kind image)")
+            decoded = decode_media(item)
+            if len(decoded) != 1:
+                raise MediaError(f"'{SOURCE_IMAGES}'[{i}][{j}] must hold one image, got {len(decoded)}")
+            images.append(decoded[0])
+        rows.append(images)
+    return rows

@@ -4,7 +4,8 @@
 the OpenAI-compatible VLM client (``vlm.py``). Retried: refused / reset connections, timeouts, HTTP 429 and
 5xx. Not retried: other 4xx, whose reason (the server's ``error`` field) is raised at once.
 
-    remote reward:  POST {url}/score  {"media": <encoded>, "prompts": [...], "metadata": [...]}
+    remote reward:  POST {url}/score  {"media": <encoded>, "prompts": [...], "metadata": [...],
+                                       "source_images": [[<image>, ...], ...] (editing rows only)}
                     -> {"scores": [...], "details": {...}}
                     GET  {url}/health -> {"status": "ok", "reward": NAME, "modality": ..., ...}
 """
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from flowrl.reward_models.base import RewardError, RewardOutput, batch_size_of, index_media
-from flowrl.reward_models.media import encode_media
+from flowrl.reward_models.media import SOURCE_IMAGES, encode_media, encode_sources
 
 logger = logging.getLogger(__name__)
 
@@ -137,7 +138,8 @@ class RemoteReward:
     ``FLOWRL_REWARD_TOKEN`` environment variable. Media come as the adapters decode them (``flowrl.media``):
     a ``{"video", "fps"}`` or ``{"audio", "sample_rate"}`` mapping is sent at its own rate (``fps`` and
     ``sample_rate`` here are for bare tensors); an audio_video mapping gives a video or audio reward its
-    part. ``modality`` and ``score_range`` are read from the server's health answer on the first call (or
+    part. Each sample's source images (``metadata["source_images"]``, editing) are sent as images beside the
+    metadata (``source_images``: PNG, or exact float32 with ``media_format="array"``). ``modality`` and ``score_range`` are read from the server's health answer on the first call (or
     given here).
     """
 
@@ -209,6 +211,10 @@ class RemoteReward:
         scores: list[float] = []
         details: dict[str, list] = {}
         step = num if self.pairwise else self.batch_size  # a pairwise reward needs whole prompt groups
+        # each sample's source images (editing) travel as images, not inside the JSON metadata
+        sources = [m.get(SOURCE_IMAGES) if isinstance(m, dict) else None for m in metadata]
+        metadata = [{k: v for k, v in m.items() if k != SOURCE_IMAGES} if isinstance(m, dict) else m for m in metadata]
+        image_format = self.media_format if self.media_format in ("png", "array") else None
         for start in range(0, num, step):
             index = list(range(start, min(num, start + step)))
             payload = {
@@ -219,6 +225,8 @@ class RemoteReward:
                 "prompts": [prompts[i] for i in index],
                 "metadata": [metadata[i] for i in index],
             }
+            if any(sources[i] for i in index):
+                payload[SOURCE_IMAGES] = encode_sources([sources[i] for i in index], image_format)
             answer = self._call("/score", payload)
             part = answer.get("scores") if isinstance(answer, dict) else None
             if not isinstance(part, list) or len(part) != len(index):

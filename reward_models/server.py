@@ -2,7 +2,9 @@
 
     GET  /health   -> {"status": "ok", "reward": NAME, "modality": ..., "score_range": [lo, hi] | null,
                        "pairwise": bool, "max_batch": N}
-    POST /score    {"media": <media.encode_media>, "prompts": [B str], "metadata": [B dict] (optional)}
+    POST /score    {"media": <media.encode_media>, "prompts": [B str], "metadata": [B dict] (optional),
+                    "source_images": [B lists of one-image media payloads] (optional: editing; the reward
+                    reads them as metadata["source_images"], (3, H, W) tensors)}
                    -> {"scores": [B float], "details": {key: [B values]}} (JSON-able details only)
 
 Errors answer ``{"error": "<one line>"}``: 400 malformed JSON / fields / media, 401 missing or wrong bearer
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 
 from flowrl.reward_models.base import RewardError, batch_size_of, check_scores, index_media
-from flowrl.reward_models.media import MediaError, decode_media
+from flowrl.reward_models.media import SOURCE_IMAGES, MediaError, decode_media, decode_sources
 
 logger = logging.getLogger(__name__)
 
@@ -70,9 +72,9 @@ def _json_details(details: dict, batch: int) -> dict:
 def _validate(body: Any) -> tuple[Any, list[str], list[dict]]:
     if not isinstance(body, dict):
         raise BadRequest(400, "the body must be a JSON object with 'media' and 'prompts'")
-    unknown = set(body) - {"media", "prompts", "metadata"}
+    unknown = set(body) - {"media", "prompts", "metadata", SOURCE_IMAGES}
     if unknown:
-        raise BadRequest(400, f"unknown field(s) {sorted(unknown)}; expected media, prompts, metadata")
+        raise BadRequest(400, f"unknown field(s) {sorted(unknown)}; expected media, prompts, metadata, {SOURCE_IMAGES}")
     if "media" not in body or "prompts" not in body:
         raise BadRequest(400, "missing field 'media' or 'prompts'")
     prompts = body["prompts"]
@@ -91,6 +93,12 @@ def _validate(body: Any) -> tuple[Any, list[str], list[dict]]:
         raise BadRequest(400, f"media: {exc}") from None
     if batch_size_of(media) != len(prompts):
         raise BadRequest(400, f"{batch_size_of(media)} media samples but {len(prompts)} prompts")
+    if body.get(SOURCE_IMAGES) is not None:
+        try:
+            sources = decode_sources(body[SOURCE_IMAGES], len(prompts))
+        except MediaError as exc:
+            raise BadRequest(400, f"{SOURCE_IMAGES}: {exc}") from None
+        metadata = [{**m, SOURCE_IMAGES: row} if row else m for m, row in zip(metadata, sources)]
     return media, prompts, metadata
 
 

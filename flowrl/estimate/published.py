@@ -210,6 +210,16 @@ PUBLISHED: dict[str, dict] = {
             "text_encoder_2": ("T5EncoderModel", T5_XXL),
         },
     },
+    # FLUX.1-Kontext-dev is FLUX.1-dev's architecture (its transformer, VAE and encoder configs are FLUX.1-dev's)
+    "black-forest-labs/FLUX.1-Kontext-dev": {
+        "pipeline": "flux_kontext",
+        "components": {
+            "transformer": ("FluxTransformer2DModel", FLUX_DEV_TRANSFORMER),
+            "vae": ("AutoencoderKL", FLUX_VAE),
+            "text_encoder": ("CLIPTextModel", CLIP_L),
+            "text_encoder_2": ("T5EncoderModel", T5_XXL),
+        },
+    },
     "Wan-AI/Wan2.1-T2V-1.3B-Diffusers": {
         "pipeline": "wan",
         "components": {**_WAN_14B_PARTS, "transformer": ("WanTransformer3DModel", WAN21_1_3B)},

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from flowrl.pipelines.flux.layout import FLUX_LATENT_CHANNELS, FLUX_SCHEDULER_CONFIG
-from flowrl.pipelines.kit.tiny import make_word_tokenizer, seeded, t5_encoder
+from flowrl.pipelines.kit.flux1 import FLUX_VAE_SCALING_FACTOR, FLUX_VAE_SHIFT_FACTOR, tiny_flux_components
 
-# black-forest-labs/FLUX.1-dev: vae/config.json
-FLUX_VAE_SCALING_FACTOR = 0.3611
-FLUX_VAE_SHIFT_FACTOR = 0.1159
+__all__ = ["FLUX_VAE_SCALING_FACTOR", "FLUX_VAE_SHIFT_FACTOR", "build_tiny_flux"]
 
 
 def build_tiny_flux(seed: int = 0):
@@ -34,69 +31,8 @@ def build_tiny_flux(seed: int = 0):
 
     Sigmas: ``linspace(1, 1/N, N)`` time-shifted with ``mu = flux_mu(H, W)``; sigma_0 = 1.0 exactly.
     """
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxPipeline, FluxTransformer2DModel
-    from transformers import CLIPTextConfig, CLIPTextModel
+    from diffusers import FluxPipeline
 
-    clip_dim, t5_dim, clip_tokens = 32, 32, 77
-    tokenizer = make_word_tokenizer(clip_tokens)
-    tokenizer_2 = make_word_tokenizer(512)
-    vocab = len(tokenizer)
-
-    with seeded(seed, "transformer"):
-        transformer = FluxTransformer2DModel(
-            patch_size=1,
-            in_channels=FLUX_LATENT_CHANNELS * 4,
-            num_layers=1,
-            num_single_layers=1,
-            attention_head_dim=16,
-            num_attention_heads=2,
-            joint_attention_dim=t5_dim,
-            pooled_projection_dim=clip_dim,
-            guidance_embeds=True,
-            axes_dims_rope=(4, 6, 6),
-        )
-    with seeded(seed, "text_encoder"):
-        text_encoder = CLIPTextModel(
-            CLIPTextConfig(
-                vocab_size=vocab,
-                hidden_size=clip_dim,
-                intermediate_size=clip_dim * 2,
-                num_hidden_layers=2,
-                num_attention_heads=2,
-                max_position_embeddings=clip_tokens,
-                projection_dim=clip_dim,
-                pad_token_id=0,
-                bos_token_id=2,
-                eos_token_id=3,
-            )
-        )
-    with seeded(seed, "text_encoder_2"):
-        text_encoder_2 = t5_encoder(vocab, t5_dim)
-    with seeded(seed, "vae"):
-        vae = AutoencoderKL(
-            in_channels=3,
-            out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(8, 8, 8, 8),
-            layers_per_block=1,
-            latent_channels=FLUX_LATENT_CHANNELS,
-            norm_num_groups=4,
-            sample_size=32,
-            scaling_factor=FLUX_VAE_SCALING_FACTOR,
-            shift_factor=FLUX_VAE_SHIFT_FACTOR,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-        )
-    scheduler = FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG)
-    pipe = FluxPipeline(
-        scheduler=scheduler,
-        vae=vae,
-        text_encoder=text_encoder,
-        tokenizer=tokenizer,
-        text_encoder_2=text_encoder_2,
-        tokenizer_2=tokenizer_2,
-        transformer=transformer,
-    )
+    pipe = FluxPipeline(**tiny_flux_components(seed))
     pipe.set_progress_bar_config(disable=True)
     return pipe

@@ -11,6 +11,10 @@ contract, on its tiny recipe (the adapter's ``tiny_recipe``). A new family joins
 * on policy: the log-prob recomputed for training equals the rollout's, exactly;
 * a LoRA export (``save_lora``) that the family's pipeline loads back (``load_trained``) with every weight;
 * every method whose media fit (``method.needs().media``) runs one iteration on the recipe.
+
+A family that takes source images (``source_images`` = (min, max) > 0: editing, image-to-video) gets ``min``
+random images (3, 40, 48) per prompt in every ``encode_prompts`` and ``generate`` call; its tiny recipe's data
+names image files.
 """
 
 import importlib
@@ -24,10 +28,10 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.logs import read_metrics
 from flowrl.media import media_kind
 from flowrl.methods import build_method, list_methods
-from flowrl.pipelines.base import Guidance, PipelineAdapter, adapter_class, list_pipelines
+from flowrl.pipelines.base import Guidance, PipelineAdapter, adapter_class, list_pipelines, source_images_of
 from flowrl.plan import make_plan, ode_plan
 from flowrl.reward_models.base import PairwiseReward
-from flowrl.rollout import rollout, transition
+from flowrl.rollout import encode_rows, rollout, transition
 from flowrl.trainer import Trainer
 
 FAMILIES = list_pipelines()
@@ -51,6 +55,20 @@ def _leaves(x) -> list[torch.Tensor]:
 
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
+
+
+def _sources(adapter, n: int) -> list | None:
+    """``n`` lists of the family's fewest source images (random, (3, 40, 48) in [0, 1]); None: a text-only family."""
+    low, high = source_images_of(adapter)
+    if high == 0:
+        return None
+    count = max(low, 1)
+    return [[torch.rand(3, 40, 48, generator=_gen(100 + 10 * i + j)) for j in range(count)] for i in range(n)]
+
+
+def _encode(adapter, prompts: list[str]):
+    """``encode_prompts`` with the family's source images when it takes them (else the text-only call)."""
+    return encode_rows(adapter, prompts, images=_sources(adapter, len(prompts)))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -98,7 +116,7 @@ def test_noise_velocity_schedule_and_media_shapes(family, one_thread):
         lambda m, a, k: rows.append(int(k["hidden_states"].shape[0])), with_kwargs=True
     )
     try:
-        inputs = adapter.model_inputs(adapter.encode_prompts(PROMPTS), GUIDANCE)
+        inputs = adapter.model_inputs(_encode(adapter, PROMPTS), GUIDANCE)
         v = adapter.velocity(noise, float(sigmas[1]), inputs, GUIDANCE)
     finally:
         handle.remove()
@@ -136,11 +154,13 @@ def test_noise_free_rollout_is_the_familys_pipeline(family, one_thread):
     steps = 3
     sigmas = adapter.sigmas(steps)
     noise = adapter.initial_noise(2, _gen(5))
-    traj = rollout(adapter, adapter.encode_prompts(PROMPTS), ode_plan(sigmas), noise, torch.arange(2), GUIDANCE)
+    traj = rollout(adapter, _encode(adapter, PROMPTS), ode_plan(sigmas), noise, torch.arange(2), GUIDANCE)
     mine = adapter.decode(traj.final)
     own = _euler_on(adapter.pipe, sigmas)
     try:
-        theirs = adapter.generate(PROMPTS, steps, GUIDANCE, _gen(5))
+        sources = _sources(adapter, len(PROMPTS))
+        extra = {} if sources is None else {"images": sources}
+        theirs = adapter.generate(PROMPTS, steps, GUIDANCE, _gen(5), **extra)
     finally:
         adapter.pipe.scheduler = own
     compared = 0
@@ -158,7 +178,7 @@ def test_noise_free_rollout_is_the_familys_pipeline(family, one_thread):
 def test_recomputed_log_prob_equals_the_rollouts(family, one_thread):
     name, _, adapter = family
     plan = make_plan(adapter.sigmas(3), noise_level=0.7, timestep_fraction=1.0)
-    cond = adapter.encode_prompts(PROMPTS)
+    cond = _encode(adapter, PROMPTS)
     noise = adapter.initial_noise(2, _gen(1))
     traj = rollout(adapter, cond, plan, noise, torch.arange(2), GUIDANCE, _gen(2))
     inputs = adapter.model_inputs(cond, GUIDANCE)
