@@ -175,6 +175,7 @@ PIPELINES = Registry(
         "sd3": "flowrl.pipelines.sd3:SD3Adapter",
         "flux": "flowrl.pipelines.flux:FluxAdapter",
         "wan": "flowrl.pipelines.wan:WanAdapter",
+        "wan_i2v": "flowrl.pipelines.wan_i2v:WanI2VAdapter",
         "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
     },
