@@ -10,8 +10,9 @@ pipeline's own ``prepare_latents`` (the image resized to ``model.height`` x ``mo
 * **Wan 2.1 I2V / 2.2 I2V-A14B**: ``image_condition`` (B, 4 + 16, F', h, w), the first-frame mask (4 channels: one
   per frame of a latent frame) and the latent of the image followed by F - 1 black frames; the transformer
   reads ``cat([x, image_condition], dim=1)`` (36 channels in, 16 out). Wan 2.1 adds ``image_embeds``, the CLIP
-  vision encoder's penultimate hidden states (B, 257, 1280), as ``encoder_hidden_states_image``; Wan 2.2
-  I2V-A14B has no image encoder.
+  vision encoder's penultimate hidden states (B, 257, 1280), as ``encoder_hidden_states_image`` (diffusers'
+  attention takes all but the last 512 context tokens as the image's, so ``model.max_sequence_length`` must be
+  512 there); Wan 2.2 I2V-A14B has no image encoder.
 * **LoRA** targets Wan's attention projections plus, in Wan 2.1 I2V, the image cross-attention's ``add_k_proj``
   / ``add_v_proj``; the export is the Wan one ``WanImageToVideoPipeline.load_lora_weights`` reads.
 * **Wan 2.2 TI2V-5B** (``expand_timesteps``): ``image_latents`` (B, 48, 1, h, w), the image's latent, replaces the
@@ -48,6 +49,7 @@ TINY_PATHS = {"tiny": {}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2
 # Wan's attention projections and Wan 2.1 I2V's image cross-attention keys and values (absent from the other
 # models: peft adapts those it finds); without them WanImageToVideoPipeline's loader adds zero LoRAs there
 WAN_I2V_LORA_TARGETS = [*WAN_LORA_TARGETS, "attn2.add_k_proj", "attn2.add_v_proj"]
+WAN_TEXT_TOKENS = 512  # WanAttnProcessor splits the CLIP states off the text context at this length
 IMAGE_KEYS = ("image_condition", "image_latents", "image_embeds")  # the conditioning rows of the source image
 
 
@@ -103,6 +105,11 @@ class WanI2VAdapter(WanAdapter):
         if self.uses_image_encoder and getattr(pipe, "image_encoder", None) is None:
             raise ValueError(
                 "wan_i2v: the transformer reads CLIP image states (image_dim) but the pipeline has no image_encoder"
+            )
+        if self.uses_image_encoder and self.max_sequence_length != WAN_TEXT_TOKENS:
+            raise ValueError(
+                f"model.max_sequence_length: Wan 2.1 I2V needs {WAN_TEXT_TOKENS} (diffusers' attention takes the tokens "
+                f"before the last {WAN_TEXT_TOKENS} as the image's), got {self.max_sequence_length}"
             )
         self._image_cache: OrderedDict[str, Conditioning] = OrderedDict()
 

@@ -232,3 +232,13 @@ def test_tiny_wan_i2v_trains_from_its_rows_source_images(tmp_path, one_thread):
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
     assert all(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
     assert WanI2VAdapter.from_config(cfg.model, seed=cfg.seed).load_trained(tmp_path) == "LoRA"
+
+
+def test_wan21_i2v_needs_512_text_tokens():
+    """diffusers' Wan attention takes the context tokens before the last 512 as the CLIP image states: a shorter
+    text would drop the image and attend to it as text."""
+    with pytest.raises(ValueError, match="model.max_sequence_length: Wan 2.1 I2V needs 512") as exc:
+        WanI2VAdapter.from_config(resolve_config("tiny-wan-i2v", ["model.max_sequence_length=16"]).model, seed=0)
+    assert "\n" not in str(exc.value)
+    a14b = resolve_config("tiny-wan-i2v", ["model.path=tiny-a14b", "model.max_sequence_length=16"]).model
+    assert WanI2VAdapter.from_config(a14b, seed=0).max_sequence_length == 16  # no image encoder: any length
