@@ -191,6 +191,7 @@ PIPELINES = Registry(
         "flux": "flowrl.pipelines.flux:FluxAdapter",
         "flux_kontext": "flowrl.pipelines.flux_kontext:FluxKontextAdapter",
         "wan": "flowrl.pipelines.wan:WanAdapter",
+        "wan_i2v": "flowrl.pipelines.wan_i2v:WanI2VAdapter",
         "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
     },

@@ -20,7 +20,7 @@ import torch
 
 from flowrl.config import Config
 from flowrl.configkit import ConfigError
-from flowrl.estimate import flux, flux_kontext, ltx2, stable_audio, wan
+from flowrl.estimate import flux, flux_kontext, ltx2, stable_audio, wan, wan_i2v
 from flowrl.estimate.base import ModelSize, compute_16bit, is_av_grpo, kl_reference, trained_transitions
 from flowrl.estimate.meta import (
     LTX2_DIFFUSERS_EXTRA,
@@ -40,7 +40,8 @@ from flowrl.estimate.published import PUBLISHED, WAN22_BOUNDARY_RATIO
 from flowrl.methods.options import flow_knobs
 
 PROFILES: dict[str, FamilyProfile] = {
-    p.pipeline: p for p in (flux.PROFILE, flux_kontext.PROFILE, wan.PROFILE, stable_audio.PROFILE, ltx2.PROFILE)
+    p.pipeline: p
+    for p in (flux.PROFILE, flux_kontext.PROFILE, wan.PROFILE, wan_i2v.PROFILE, stable_audio.PROFILE, ltx2.PROFILE)
 }
 FAMILIES = tuple(PROFILES)
 # model.path values that build an offline tiny pipeline, as the adapters name them: path -> builder keywords
@@ -134,7 +135,7 @@ def _family_parts_from_path(pipeline: str, path: str, revision: str | None) -> F
 
                 scheduler = dict(getattr(diffusers, class_name).load_config(path, subfolder=name, **kw))
                 continue
-            if "token" in name.lower() or class_name is None:
+            if "token" in name.lower() or "processor" in name.lower() or class_name is None:  # no weights
                 continue
             if library == "transformers":
                 config = AutoConfig.from_pretrained(path, subfolder=name, **kw).to_dict()

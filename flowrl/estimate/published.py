@@ -94,6 +94,13 @@ T5_XXL = {
 #   that size, boundary_ratio 0.875 (model_index.json, as pipelines/wan/tiny.py records it). VAE:
 #   AutoencoderKLWan's defaults (the Wan2.1 VAE, 127M, which A14B reuses). Text encoder: the UMT5-XXL
 #   encoder (google/umt5-xxl: d_model 4096, 24 layers, 64 heads, d_ff 10240, vocabulary 256,384).
+# * Wan2.2-TI2V-5B: transformer/config.json of Wan-AI/Wan2.2-TI2V-5B-Diffusers (24 heads of 128 = 3072 wide, FFN
+#   14336, 30 layers, 48 channels in and out); its Wan 2.2 VAE is vae/config.json (base width 160, decoder 256,
+#   48 channels at 16x: WAN22_VAE_CONFIG in pipelines/wan/tiny.py). Wan2.1-I2V-14B-480P / -720P: the 14B with
+#   36 channels in (state, first-frame mask, image latent), image_dim 1280 and added_kv_proj_dim 5120, and the
+#   CLIP ViT-H/14 vision tower of laion/CLIP-ViT-H-14-laion2B-s32B-b79K (1280 wide, 32 layers, 16 heads, MLP
+#   5120, 224 px, patch 14). Wan2.2-I2V-A14B: two such 14B experts without the image cross-attention,
+#   boundary_ratio 0.9 (the Diffusers conversion script's value).
 # * Stable Audio 3 medium: StableAudio3DiTModel's, AutoencoderSAME's and StableAudio3DurationEmbedder's
 #   class defaults (diffusers 0.42; the DiT's 1.45B matches the 1.4B Stability publishes for "medium", and
 #   SAME's defaults are SAME-L: patch 256 x stride 16 at 44.1 kHz); not read from the checkpoint's own
@@ -130,6 +137,18 @@ WAN21_1_3B = {
     "rope_max_seq_len": 1024,
 }
 WAN_14B = dict(WAN21_1_3B, num_attention_heads=40, ffn_dim=13824, num_layers=40)
+WAN22_5B = dict(WAN21_1_3B, num_attention_heads=24, ffn_dim=14336, in_channels=48, out_channels=48)
+WAN21_I2V_14B = dict(WAN_14B, in_channels=36, image_dim=1280, added_kv_proj_dim=5120)
+WAN22_I2V_14B = dict(WAN_14B, in_channels=36)
+CLIP_H_VISION = {
+    "hidden_size": 1280,
+    "intermediate_size": 5120,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 16,
+    "image_size": 224,
+    "patch_size": 14,
+    "projection_dim": 1024,
+}
 UMT5_XXL = {
     "vocab_size": 256384,
     "d_model": 4096,
@@ -151,12 +170,25 @@ T5GEMMA_B_ENCODER = {
     "query_pre_attn_scalar": 64,
 }
 WAN22_BOUNDARY_RATIO = 0.875
+WAN22_I2V_BOUNDARY_RATIO = 0.9
 
 _SA3 = {
     "transformer": ("StableAudio3DiTModel", {}),
     "vae": ("AutoencoderSAME", {}),
     "text_encoder": ("T5GemmaEncoderModel", T5GEMMA_B_ENCODER),
     "duration_embedder": ("StableAudio3DurationEmbedder", {}),
+}
+# the Wan 2.2 VAE's architecture (its 48 per-channel statistics change no size or FLOP: left at the class's)
+WAN22_VAE = {
+    "base_dim": 160,
+    "decoder_base_dim": 256,
+    "z_dim": 48,
+    "in_channels": 12,
+    "out_channels": 12,
+    "patch_size": 2,
+    "scale_factor_spatial": 16,
+    "scale_factor_temporal": 4,
+    "is_residual": True,
 }
 _WAN_14B_PARTS = {
     "transformer": ("WanTransformer3DModel", WAN_14B),
@@ -229,6 +261,34 @@ PUBLISHED: dict[str, dict] = {
         "pipeline": "wan",
         "components": {**_WAN_14B_PARTS, "transformer_2": ("WanTransformer3DModel", WAN_14B)},
         "boundary_ratio": WAN22_BOUNDARY_RATIO,
+    },
+    "Wan-AI/Wan2.2-TI2V-5B-Diffusers": {
+        "pipeline": "wan",
+        "components": {
+            **_WAN_14B_PARTS,
+            "transformer": ("WanTransformer3DModel", WAN22_5B),
+            "vae": ("AutoencoderKLWan", WAN22_VAE),
+        },
+    },
+    **{
+        f"Wan-AI/Wan2.1-I2V-14B-{size}-Diffusers": {
+            "pipeline": "wan_i2v",
+            "components": {
+                **_WAN_14B_PARTS,
+                "transformer": ("WanTransformer3DModel", WAN21_I2V_14B),
+                "image_encoder": ("CLIPVisionModel", CLIP_H_VISION),
+            },
+        }
+        for size in ("480P", "720P")
+    },
+    "Wan-AI/Wan2.2-I2V-A14B-Diffusers": {
+        "pipeline": "wan_i2v",
+        "components": {
+            **_WAN_14B_PARTS,
+            "transformer": ("WanTransformer3DModel", WAN22_I2V_14B),
+            "transformer_2": ("WanTransformer3DModel", WAN22_I2V_14B),
+        },
+        "boundary_ratio": WAN22_I2V_BOUNDARY_RATIO,
     },
     "stabilityai/stable-audio-3-medium": {"pipeline": "stable_audio", "components": dict(_SA3)},
     "stabilityai/stable-audio-3-medium-base": {"pipeline": "stable_audio", "components": dict(_SA3)},

@@ -1,4 +1,5 @@
-"""Wan 2.1 / 2.2's profile: F' (H/16)(W/16) video tokens (F' = 1 + (F-1)/4, patch 1x2x2), the padded UMT5
+"""Wan 2.1 / 2.2's profile: F' (H/16)(W/16) video tokens (F' = 1 + (F-1)/4, patch 1x2x2; TI2V-5B's Wan 2.2 VAE
+compresses 16x, so F' (H/32)(W/32)), the padded UMT5
 tokens entering only the cross-attention, two-branch CFG, a clip decoded at a time; Wan 2.2 A14B's two
 experts take the transitions above and below ``boundary_ratio``."""
 
@@ -82,7 +83,7 @@ PROFILE = FamilyProfile(
     transformer_class="WanTransformer3DModel",
     vae_class="AutoencoderKLWan",
     tiny_builder="build_tiny_wan",
-    tiny_paths={"tiny": {"two_experts": False}, "tiny-a14b": {"two_experts": True}},
+    tiny_paths={"tiny": {"two_experts": False}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2v": True}},
     lora_targets=[
         "attn1.to_q",
         "attn1.to_k",

@@ -1,4 +1,5 @@
-"""Wan 2.1 T2V and Wan 2.2 T2V-A14B (two experts) adapter, built from ``WanPipeline``'s public pieces.
+"""Wan 2.1 T2V, Wan 2.2 T2V-A14B (two experts) and Wan 2.2 TI2V-5B (text-to-video) adapter, built from
+``WanPipeline``'s public pieces.
 
 What differs from SD3 (``flowrl.pipelines.sd3``), and how the adapter keeps the pipeline's own math:
 
@@ -15,6 +16,10 @@ What differs from SD3 (``flowrl.pipelines.sd3``), and how the adapter keeps the 
   ``FlowMatchEulerDiscreteScheduler`` on the same sigmas the pipeline's output is flowrl's ODE rollout.
 * **Timesteps**: the transformer gets ``timestep = sigma * num_train_timesteps`` (fp32), as ``WanPipeline`` feeds
   ``scheduler.timesteps`` (FlowMatchEuler's are exactly these; UniPC's are the same truncated to integers).
+* **TI2V-5B** (``pipe.config.expand_timesteps``): the Wan 2.2 VAE's latents ``(B, 48, F', H/16, W/16)`` and a
+  timestep per video token, ``(B, F' (h/2) (w/2))`` (``layout.token_timesteps``), as ``WanPipeline`` builds them
+  from its all-ones mask: in text-to-video every token has its row's sigma. Its image mode is the ``wan_i2v``
+  family (``WanImageToVideoPipeline``).
 * **Guidance** is two-branch CFG (``cfg_guidance``), both branches in one batched forward, negatives stacked
   first; per-row negative prompts as SD3's (``negative_prompt_embeds`` rows), the empty prompt by default.
 * **Two experts** (Wan 2.2 A14B: ``pipe.transformer_2`` and ``pipe.config.boundary_ratio``): ``transformer`` is
@@ -34,7 +39,8 @@ What differs from SD3 (``flowrl.pipelines.sd3``), and how the adapter keeps the 
   (``load_trained`` does both).
 
 ``model.path``: ``tiny`` builds the offline tiny Wan 2.1 T2V (``build_tiny_wan``), ``tiny-a14b`` the offline tiny
-Wan 2.2 T2V-A14B with its two experts (``build_tiny_wan(two_experts=True)``, boundary 0.875); else a hub id or a
+Wan 2.2 T2V-A14B with its two experts (``build_tiny_wan(two_experts=True)``, boundary 0.875), ``tiny-ti2v`` the
+offline tiny Wan 2.2 TI2V-5B (``build_tiny_wan(ti2v=True)``); else a hub id or a
 local diffusers folder (``WanPipeline.from_pretrained``). ``model.tiny_size`` does not apply.
 """
 
@@ -70,7 +76,8 @@ WAN_LORA_TARGETS = [
     "attn2.to_v",
     "attn2.to_out.0",
 ]
-TINY_PATHS = {"tiny": False, "tiny-a14b": True}  # model.path -> two experts
+# model.path -> the tiny builder's keywords (``build_tiny_wan``)
+TINY_PATHS = {"tiny": {}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2v": True}}
 DEFAULT_FPS = 16.0
 DECODE_CHUNK_ELEMENTS = 1 << 20  # latent elements the VAE decodes at once (whole clips, at least one)
 LORA_FILES = {
@@ -90,10 +97,10 @@ def check_model_path(model_cfg) -> None:
         check_num_frames(num_frames)
     if path in TINY_PATHS:
         experts = getattr(model_cfg, "trained_experts", "both")
-        if not TINY_PATHS[path] and experts != "both":
+        if not TINY_PATHS[path].get("two_experts") and experts != "both":
             raise ValueError(
                 f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 A14B, "
-                "model.path: tiny-a14b for the tiny one); model.path: tiny is Wan 2.1 (one transformer)"
+                f"model.path: tiny-a14b for the tiny one); model.path: {path} has one transformer"
             )
         return
     check_folder_or_hub(path, "wan", "Wan")
@@ -144,7 +151,7 @@ class WanAdapter:
         self.resolution = self.height if self.height == self.width else (self.height, self.width)
         self.max_sequence_length = max_sequence_length
         pipe.set_progress_bar_config(disable=True)
-        for name in ("text_encoder", "vae"):
+        for name in ("text_encoder", "image_encoder", "vae"):
             module = getattr(pipe, name, None)
             if module is not None:
                 module.requires_grad_(False).eval()
@@ -174,7 +181,9 @@ class WanAdapter:
             self._transformer = pipe.transformer
         self._transformer.to(self.device)
         self.compute_dtype = pipe.transformer.dtype  # ModelMixin.dtype walks every parameter: ask once
-        self.latent_channels = int(pipe.transformer.config.in_channels)
+        self.latent_channels = int(pipe.vae.config.z_dim)
+        # Wan 2.2 TI2V-5B: a timestep per video token (layout.token_timesteps)
+        self.expand_timesteps = bool(pipe.config.get("expand_timesteps", False))
         self.attention_backend = attention_backend
         self.attention_backpropagates = True
         if attention_backend is not None:
@@ -188,15 +197,9 @@ class WanAdapter:
         """Build from ``ModelConfig``: ``path="tiny"`` builds the offline tiny Wan 2.1 T2V, ``"tiny-a14b"`` the
         offline tiny Wan 2.2 T2V-A14B (``build_tiny_wan``), else ``WanPipeline.from_pretrained`` of a hub id or a
         local folder."""
-        if model_cfg.path in TINY_PATHS:
-            from flowrl.pipelines.wan.tiny import build_tiny_wan
-
-            pipe = build_tiny_wan(seed=seed, two_experts=TINY_PATHS[model_cfg.path])
-        else:
-            check_model_path(model_cfg)
-            pipe = load_wan_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
+        pipe = cls.build_pipeline(model_cfg, seed)
         dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "transformer", "transformer_2"):
+        for name in ("text_encoder", "image_encoder", "transformer", "transformer_2"):
             module = getattr(pipe, name, None)
             if module is not None and module.dtype != dtype:
                 module.to(dtype=dtype)
@@ -211,6 +214,16 @@ class WanAdapter:
             attention_backend=getattr(model_cfg, "attention_backend", None),
             trained_experts=getattr(model_cfg, "trained_experts", "both"),
         )
+
+    @classmethod
+    def build_pipeline(cls, model_cfg, seed: int = 0):
+        """The tiny ``WanPipeline`` of a tiny ``model.path`` (``TINY_PATHS``), else ``from_pretrained``."""
+        if model_cfg.path in TINY_PATHS:
+            from flowrl.pipelines.wan.tiny import build_tiny_wan
+
+            return build_tiny_wan(seed=seed, **TINY_PATHS[model_cfg.path])
+        check_model_path(model_cfg)
+        return load_wan_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
 
     @property
     def transformer(self) -> torch.nn.Module:
@@ -340,22 +353,34 @@ class WanAdapter:
                 f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
             )
         x_in = torch.cat([x, x]) if use_cfg else x
+        out = (model or self.transformer)(**self._transformer_inputs(x_in, sigma, inputs), return_dict=False)[0].float()
+        if use_cfg:
+            v_uncond, v_cond = out.chunk(2)
+            return v_uncond + guidance_scale * (v_cond - v_uncond)
+        return out
+
+    def _transformer_inputs(self, x_in: torch.Tensor, sigma: torch.Tensor | float, inputs: Conditioning) -> dict:
+        """The transformer's keyword inputs for the rows ``x_in`` (the CFG branches stacked, as ``inputs``)."""
+        return {
+            "hidden_states": x_in.to(self.compute_dtype),
+            "timestep": self._timestep(sigma, x_in),
+            "encoder_hidden_states": inputs["prompt_embeds"],
+        }
+
+    def _timestep(self, sigma: torch.Tensor | float, x_in: torch.Tensor, first_frame_fixed: bool = False):
+        """The transformer's ``timestep`` for the ``rows`` of ``x_in`` (the CFG branches stacked): ``sigma *
+        num_train_timesteps`` a row (B,), or a video token (B, tokens) with ``expand_timesteps``."""
+        rows = x_in.shape[0]
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
         if timestep.numel() == 1:
             timestep = timestep.reshape(1).expand(rows)
         else:
             timestep = timestep.reshape(-1)
-            timestep = torch.cat([timestep, timestep]) if use_cfg else timestep
-        out = (model or self.transformer)(
-            hidden_states=x_in.to(self.compute_dtype),
-            timestep=timestep,
-            encoder_hidden_states=embeds,
-            return_dict=False,
-        )[0].float()
-        if use_cfg:
-            v_uncond, v_cond = out.chunk(2)
-            return v_uncond + guidance_scale * (v_cond - v_uncond)
-        return out
+            timestep = timestep.repeat(rows // timestep.numel())  # the CFG branches: (negatives; prompts)
+        if self.expand_timesteps:
+            frames, height, width = x_in.shape[2:]
+            return layout.token_timesteps(timestep, frames, height, width, first_frame_fixed=first_frame_fixed)
+        return timestep
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> dict:

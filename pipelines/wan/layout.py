@@ -1,14 +1,19 @@
 """Wan's latent layout: 5-D latents ``(16, 1 + (F-1)/4, H/8, W/8)`` (the causal VAE keeps the first frame and
-compresses the rest 4x in time, 8x in space), no packing; the transformer patchifies them 1x2x2 into tokens.
+compresses the rest 4x in time, 8x in space; Wan 2.2 TI2V-5B's VAE ``(48, 1 + (F-1)/4, H/16, W/16)``), no
+packing; the transformer patchifies them 1x2x2 into tokens.
 Pure functions of frames and resolution (and the model's factors), read by the adapter, the tiny builder and the
 estimate."""
 
 from __future__ import annotations
 
+import torch
+
 from flowrl.pipelines.kit.layout import Layout
 
 WAN_LATENT_CHANNELS = 16
+WAN22_LATENT_CHANNELS = 48  # the Wan 2.2 VAE of TI2V-5B: 48 channels at 16x spatial, 4x temporal
 WAN_SPATIAL_COMPRESSION = 8
+WAN22_SPATIAL_COMPRESSION = 16
 WAN_TEMPORAL_COMPRESSION = 4
 WAN_PATCH_SIZE = (1, 2, 2)
 DEFAULT_NUM_FRAMES = 81  # WanPipeline's default: 81 frames at 16 fps
@@ -48,8 +53,24 @@ def layout(
     return Layout(shape, (shape[1] // pt) * (shape[2] // ph) * (shape[3] // pw))
 
 
+def token_timesteps(
+    timestep: torch.Tensor, latent_frames: int, height: int, width: int, *, first_frame_fixed: bool = False
+) -> torch.Tensor:
+    """Wan 2.2 TI2V-5B's timestep per video token (``expand_timesteps``): (B,) -> (B, F' (h/2) (w/2)) in the
+    transformer's token order (frame, row, column), every token at its row's timestep, or 0 for the first
+    latent frame's tokens where they hold a source image's latent (``first_frame_fixed``), as
+    ``Wan*Pipeline``'s ``(mask[0][0][:, ::2, ::2] * t).flatten()`` makes them."""
+    mask = torch.ones(latent_frames, height // 2, width // 2, dtype=torch.float32, device=timestep.device)
+    if first_frame_fixed:
+        mask[0] = 0
+    return mask.flatten()[None, :] * timestep.reshape(-1, 1)
+
+
 def for_model(model_cfg) -> Layout:
     """The layout of a ``ModelConfig``: ``model.num_frames`` (default 81) at ``model.height`` x ``model.width``
-    (the tiny models keep Wan's factors)."""
+    (the tiny models keep Wan's factors; ``model.path: tiny-ti2v`` the Wan 2.2 VAE's 48 channels at 16x)."""
     height, width = model_cfg.size
-    return layout(model_cfg.num_frames or DEFAULT_NUM_FRAMES, height, width)
+    frames = model_cfg.num_frames or DEFAULT_NUM_FRAMES
+    if model_cfg.path == "tiny-ti2v":
+        return layout(frames, height, width, spatial=WAN22_SPATIAL_COMPRESSION, channels=WAN22_LATENT_CHANNELS)
+    return layout(frames, height, width)

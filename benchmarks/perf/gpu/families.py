@@ -22,6 +22,7 @@ class FamilyRun:
     recipe: str
     overrides: list[str]
     label: str  # the row's setting, in words
+    data: str = "builtin:tiny"  # the prompts (an image-conditioned family's rows name their source images)
 
 
 FAMILY_RUNS = {
@@ -77,6 +78,35 @@ FAMILY_RUNS = {
         ],
         "81x480x832 (32,760 tokens), 2 samples, batch 1, CFG 4.5, 10 steps, window 2, LoRA 32, checkpointing",
     ),
+    # Wan2.1-I2V-14B-480P (16.4B with the image cross-attention, and its CLIP ViT-H/14) from each row's source
+    # image at its native 81 x 480 x 832, Flow-Factory's I2V settings otherwise (CFG 5.0, noise 0.9, one SDE step
+    # among steps 1-3, clip 1e-4, beta 0), LoRA 32/64 with checkpointing, 2 samples, one a batch
+    "wan_i2v": FamilyRun(
+        "tiny-wan-i2v",
+        [
+            "model.height=480",
+            "model.width=832",
+            "model.num_frames=81",
+            "model.fps=16",
+            "model.max_sequence_length=512",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=10",
+            "sample.window_size=1",
+            "sample.window_range=[1,4]",
+            "sample.guidance_scale=5.0",
+            "sample.noise_level=0.9",
+            "sample.group_size=2",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=1",
+            "train.beta=0.0",
+            "train.clip_range=1.0e-4",
+            "train.lora.rank=32",
+            "train.lora.alpha=64",
+            "train.lora.target_modules=null",
+        ],
+        "81x480x832 I2V (32,760 tokens), 2 samples, batch 1, CFG 5, 10 steps, window 1, LoRA 32, checkpointing",
+        data="builtin:tiny_i2v",
+    ),
     # stable-audio-3-medium (distilled: guidance 1, 8 steps), 10 s clips, LoRA 32/64, 24 samples in batches of 12
     "ltx2": FamilyRun(
         "tiny-ltx2-av-grpo",
@@ -125,10 +155,17 @@ SMOKE_FAMILY_OVERRIDES = [
     "sample.batch_size=2",
     "method.options.window_size=0",
 ]
-FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium", "ltx2": "LTX-2 (AV-GRPO)"}
+FAMILY_NAMES = {
+    "flux": "FLUX.1-dev",
+    "wan": "Wan2.1-1.3B",
+    "wan_i2v": "Wan2.1-I2V-14B-480P",
+    "stable_audio": "SA3-medium",
+    "ltx2": "LTX-2 (AV-GRPO)",
+}
 LOADERS = {
     "flux": "load_flux_pipeline",
     "wan": "load_wan_pipeline",
+    "wan_i2v": "load_pretrained_pipeline",
     "stable_audio": "load_stable_audio_pipeline",
     "ltx2": "load_ltx2_pipeline",
 }
@@ -169,6 +206,7 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     schedulers = {  # made outside the device context: their sigma tables live on the CPU
         "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG),
         "wan": lambda: diffusers.UniPCMultistepScheduler(**WAN_SCHEDULER_CONFIG),
+        "wan_i2v": lambda: diffusers.UniPCMultistepScheduler(**WAN_SCHEDULER_CONFIG),
         "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(
             **STABLE_AUDIO3_SCHEDULER_CONFIG, stochastic_sampling=True
         ),
@@ -177,7 +215,7 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     if name not in schedulers:
         raise ValueError(f"no {name!r} family here; choose one of {', '.join(FAMILY_RUNS)}")
     scheduler = schedulers[name]()
-    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "stable_audio": 256, "ltx2": 1024}[name])
+    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "wan_i2v": 512, "stable_audio": 256, "ltx2": 1024}[name])
     torch.manual_seed(0)
     # random T5/UMT5 weights can overflow fp16 inside the stack; bf16 has fp32's range
     encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
@@ -214,6 +252,8 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 scheduler=scheduler,
                 transformer=fp32_kept(transformer, dtype),
             )
+        elif name == "wan_i2v":
+            pipe = _wan_i2v_14b(tokenizer, scheduler, shallow, dtype, encoder_dtype)
         elif name == "stable_audio":
             from diffusers.pipelines.stable_audio_3.modeling_stable_audio_3 import StableAudio3DurationEmbedder
 
@@ -261,6 +301,30 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     return pipe
 
 
+def _wan_i2v_14b(tokenizer, scheduler, shallow: bool, dtype: torch.dtype, encoder_dtype: torch.dtype):
+    """Wan2.1-I2V-14B-480P at its published architecture (``flowrl.estimate.published``), on the current device."""
+    import diffusers
+    from transformers import CLIPImageProcessor, CLIPVisionConfig, CLIPVisionModel
+
+    from flowrl.estimate.published import CLIP_H_VISION, UMT5_XXL, WAN21_I2V_14B
+
+    with default_dtype(dtype):
+        transformer = diffusers.WanTransformer3DModel(**WAN21_I2V_14B)
+    with default_dtype(encoder_dtype):
+        text_encoder = t5_encoder(UMT5_XXL, shallow, umt5=True)
+        clip = dict(CLIP_H_VISION, num_hidden_layers=2) if shallow else dict(CLIP_H_VISION)
+        image_encoder = CLIPVisionModel(CLIPVisionConfig(**clip))
+    return diffusers.WanImageToVideoPipeline(
+        tokenizer=tokenizer,
+        text_encoder=fp32_kept(text_encoder, encoder_dtype),
+        vae=diffusers.AutoencoderKLWan(),  # the Wan2.1 VAE
+        scheduler=scheduler,
+        image_processor=CLIPImageProcessor(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224}),
+        image_encoder=fp32_kept(image_encoder, encoder_dtype),
+        transformer=fp32_kept(transformer, dtype),
+    )
+
+
 def save_family_configs(pipe, folder: Path) -> None:
     """``model_index.json`` and each model component's config (no weights), for ``flowrl.estimate``."""
     pipe.save_config(folder)
@@ -294,7 +358,7 @@ def family_config(name: str, scale: Scale, folder: Path, iterations: int, precis
             f"output_dir={folder / 'run'}",
             f"model.path={folder}",
             f"train.iterations={iterations}",
-            "data.prompts=builtin:tiny",
+            f"data.prompts={run.data}",
             "log.save_every=100000",
             "log.sample_every=100000",
             "train.onpolicy_check=false",  # measured and reported instead: a speed run must not stop on it

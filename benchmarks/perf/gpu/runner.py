@@ -136,6 +136,7 @@ STAGES: dict[str, Callable[[Run], list[dict]]] = {
     "attention": _attention,
     "wan": _wan,
     "flux": _family("flux"),
+    "wan_i2v": _family("wan_i2v"),
     "audio": _family("stable_audio"),
     "ltx2": _family("ltx2"),
 }
