@@ -132,12 +132,14 @@ class Smoothness:
     modalities = ("image", "video")
     score_range = (-2.0, 0.0)
 
-    def score_grad(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+    def score_grad(self, media: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        if isinstance(media, Mapping):  # a video mapping {"video": (B, F, 3, H, W), "fps": ...}
+            media = media.get("video")
         if not isinstance(media, torch.Tensor) or media.ndim not in (4, 5) or media.shape[-3] != 3:
             shape = tuple(media.shape) if isinstance(media, torch.Tensor) else type(media).__name__
             raise RewardError(f"smoothness: expects images (B, 3, H, W) or video (B, F, 3, H, W), got {shape}")
         return -total_variation(media.float())
 
     @torch.no_grad()
-    def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:
+    def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         return RewardOutput(scores=self.score_grad(media, prompts, metadata).cpu())

@@ -23,8 +23,8 @@ The exploration computes the same x̂0 without grad, which the reward phase scor
 rewards are logged; the update recomputes the K forwards with grad from the stored x_m (on the first optimizer
 step of an iteration, at the weights that sampled: the same values). Cost per sample, P the transformer rows of a
 guided velocity (2 under CFG, else 1): the exploration m P + K P, the update K (P + 1) (``cond``, CFG) or K P,
-plus K reference rows with ``kl_weight``; reward calls: samples x rewards in the reward phase plus samples x
-rewards of non-zero weight in the update.
+plus K reference rows with ``kl_weight`` (and K conditional rows more under ``cfg_grad=both``); reward calls:
+samples x rewards in the reward phase plus samples x rewards of non-zero weight in the update.
 """
 
 from __future__ import annotations
@@ -225,33 +225,47 @@ class RewardBackprop(MethodBase):
         self, ctx: Context, x: torch.Tensor, m: int, sigmas: torch.Tensor, cond: Conditioning
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """K forwards from x_m: K - 1 Euler steps, then x̂0 = x - sigma v; with grad when grad is on. Returns x̂0
-        and the mean per-step KL to the reference (None without ``kl_weight``)."""
+        and the mean per-step KL to the reference (None without ``kl_weight`` or grad)."""
         o = self.options
         kls = []
         for i in range(m, m + o.grad_steps):
             sigma = float(sigmas[i])
-            v = self.velocity(ctx, x, sigma, cond)
+            v, v_cond = self.velocity(ctx, x, sigma, cond)
             if o.kl_weight > 0 and torch.is_grad_enabled():
-                kls.append(self.step_kl(ctx, x, sigma, cond))
+                kls.append(self.step_kl(ctx, x, sigma, cond, v_cond))
             x = predict_x0(x, sigma, v) if i == m + o.grad_steps - 1 else euler_step(x, v, sigma, float(sigmas[i + 1]))
         return x, (torch.stack(kls).mean() if kls else None)
 
-    def velocity(self, ctx: Context, x: torch.Tensor, sigma: float, cond: Conditioning) -> torch.Tensor:
-        """The guided velocity; with grad under two-branch CFG and ``cfg_grad="cond"``, through the conditional
-        branch only (``cond_grad_velocity``)."""
+    def velocity(
+        self, ctx: Context, x: torch.Tensor, sigma: float, cond: Conditioning
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The guided velocity, and the conditional one where a forward gave it (None: not computed). With grad,
+        under two-branch CFG and ``cfg_grad="cond"``, the gradient flows through the conditional branch only
+        (``cond_grad_velocity``); without CFG the guided velocity is the conditional one."""
         g = ctx.guidance_scale
-        if not torch.is_grad_enabled() or self.options.cfg_grad == "both" or ctx.adapter.guidance(g).kind != "cfg":
-            return ctx.velocity(x, sigma, cond)
+        cfg_kind = ctx.adapter.guidance(g).kind == "cfg"
+        if not torch.is_grad_enabled() or (cfg_kind and self.options.cfg_grad == "both"):
+            return ctx.velocity(x, sigma, cond), None
+        if not cfg_kind:
+            v = ctx.velocity(x, sigma, cond)
+            return v, v
         with torch.no_grad():
             v_guided = ctx.velocity(x, sigma, cond)
-        return cond_grad_velocity(v_guided, ctx.velocity(x, sigma, cond, guidance_scale=1.0), g)
+        v_cond = ctx.velocity(x, sigma, cond, guidance_scale=1.0)
+        return cond_grad_velocity(v_guided, v_cond, g), v_cond
 
-    def step_kl(self, ctx: Context, x: torch.Tensor, sigma: float, cond: Conditioning) -> torch.Tensor:
-        """UniRL's per-step KL on the conditional velocity (a second, conditional forward with grad)."""
-        v = ctx.velocity(x, sigma, cond, guidance_scale=1.0)
+    def step_kl(
+        self, ctx: Context, x: torch.Tensor, sigma: float, cond: Conditioning, v_cond: torch.Tensor | None
+    ) -> torch.Tensor:
+        """UniRL's per-step KL on the conditional velocity (the step's own conditional forward where it made one,
+        else one more with grad) against the reference's, at the same guidance input."""
+        cfg_kind = ctx.adapter.guidance(ctx.guidance_scale).kind == "cfg"
+        scale = 1.0 if cfg_kind else ctx.guidance_scale
+        if v_cond is None:
+            v_cond = ctx.velocity(x, sigma, cond, guidance_scale=scale)
         with torch.no_grad(), ctx.weights("reference") as ref:
-            v_ref = ctx.velocity(x, sigma, cond, guidance_scale=1.0, model=ref)
-        return gaussian_velocity_kl(v, v_ref, sigma)
+            v_ref = ctx.velocity(x, sigma, cond, guidance_scale=scale, model=ref)
+        return gaussian_velocity_kl(v_cond, v_ref, sigma)
 
     # ------------------------------------------------------------------ the loss
     def backprop_loss(

@@ -175,6 +175,17 @@ def test_costs_equal_their_formula_and_every_parameter_moves(tmp_path, one_threa
     assert not unchanged, unchanged[:3]
 
 
+def test_the_kl_to_the_reference_reuses_the_conditional_forward(tmp_path, one_thread):
+    """kl_weight > 0: one reference row (LoRA off, conditional) per grad step and sample beside the update's
+    K (P + 1); the first optimizer step is at the reference (KL 0), the second has moved (KL > 0)."""
+    tr = Trainer(_cfg(tmp_path, "method.options.kl_weight=0.5", "train.iterations=1"))
+    (row,) = tr.train()
+    n, p, m, k = 8, 2, 3, 1
+    assert row["cost/nfe"] == n * (p * m + p * k + (p + 1) * k + k)
+    assert row["policy/kl"] > 0
+    assert row["policy/loss"] == pytest.approx(row["policy/pg_loss"] + 0.5 * row["policy/kl"], rel=1e-5)
+
+
 def test_the_reward_gradient_reaches_the_transformer_through_the_decoder(tmp_path, one_thread):
     """One unit's loss backpropagates into every LoRA tensor; ``cfg_grad=both`` gives the same value."""
     tr = Trainer(_cfg(tmp_path, "train.iterations=1"))
@@ -201,6 +212,21 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
         assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
             k: v for k, v in b.items() if not k.startswith(SKIP)
         }
+
+
+@pytest.mark.slow
+def test_video_backpropagates_through_the_checkpointed_decoder(tmp_path, one_thread):
+    """tiny-wan (5-D latents, a video mapping out of the decoder) with the decoder under activation checkpointing."""
+    cfg = resolve_config(
+        "tiny-wan",
+        [f"output_dir={tmp_path}", "method.name=reward_backprop", "reward={smoothness: 1.0}", "reward_args={}",
+         "train.iterations=1", "log.eval_every=0", "method.options.decode_checkpointing=true"],
+    )  # fmt: skip
+    tr = Trainer(cfg)
+    before = {k: p.detach().clone() for k, p in tr.trainable.items()}
+    (row,) = tr.train()
+    assert row["policy/grad_norm"] > 0 and row["policy/pg_loss"] == pytest.approx(-row["reward/mean"], rel=1e-2)
+    assert any(not torch.equal(p, before[k]) for k, p in tr.trainable.items())
 
 
 @pytest.mark.slow

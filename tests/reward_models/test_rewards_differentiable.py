@@ -37,6 +37,7 @@ def test_smoothness_by_hand():
     video = torch.cat([board, ramp])[None]  # (1, F=2, 3, 2, 2): the mean over frames, -1.25
     torch.testing.assert_close(total_variation(video), torch.tensor([1.25]))
     assert Smoothness()(board, ["a"], [{}]).scores.tolist() == [-2.0]
+    assert Smoothness()({"video": video, "fps": 8.0}, ["a"], [{}]).scores.tolist() == [-1.25]  # a video mapping
 
 
 def _clip_rewards():
