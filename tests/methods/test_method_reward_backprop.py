@@ -241,11 +241,13 @@ def test_the_cpu_recipe_raises_its_reward(tmp_path, one_thread):
 @pytest.mark.skipif(importlib.util.find_spec("torch.distributed.run") is None, reason="torchrun not installed")
 def test_two_processes_match_one(tmp_path):
     """1 vs 2 processes (gloo on CPU): the ReFL draw is keyed by the rollout batch's global position, so the
-    chains start at the same steps and rewards, losses and gradient norms agree."""
+    chains start at the same steps and rewards, losses, gradient norms and costs agree. One optimizer step an
+    iteration: with two, each process would run a zero-weight padding pass while the other trains its unit (the
+    update's collectives stay in step), and its forwards and reward calls count in the costs."""
     from _processes import ONE_PROCESS, torchrun, train_metrics
 
     opts = [*SMALL, "method.options.mode=refl", "method.options.band=[0.25,1.0]", "train.iterations=2",
-            "train.optimizer_steps_per_iteration=2"]  # fmt: skip
+            "train.optimizer_steps_per_iteration=1"]  # fmt: skip
     one = train_metrics(ONE_PROCESS, tmp_path / "one", *opts)
     two = train_metrics([*torchrun(29563), "-m", "flowrl", "train"], tmp_path / "two", *opts)
     assert len(one) == len(two) == 2
