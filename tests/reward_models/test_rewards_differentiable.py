@@ -72,6 +72,24 @@ def test_clip_family_score_grad_is_the_fast_score_with_a_gradient(name):
     assert is_differentiable(reward) and is_differentiable(type(reward))
 
 
+def test_hpsv2_score_grad_is_the_fast_score_with_a_gradient():
+    from pathlib import Path
+
+    open_clip = pytest.importorskip("open_clip")
+    from flowrl.reward_models.hps import HPSv2Reward
+
+    open_clip.add_model_config(Path(__file__).parents[1] / "assets" / "rewards" / "flowrl-tiny-openclip.json")
+    torch.manual_seed(0)
+    model = open_clip.create_model("flowrl-tiny-openclip", pretrained=None).eval()
+    tokenizer = open_clip.get_tokenizer("flowrl-tiny-openclip")
+    reward = HPSv2Reward.from_components(model, tokenizer, device="cpu", preprocess="fast")
+    media = _images().requires_grad_(True)
+    scores = reward.score_grad(media, PROMPTS, [])
+    torch.testing.assert_close(scores.detach(), reward(media.detach(), PROMPTS, []).scores, rtol=1e-5, atol=1e-6)
+    (grad,) = torch.autograd.grad(scores.sum(), media)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
 def test_reference_preprocessing_still_scores_while_score_grad_stays_in_torch():
     from flowrl.reward_models.pickscore import PickScoreReward
 
