@@ -43,6 +43,7 @@ from flowrl.pipelines.kit.images import ImageCache
 from flowrl.policy import Policy
 from flowrl.preflight import check_whole_groups, preflight
 from flowrl.reward_models import RewardError
+from flowrl.reward_models.differentiable import GradRewardSum
 from flowrl.rollout import RolloutBatch, encode_rows
 from flowrl.scoring import Scores, Scoring, build_rewards, reward_metrics
 from flowrl.seeds import seed_of
@@ -99,6 +100,10 @@ class Trainer:
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         self.reward = build_rewards(cfg)
+        # a loss through the rewards: the same instances, summed with grad (``Context.reward_with_grad``)
+        self.grad_reward = (
+            GradRewardSum(self.reward.rewards, self.method.name) if self.needs.differentiable_reward else None
+        )
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = eval_items or self.prompts
         check_whole_groups(cfg, self.method, world, pairwise=self.reward.pairwise)
@@ -237,7 +242,8 @@ class Trainer:
             local_groups = torch.cat([b.traj.prompt_ids for b in batches])
             metrics.update(self._over_processes(media_monitors(self._last_media, local_groups), "mean"))
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
-        metrics.update(self._cost_metrics(scored.calls, metrics["timing_s/iteration"]))
+        grad_calls = self.grad_reward.take_calls() if self.grad_reward is not None else 0  # the update's
+        metrics.update(self._cost_metrics(scored.calls + grad_calls, metrics["timing_s/iteration"]))
         if len(scored.calls_by_reward) > 1 or self.reward.pairwise:  # each reward's own count
             by_reward = self._over_processes(scored.calls_by_reward, "sum")
             metrics.update({f"cost/reward_calls/{r}": v for r, v in by_reward.items()})
@@ -332,7 +338,7 @@ class Trainer:
 
     def context(self, iteration: int) -> Context:
         """The services a method may use in iteration ``iteration``."""
-        return Context(self.adapter, self.cfg, self.policy, iteration)
+        return Context(self.adapter, self.cfg, self.policy, iteration, reward=self.grad_reward)
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Held-out evaluation (``Evaluation.run``)."""

@@ -47,6 +47,7 @@ _BUILTIN_REWARDS = {
     "desync": "flowrl.reward_models.desync:DeSyncReward",
     "audiobox_aesthetics": "flowrl.reward_models.audiobox:AudioboxAestheticsReward",
     "remote": "flowrl.reward_models.remote:RemoteReward",
+    "smoothness": "flowrl.reward_models.differentiable:Smoothness",
     "toy_geneval": "flowrl.benchmarks.toy.reward:ToyGenEvalReward",
     "toy_geneval_accuracy": "flowrl.benchmarks.toy.reward:ToyGenEvalAccuracy",
     "toy_av": "flowrl.benchmarks.toy_av.reward:ToyAVReward",

@@ -101,12 +101,16 @@ class AestheticReward:
         self.mlp = mlp.to(device=self.device, dtype=torch.float32).eval().requires_grad_(False)
         self.preprocess = preprocess
         self.transform = processor_transform(image_processor, preprocess, self.name)
+        self.grad_transform = processor_transform(image_processor, "fast", self.name)  # in torch: ``score_grad``
 
     @torch.no_grad()
     def embed(self, media: torch.Tensor) -> torch.Tensor:
         """L2-normalised CLIP image embeddings (B, D), float32."""
-        pixels = self.transform(media.to(self.device)).to(self.dtype)  # (B, 3, 224, 224)
-        features = self.vision.get_image_features(pixel_values=pixels)
+        return self.embed_pixels(self.transform(media.to(self.device)))
+
+    def embed_pixels(self, pixels: torch.Tensor) -> torch.Tensor:
+        """``embed`` of preprocessed pixels (B, 3, 224, 224), with grad when grad is on."""
+        features = self.vision.get_image_features(pixel_values=pixels.to(self.dtype))
         features = features if isinstance(features, torch.Tensor) else features.pooler_output
         return F.normalize(features.float(), dim=-1)
 
@@ -115,3 +119,7 @@ class AestheticReward:
         if media.ndim != 4 or media.shape[1] != 3:
             raise RewardError(f"aesthetic: expects images (B, 3, H, W), got {tuple(media.shape)}")
         return RewardOutput(scores=self.mlp(self.embed(media)).cpu())
+
+    def score_grad(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        """The score (B,) with autograd back to ``media``, on its device; preprocessed in torch."""
+        return self.mlp(self.embed_pixels(self.grad_transform(media.to(self.device)))).to(media.device)

@@ -133,3 +133,9 @@ class ClipScoreReward(PickScoreReward):
         cos = (image * text).sum(dim=-1).cpu()
         scale = self.model.logit_scale.exp().float().cpu()
         return RewardOutput(scores=clip_score(cos, self.formula, scale), details={"cos": cos})
+
+    def score_grad(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        """The score (B,) with autograd back to ``media``, on its device; preprocessed in torch."""
+        image, text = self.embed_pixels(self.grad_transform(media.to(self.device)), prompts)
+        cos = (image * text).sum(dim=-1)
+        return clip_score(cos, self.formula, self.model.logit_scale.exp().float()).to(media.device)

@@ -139,13 +139,17 @@ class HPSv2Reward:
         self.tokenizer = tokenizer
         self.preprocess = preprocess
         self.transform = openclip_transform(model, preprocess)
+        self.grad_transform = openclip_transform(model, "fast")  # in torch: ``score_grad``
 
     @torch.no_grad()
     def embed(self, media: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Unit-norm image and text embeddings, (B, D) each, float32."""
-        pixels = self.transform(media.to(self.device)).to(self.dtype)  # (B, 3, 224, 224)
+        return self.embed_pixels(self.transform(media.to(self.device)), prompts)
+
+    def embed_pixels(self, pixels: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``embed`` of preprocessed pixels (B, 3, 224, 224), with grad when grad is on."""
         tokens = self.tokenizer(prompts).to(self.device)  # (B, 77)
-        image = self.model.encode_image(pixels).float()
+        image = self.model.encode_image(pixels.to(self.dtype)).float()
         text = self.model.encode_text(tokens).float()
         return F.normalize(image, dim=-1), F.normalize(text, dim=-1)
 
@@ -157,6 +161,11 @@ class HPSv2Reward:
             )
         image, text = self.embed(media, prompts)
         return RewardOutput(scores=(image * text).sum(dim=-1).cpu())
+
+    def score_grad(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        """The score (B,) with autograd back to ``media``, on its device; preprocessed in torch."""
+        image, text = self.embed_pixels(self.grad_transform(media.to(self.device)), prompts)
+        return (image * text).sum(dim=-1).to(media.device)
 
 
 # ---------------------------------------------------------------------------------------------- HPSv3

@@ -103,6 +103,7 @@ class PickScoreReward:
         self.tokenizer = processor.tokenizer
         self.preprocess = preprocess
         self.transform = self._transform(processor.image_processor, preprocess)
+        self.grad_transform = self._transform(processor.image_processor, "fast")  # in torch: ``score_grad``
         max_positions = getattr(model.config.text_config, "max_position_embeddings", MAX_TEXT_TOKENS)
         self.max_tokens = min(MAX_TEXT_TOKENS, max_positions)
 
@@ -112,7 +113,11 @@ class PickScoreReward:
     @torch.no_grad()
     def embed(self, media: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """L2-normalised image and text embeddings, (B, D) each, float32."""
-        pixels = self.transform(media.to(self.device)).to(self.dtype)  # (B, 3, h, w)
+        return self.embed_pixels(self.transform(media.to(self.device)), prompts)
+
+    def embed_pixels(self, pixels: torch.Tensor, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``embed`` of preprocessed pixels (B, 3, h, w), with grad when grad is on."""
+        pixels = pixels.to(self.dtype)
         tokens = self.tokenizer(
             prompts, padding=True, truncation=True, max_length=self.max_tokens, return_tensors="pt"
         ).to(self.device)
@@ -132,3 +137,10 @@ class PickScoreReward:
         raw = self.model.logit_scale.exp().float() * (image * text).sum(dim=-1)  # (B,)
         raw = raw.cpu()
         return RewardOutput(scores=raw / SCORE_DIVISOR, details={"raw": raw})
+
+    def score_grad(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        """The score (B,) with autograd back to ``media`` (``flowrl.reward_models.differentiable``), on its device;
+        preprocessed in torch (``preprocess="fast"``'s path) whatever ``preprocess`` says."""
+        image, text = self.embed_pixels(self.grad_transform(media.to(self.device)), prompts)
+        raw = self.model.logit_scale.exp().float() * (image * text).sum(dim=-1)
+        return (raw / SCORE_DIVISOR).to(media.device)

@@ -73,6 +73,27 @@ class VideoFrameReward:
     def score_range(self):
         return getattr(self.inner, "score_range", None)
 
+    @property
+    def differentiable(self) -> bool:
+        """Whether ``score_grad`` works: the wrapped reward has one (``flowrl.reward_models.differentiable``)."""
+        from flowrl.reward_models.differentiable import is_differentiable
+
+        return is_differentiable(self.inner)
+
+    def score_grad(self, media: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        """The aggregated per-frame score (B,) with autograd back to ``media``, on its device."""
+        if self.native:
+            return self.inner.score_grad(media, prompts, metadata)
+        video, _ = unwrap_video(media)  # (B, F, 3, H, W)
+        batch, index = len(video), uniform_frame_indices(video.shape[1], self.frames)
+        frames = video[:, index].flatten(0, 1)  # (B * K, 3, H, W), video-major
+        metadata = metadata or [{} for _ in prompts]
+        k = len(index)
+        per_frame = self.inner.score_grad(
+            frames, [p for p in prompts for _ in range(k)], [m for m in metadata for _ in range(k)]
+        )
+        return aggregate_frames(per_frame.view(batch, k), self.aggregate)
+
     def __call__(self, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         if self.native:
             return self.inner(media, prompts, metadata)

@@ -25,6 +25,7 @@ _METHODS = Registry(
         "ram": "flowrl.methods.ram:RAM",
         "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
         "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
+        "reward_backprop": "flowrl.methods.reward_backprop:RewardBackprop",
     },
 )
 

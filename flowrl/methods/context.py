@@ -26,11 +26,12 @@ class Context:
     """The services of one iteration, built from the run's adapter, config and policy (``flowrl.policy.Policy``:
     ``model``, ``device``, ``weights(name)``, ``ema``, ``averages``); methods only call these."""
 
-    def __init__(self, adapter: Any, cfg: Any, policy: Any, iteration: int):
+    def __init__(self, adapter: Any, cfg: Any, policy: Any, iteration: int, reward: Any = None):
         self.adapter = adapter
         self.cfg = cfg
         self.policy = policy
         self.iteration = iteration
+        self.reward = reward  # the differentiable reward sum (``Needs.differentiable_reward``), else None
         self.device = policy.device
         self._inputs: tuple[Conditioning, float, Conditioning] | None = None
 
@@ -202,6 +203,38 @@ class Context:
         ``guidance_scale`` defaults to ``sample.guidance_scale`` (1.0: the conditional prediction alone)."""
         g = self.guidance_scale if guidance_scale is None else guidance_scale
         return self.adapter.velocity(x, sigma, self.model_inputs(cond, g), g, model=model or self.policy.model)
+
+    def reward_with_grad(self, media: Any, prompts: list[str], metadata: list[dict]) -> torch.Tensor:
+        """The run's rewards of non-zero weight, summed by weight, with autograd back to ``media``: (B,) on its
+        device (``flowrl.reward_models.differentiable.GradRewardSum``; a method that declares
+        ``Needs.differentiable_reward``)."""
+        if self.reward is None:
+            raise RuntimeError(f"method {self.cfg.method.name} asked for a differentiable reward it does not declare")
+        return self.reward(media, prompts, metadata)
+
+    def decode_with_grad(self, latents: torch.Tensor, checkpoint: bool = False) -> Any:
+        """The adapter's decode with autograd back to ``latents``: its ``decode_with_grad`` where the family has
+        one, else its ``decode`` without the no-grad decorator it carries. ``checkpoint``: recompute the decoder's
+        activations in the backward (``torch.utils.checkpoint``). A family whose decode cuts the graph inside is
+        refused in one line."""
+        import inspect
+
+        own = getattr(self.adapter, "decode_with_grad", None)
+        decode = own if callable(own) else inspect.unwrap(type(self.adapter).decode).__get__(self.adapter)
+        if checkpoint and torch.is_grad_enabled():
+            from torch.utils.checkpoint import checkpoint as recompute
+
+            media = recompute(decode, latents, use_reentrant=False)
+        else:
+            media = decode(latents)
+        if latents.requires_grad and torch.is_grad_enabled():
+            leaves = media.values() if isinstance(media, dict) else [media]
+            if not any(isinstance(t, torch.Tensor) and t.requires_grad for t in leaves):
+                raise RuntimeError(
+                    f"model.pipeline={self.cfg.model.pipeline}: its decode carries no gradient, which method "
+                    f"{self.cfg.method.name} backpropagates through (give the adapter a decode_with_grad)"
+                )
+        return media
 
     @contextmanager
     def weights(self, name: str) -> Iterator[torch.nn.Module]:

@@ -162,6 +162,12 @@ for _part in (
         reads=("video_rewards", "audio_rewards", "vq_reward", "clap_reward", "vq_floor", "clap_floor"),
         metrics=("av/phase_video", "av/fallback_frac", "av/capped_frac", "av/nan_switches"),
     ),
+    Part(
+        "uniform",
+        f"{_M}.reward_backprop:uniform_credit",
+        "every row weighs 1 and trains: no advantage, the reward's gradient is the signal (reward backprop)",
+        metrics=("stop_step",),
+    ),
 ):
     register_credit_rule(_part)
 
@@ -220,6 +226,14 @@ for _part in (
         requires=frozenset({"log_probs", "joint_phases"}),
         reads=("clip_range", "beta_video", "beta_audio"),
         kind="transition",
+    ),
+    Part(
+        "reward_backprop",
+        f"{_M}.reward_backprop:RewardBackprop.backprop_loss",
+        "ReFL / DRaFT-K: -lambda r(decode(x0_hat)) backpropagated through the reward, the decoder and K steps",
+        reads=("reward_weight", "kl_weight", "decode_checkpointing"),
+        kind="transition",
+        keeps_flat_rows=True,
     ),
 ):
     register_loss(_part)

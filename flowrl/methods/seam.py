@@ -31,6 +31,9 @@ class Needs:
     onpolicy_check: str | None = None  # None: the first update checks the recomputed log-probs; else why not
     metrics: tuple[str, ...] = ()  # the names its advantages' ``metrics`` may hold (``log.stop_if`` reads them)
     freezes_parameters: bool = False  # some iterations step only a subset of the parameters (``Turn.trains``)
+    # its loss backpropagates through the rewards of non-zero weight (``Context.reward_with_grad``), each of which must
+    # be differentiable (``flowrl.reward_models.differentiable``), and through the decode (``Context.decode_with_grad``)
+    differentiable_reward: bool = False
 
 
 @dataclass(frozen=True)

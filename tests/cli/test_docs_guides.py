@@ -366,9 +366,17 @@ def test_every_metric_the_guide_names_is_logged_and_every_logged_one_is_explaine
     from flowrl.preflight import logged_metric_names
 
     logged = set()
+    # reward backprop needs a differentiable reward: JPEG compressibility logged beside it at weight 0
+    own = {"reward_backprop": ["reward.smoothness=1", "reward.jpeg_compressibility=0"]}
     for method in list_methods():
         cfg = resolve_config(
-            "tiny-cpu", ["log.eval_every=1", "eval_reward={jpeg_incompressibility: 1.0}", f"method.name={method}"]
+            "tiny-cpu",
+            [
+                "log.eval_every=1",
+                "eval_reward={jpeg_incompressibility: 1.0}",
+                f"method.name={method}",
+                *own.get(method, []),
+            ],
         )
         logged |= logged_metric_names(cfg)
     for recipe in ("tiny-wan", "tiny-audio"):  # the monitors of video and audio media

@@ -25,7 +25,11 @@ SMALL = [
     "log.sample_every=1000",
 ]
 # settings that keep a method's run tiny (DenseGRPO's noise calibration explores many rounds before the first)
-TINY = {"dense_grpo": ["method.options.calibrate=false"]}
+TINY = {
+    "dense_grpo": ["method.options.calibrate=false"],
+    # backpropagates its reward: a differentiable one, JPEG compressibility kept at weight 0 (logged only)
+    "reward_backprop": ["reward.smoothness=1.0", "reward.jpeg_compressibility=0"],
+}
 
 
 def _cfg(name: str, *overrides: str):

@@ -30,7 +30,10 @@ def _recipe(name):
 def test_every_method_names_registered_default_parts(name):
     cls = method_class(name)
     CREDIT_RULES.get(cls.default_credit), CREDIT_NORMS.get(cls.default_credit_norm), LOSSES.get(cls.default_loss)
-    method = build_method(resolve_config(_recipe(name), [f"method.name={name}"]))
+    own = (
+        ["reward.smoothness=1", "reward.jpeg_compressibility=0"] if name == "reward_backprop" else []
+    )  # differentiable
+    method = build_method(resolve_config(_recipe(name), [f"method.name={name}", *own]))
     assert (method.parts.credit.name, method.parts.loss.name) == (cls.default_credit, cls.default_loss)
 
 
