@@ -177,6 +177,7 @@ PIPELINES = Registry(
         "wan": "flowrl.pipelines.wan:WanAdapter",
         "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
+        "z_image": "flowrl.pipelines.z_image:ZImageAdapter",
     },
 )
 
