@@ -110,8 +110,9 @@ def test_a_rows_negative_prompt_is_its_cfg_branch(adapter, one_thread):
     torch.testing.assert_close(v[1], plain[1], rtol=1e-5, atol=1e-6)
 
 
-def test_two_iterations_train(tmp_path, one_thread):
+def test_two_iterations_train_with_cfg(tmp_path, one_thread):
     overrides = [f"output_dir={tmp_path}", "train.iterations=2", "sample.group_size=4", "sample.batch_size=4"]
-    cfg = resolve_config("tiny-z-image", [*overrides, "sample.prompts_per_iteration=2", "log.eval_every=0"])
+    more = ["sample.guidance_scale=3.0", "sample.prompts_per_iteration=2", "log.eval_every=0"]
+    cfg = resolve_config("tiny-z-image", overrides + more)
     rows = Trainer(cfg).train()
     assert len(rows) == 2 and (tmp_path / "lora" / "pytorch_lora_weights.safetensors").is_file()
