@@ -112,3 +112,17 @@ def test_two_iterations_train_the_distilled_model(tmp_path, one_thread):
     more = ["model.path=tiny-distilled", "sample.prompts_per_iteration=2", "log.eval_every=0"]
     rows = Trainer(resolve_config("tiny-flux2", overrides + more)).train()
     assert len(rows) == 2 and (tmp_path / "lora" / "pytorch_lora_weights.safetensors").is_file()
+
+
+def test_the_gpu_stage_builds_the_published_size(tmp_path):
+    """What ``--what flux2`` builds on the GPU, built here on meta: klein-base-4B's 3.88B transformer with
+    Qwen3-4B; the estimate reads the same counts back from its configs, with the base model's two CFG passes."""
+    from flowrl.benchmarks.perf import gpu
+    from flowrl.estimate import model_size
+
+    pipe = gpu.build_family("flux2", gpu.FULL, torch.device("meta"), torch.bfloat16)
+    counts = tuple(sum(p.numel() for p in m.parameters()) for m in (pipe.transformer, pipe.text_encoder))
+    assert counts == (3_875_544_576, 4_022_468_096)
+    gpu.save_family_configs(pipe, tmp_path)
+    m = model_size(gpu.family_config("flux2", gpu.FULL, tmp_path, 2, "bf16"))
+    assert (m.transformer_params, m.text_encoder_params, m.image_tokens, m.passes) == (*counts, 576, 2)

@@ -116,3 +116,18 @@ def test_two_iterations_train_with_cfg(tmp_path, one_thread):
     cfg = resolve_config("tiny-z-image", overrides + more)
     rows = Trainer(cfg).train()
     assert len(rows) == 2 and (tmp_path / "lora" / "pytorch_lora_weights.safetensors").is_file()
+
+
+def test_the_gpu_stage_builds_the_published_size(tmp_path):
+    """What ``--what z_image`` builds on the GPU, built here on meta: Z-Image's 6.15B transformer with Qwen3-4B,
+    the transformer in bf16 and the VAE in fp32; the estimate reads the same counts back from its configs."""
+    from flowrl.benchmarks.perf import gpu
+    from flowrl.estimate import model_size
+
+    pipe = gpu.build_family("z_image", gpu.FULL, torch.device("meta"), torch.bfloat16)
+    counts = tuple(sum(p.numel() for p in m.parameters()) for m in (pipe.transformer, pipe.text_encoder))
+    assert counts == (6_154_908_736, 4_022_468_096)
+    assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
+    gpu.save_family_configs(pipe, tmp_path)
+    m = model_size(gpu.family_config("z_image", gpu.FULL, tmp_path, 2, "bf16"))
+    assert (m.transformer_params, m.text_encoder_params, m.image_tokens, m.passes) == (*counts, 1024, 1)
