@@ -194,6 +194,8 @@ PIPELINES = Registry(
         "wan_i2v": "flowrl.pipelines.wan_i2v:WanI2VAdapter",
         "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
+        "z_image": "flowrl.pipelines.z_image:ZImageAdapter",
+        "flux2": "flowrl.pipelines.flux2:Flux2Adapter",
     },
 )
 

@@ -20,7 +20,7 @@ import torch
 
 from flowrl.config import Config
 from flowrl.configkit import ConfigError
-from flowrl.estimate import flux, flux_kontext, ltx2, stable_audio, wan, wan_i2v
+from flowrl.estimate import flux, flux2, flux_kontext, ltx2, stable_audio, wan, wan_i2v, z_image
 from flowrl.estimate.base import ModelSize, compute_16bit, is_av_grpo, kl_reference, trained_transitions
 from flowrl.estimate.meta import (
     LTX2_DIFFUSERS_EXTRA,
@@ -41,7 +41,16 @@ from flowrl.methods.options import flow_knobs
 
 PROFILES: dict[str, FamilyProfile] = {
     p.pipeline: p
-    for p in (flux.PROFILE, flux_kontext.PROFILE, wan.PROFILE, wan_i2v.PROFILE, stable_audio.PROFILE, ltx2.PROFILE)
+    for p in (
+        flux.PROFILE,
+        flux_kontext.PROFILE,
+        wan.PROFILE,
+        wan_i2v.PROFILE,
+        stable_audio.PROFILE,
+        ltx2.PROFILE,
+        z_image.PROFILE,
+        flux2.PROFILE,
+    )
 }
 FAMILIES = tuple(PROFILES)
 # model.path values that build an offline tiny pipeline, as the adapters name them: path -> builder keywords

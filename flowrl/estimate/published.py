@@ -232,6 +232,57 @@ GEMMA3_12B = {
 }
 LTX2_VAE = {"spatial_compression_ratio": 32, "temporal_compression_ratio": 8}
 
+# ----------------------------------------------------------------------------------------------------
+# Z-Image and FLUX.2-klein: the offline table
+#
+# Where the numbers come from (no hub access here): Z-Image's transformer is ZImageTransformer2DModel's class
+# defaults (diffusers 0.42: 3840 wide, 30 layers, 30 heads, 2 refiner layers, caption 2560; 6.15B), which are
+# Tongyi-MAI/Z-Image(-Turbo)'s published dimensions; its VAE is FLUX.1's; its text encoder Qwen3-4B (Qwen3Model:
+# hidden 2560, 36 layers, 32 heads with 8 KV heads of 128, MLP 9728, vocabulary 151,936). FLUX.2-klein-4B:
+# 5 double and 20 single blocks of 24 heads x 128 (3072 wide), joint_attention_dim 7680 = 3 x Qwen3-4B's 2560
+# (3.88B); klein-9B: 8 double and 24 single blocks of 32 x 128, joint_attention_dim 12288 = 3 x Qwen3-8B's 4096
+# (9.08B), as public ports record BFL's Klein4B/9B params; the base and the step-distilled checkpoints share the
+# architecture. Text encoders Qwen3ForCausalLM 4B / 8B (Qwen3-8B: hidden 4096, 36 layers, 32 heads with 8 KV
+# heads, MLP 12288, untied head); VAE: AutoencoderKLFlux2's defaults (32 latent channels).
+QWEN3_4B = {
+    "vocab_size": 151936,
+    "hidden_size": 2560,
+    "intermediate_size": 9728,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "tie_word_embeddings": True,
+}
+QWEN3_8B = dict(QWEN3_4B, hidden_size=4096, intermediate_size=12288, tie_word_embeddings=False)
+FLUX2_KLEIN_4B = {
+    "in_channels": 128,
+    "num_layers": 5,
+    "num_single_layers": 20,
+    "attention_head_dim": 128,
+    "num_attention_heads": 24,
+    "joint_attention_dim": 7680,
+    "guidance_embeds": False,
+}
+FLUX2_KLEIN_9B = dict(
+    FLUX2_KLEIN_4B, num_layers=8, num_single_layers=24, num_attention_heads=32, joint_attention_dim=12288
+)
+_Z_IMAGE = {
+    "transformer": ("ZImageTransformer2DModel", {}),
+    "vae": ("AutoencoderKL", FLUX_VAE),
+    "text_encoder": ("Qwen3Model", QWEN3_4B),
+}
+_KLEIN_4B = {
+    "transformer": ("Flux2Transformer2DModel", FLUX2_KLEIN_4B),
+    "vae": ("AutoencoderKLFlux2", {}),
+    "text_encoder": ("Qwen3ForCausalLM", QWEN3_4B),
+}
+_KLEIN_9B = {
+    **_KLEIN_4B,
+    "transformer": ("Flux2Transformer2DModel", FLUX2_KLEIN_9B),
+    "text_encoder": ("Qwen3ForCausalLM", QWEN3_8B),
+}
+
 PUBLISHED: dict[str, dict] = {
     "black-forest-labs/FLUX.1-dev": {
         "pipeline": "flux",
@@ -303,4 +354,10 @@ PUBLISHED: dict[str, dict] = {
             "connectors": ("LTX2TextConnectors", {}),
         },
     },
+    "Tongyi-MAI/Z-Image": {"pipeline": "z_image", "components": dict(_Z_IMAGE)},
+    "Tongyi-MAI/Z-Image-Turbo": {"pipeline": "z_image", "components": dict(_Z_IMAGE)},
+    "black-forest-labs/FLUX.2-klein-4B": {"pipeline": "flux2", "components": dict(_KLEIN_4B)},
+    "black-forest-labs/FLUX.2-klein-base-4B": {"pipeline": "flux2", "components": dict(_KLEIN_4B)},
+    "black-forest-labs/FLUX.2-klein-9B": {"pipeline": "flux2", "components": dict(_KLEIN_9B)},
+    "black-forest-labs/FLUX.2-klein-base-9B": {"pipeline": "flux2", "components": dict(_KLEIN_9B)},
 }

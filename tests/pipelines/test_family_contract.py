@@ -53,6 +53,11 @@ def _leaves(x) -> list[torch.Tensor]:
     return list(x.values()) if isinstance(x, dict) else [x]
 
 
+def _rows(kwargs: dict) -> int:
+    """The rows of a transformer call: its ``hidden_states`` batch, or the length of Z-Image's list ``x``."""
+    return int(kwargs["hidden_states"].shape[0]) if "hidden_states" in kwargs else len(kwargs["x"])
+
+
 def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
@@ -112,9 +117,7 @@ def test_noise_velocity_schedule_and_media_shapes(family, one_thread):
     g = adapter.guidance(GUIDANCE)
     assert isinstance(g, Guidance) and g.scale == GUIDANCE and g.passes >= 1
     rows = []
-    handle = adapter.transformer.register_forward_pre_hook(
-        lambda m, a, k: rows.append(int(k["hidden_states"].shape[0])), with_kwargs=True
-    )
+    handle = adapter.transformer.register_forward_pre_hook(lambda m, a, k: rows.append(_rows(k)), with_kwargs=True)
     try:
         inputs = adapter.model_inputs(_encode(adapter, PROMPTS), GUIDANCE)
         v = adapter.velocity(noise, float(sigmas[1]), inputs, GUIDANCE)

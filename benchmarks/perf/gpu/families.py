@@ -1,4 +1,4 @@
-"""FLUX.1-dev, Wan2.1-1.3B, Stable Audio 3 medium and LTX-2 through flowrl's Trainer: each family's pipeline
+"""FLUX.1-dev, Wan2.1-1.3B, Stable Audio 3 medium, LTX-2, Z-Image-Turbo and FLUX.2-klein-base-4B through flowrl's Trainer: each family's pipeline
 at its published architecture with random weights (``flowrl.estimate``'s table), through its own adapter, one
 iteration next to ``estimate(cfg)``."""
 
@@ -129,6 +129,53 @@ FAMILY_RUNS = {
         ],
         "49x512x768 at 24 fps (2,739 tokens), G = 4 + anchor, 8 steps, CFG 4, LoRA 32, checkpointing",
     ),
+    # Flow-Factory's Z-Image-Turbo GRPO settings (z-image-turbo-pickscore: full fine-tuning, 512 px, 6 steps with
+    # one SDE step drawn from steps 1-3, noise 0.7, no CFG, clip 1e-4), on 4 samples one a batch, checkpointing
+    "z_image": FamilyRun(
+        "tiny-z-image",
+        [
+            "model.resolution=512",
+            "model.max_sequence_length=512",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=6",
+            "sample.window_size=1",
+            "sample.window_range=[1,4]",
+            "sample.guidance_scale=1.0",
+            "sample.noise_level=0.7",
+            "sample.group_size=4",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=1",
+            "train.beta=0.0",
+            "train.clip_range=1.0e-4",
+            "train.learning_rate=1.0e-5",
+            "train.lora.enabled=false",
+        ],
+        "512px, 4 samples, batch 1, 6 steps, window 1, no CFG (Turbo), full fine-tuning, checkpointing",
+    ),
+    # Flow-Factory's FLUX.2-klein-base GRPO LoRA settings (flux2-klein-4b-pickscore: 384 px, 8 steps with one SDE
+    # step drawn from steps 1-3, noise 0.7, CFG 4.0, LoRA 64/128, clip 1e-4) on klein-base-4B, 8 samples in batches
+    # of 4
+    "flux2": FamilyRun(
+        "tiny-flux2",
+        [
+            "model.resolution=384",
+            "model.max_sequence_length=512",
+            "sample.num_steps=8",
+            "sample.window_size=1",
+            "sample.window_range=[1,4]",
+            "sample.guidance_scale=4.0",
+            "sample.noise_level=0.7",
+            "sample.group_size=8",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=4",
+            "train.beta=0.0",
+            "train.clip_range=1.0e-4",
+            "train.lora.rank=64",
+            "train.lora.alpha=128",
+            "train.lora.target_modules=null",
+        ],
+        "384px, 8 samples, batch 4, 8 steps, window 1, CFG 4 (base), LoRA 64",
+    ),
     "stable_audio": FamilyRun(
         "tiny-audio",
         [
@@ -161,6 +208,8 @@ FAMILY_NAMES = {
     "wan_i2v": "Wan2.1-I2V-14B-480P",
     "stable_audio": "SA3-medium",
     "ltx2": "LTX-2 (AV-GRPO)",
+    "z_image": "Z-Image-Turbo",
+    "flux2": "FLUX.2-klein-base-4B",
 }
 LOADERS = {
     "flux": "load_flux_pipeline",
@@ -168,6 +217,8 @@ LOADERS = {
     "wan_i2v": "load_pretrained_pipeline",
     "stable_audio": "load_stable_audio_pipeline",
     "ltx2": "load_ltx2_pipeline",
+    "z_image": "load_pretrained_pipeline",
+    "flux2": "load_pretrained_pipeline",
 }
 
 
@@ -184,9 +235,11 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     table), initialised on ``device`` in ``dtype`` (the VAE in fp32), tokenizers made in code; with ``--smoke``
     (``scale.encoders == "tiny"``) the offline tiny model of the family's folder (``flowrl.pipelines.<family>.tiny``)."""
     from flowrl.pipelines.flux.layout import FLUX_SCHEDULER_CONFIG
+    from flowrl.pipelines.flux2.layout import FLUX2_SCHEDULER_CONFIG
     from flowrl.pipelines.ltx2.layout import LTX2_SCHEDULER_CONFIG
     from flowrl.pipelines.stable_audio.tiny import STABLE_AUDIO3_SCHEDULER_CONFIG
     from flowrl.pipelines.wan.tiny import WAN_SCHEDULER_CONFIG
+    from flowrl.pipelines.z_image.layout import Z_IMAGE_TURBO_SCHEDULER_CONFIG
 
     if scale.encoders == "tiny":
         tiny = importlib.import_module(f"flowrl.pipelines.{name}.tiny")
@@ -211,11 +264,20 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
             **STABLE_AUDIO3_SCHEDULER_CONFIG, stochastic_sampling=True
         ),
         "ltx2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**LTX2_SCHEDULER_CONFIG),
+        "z_image": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**Z_IMAGE_TURBO_SCHEDULER_CONFIG),
+        "flux2": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**FLUX2_SCHEDULER_CONFIG),
     }
     if name not in schedulers:
         raise ValueError(f"no {name!r} family here; choose one of {', '.join(FAMILY_RUNS)}")
     scheduler = schedulers[name]()
-    tokenizer = make_word_tokenizer({"flux": 77, "wan": 512, "wan_i2v": 512, "stable_audio": 256, "ltx2": 1024}[name])
+    if name in ("z_image", "flux2"):  # a Qwen3 chat template: the word tokenizer with Qwen's chat tokens
+        from flowrl.pipelines.kit.qwen3 import qwen3_tokenizer
+
+        tokenizer = qwen3_tokenizer(512)
+    else:
+        tokenizer = make_word_tokenizer(
+            {"flux": 77, "wan": 512, "wan_i2v": 512, "stable_audio": 256, "ltx2": 1024}[name]
+        )
     torch.manual_seed(0)
     # random T5/UMT5 weights can overflow fp16 inside the stack; bf16 has fp32's range
     encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
@@ -297,6 +359,8 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 transformer=fp32_kept(transformer, dtype),
                 vocoder=vocoder,
             )
+        elif name in ("z_image", "flux2"):
+            pipe = _qwen3_family(name, tokenizer, scheduler, shallow, dtype, encoder_dtype)
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -323,6 +387,36 @@ def _wan_i2v_14b(tokenizer, scheduler, shallow: bool, dtype: torch.dtype, encode
         image_encoder=fp32_kept(image_encoder, encoder_dtype),
         transformer=fp32_kept(transformer, dtype),
     )
+
+
+def _qwen3_family(name: str, tokenizer, scheduler, shallow: bool, dtype, encoder_dtype):
+    """Z-Image-Turbo (6.15B, Qwen3-4B, FLUX.1's VAE) or FLUX.2-klein-base-4B (3.88B, Qwen3-4B, the FLUX.2 VAE) on
+    the current device; shallow text encoders keep 2 layers (Z-Image reads the second-to-last) or 28 (klein
+    stacks hidden states 9, 18 and 27)."""
+    import diffusers
+
+    from flowrl.estimate import component
+    from flowrl.estimate import published as e
+
+    qwen = dict(e.QWEN3_4B, pad_token_id=tokenizer.pad_token_id)
+    if shallow:
+        qwen["num_hidden_layers"] = 2 if name == "z_image" else 28
+    with default_dtype(encoder_dtype):
+        text_encoder = component("Qwen3Model" if name == "z_image" else "Qwen3ForCausalLM", qwen)
+    with default_dtype(dtype):
+        if name == "z_image":
+            transformer = diffusers.ZImageTransformer2DModel()  # the class defaults: estimate's table
+        else:
+            transformer = diffusers.Flux2Transformer2DModel(**e.FLUX2_KLEIN_4B)
+    parts = {
+        "scheduler": scheduler,
+        "text_encoder": fp32_kept(text_encoder, encoder_dtype),
+        "tokenizer": tokenizer,
+        "transformer": fp32_kept(transformer, dtype),
+    }
+    if name == "z_image":
+        return diffusers.ZImagePipeline(vae=diffusers.AutoencoderKL(**e.FLUX_VAE), **parts)
+    return diffusers.Flux2KleinPipeline(vae=diffusers.AutoencoderKLFlux2(), is_distilled=False, **parts)
 
 
 def save_family_configs(pipe, folder: Path) -> None:

@@ -1,7 +1,7 @@
 """Full-size speed and memory on one GPU, with random weights and nothing from the hub.
 
     python -m flowrl.benchmarks.perf.gpu [--json out.json]   # on a GPU: about 3-5 minutes
-    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio|ltx2 --max-seconds 500   # one family's iteration
+    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio|ltx2|z_image|flux2 --max-seconds 500   # one family's iteration
     python -m flowrl.benchmarks.perf.gpu --smoke             # the same code at toy sizes: seconds on a CPU
 
 Each figure is printed as it is measured, then Markdown tables (the default, ``--what sd35m,wan``: the first
@@ -43,7 +43,13 @@ three stages below):
   per-frame JPEG reward for both phases. One device call should run ``--what ltx2 --iterations 1
   --max-seconds 480`` (building the 33B parameters on the GPU takes most of a minute; the estimate is printed
   before the iteration).
-  Each of the four reports seconds per iteration (the last of ``--iterations``), samples per second and the
+* **Z-Image-Turbo and FLUX.2-klein-base-4B through flowrl's Trainer** (``--what z_image``, ``--what flux2``):
+  the 6.15B Z-Image transformer (the class defaults) with Qwen3-4B and FLUX.1's VAE, full fine-tuning at
+  Flow-Factory's Turbo settings (512 px, 6 steps, one SDE step in steps 1-3, no CFG, 4 samples one a batch,
+  checkpointing); the 3.88B klein-base-4B transformer with Qwen3-4B and the FLUX.2 VAE, LoRA 64/128 at
+  Flow-Factory's klein-base settings (384 px, 8 steps, one SDE step in steps 1-3, CFG 4, 8 samples in batches
+  of 4); random weights, the Qwen chat tokenizer made in code, the JPEG reward.
+  Each of the six reports seconds per iteration (the last of ``--iterations``), samples per second and the
   peak next to ``estimate(cfg)``'s, and is skipped when the estimate says it would overrun ``--max-seconds``.
   With ``--smoke`` they run the tiny models of each family folder (``pipelines/<family>/tiny.py``) (``--shallow-text-encoders``
   shrinks T5-XXL, UMT5-XXL and T5Gemma to one layer, CLIP-L to two).
@@ -139,6 +145,8 @@ STAGES: dict[str, Callable[[Run], list[dict]]] = {
     "wan_i2v": _family("wan_i2v"),
     "audio": _family("stable_audio"),
     "ltx2": _family("ltx2"),
+    "z_image": _family("z_image"),
+    "flux2": _family("flux2"),
 }
 
 

@@ -1,0 +1,309 @@
+"""FLUX.2-klein (4B / 9B, base and step-distilled) adapter, built from ``Flux2KleinPipeline``'s public pieces.
+
+What differs from FLUX.1 (``flowrl.pipelines.flux``), and how the adapter keeps the pipeline's own math:
+
+* **Text** is one Qwen3 model prompted through its chat template (thinking off): hidden states 9, 18 and 27
+  stacked per token, every one of the ``model.max_sequence_length`` padded tokens kept (the pipeline passes no
+  mask), with text ids ``(L, 4)`` = (0, 0, 0, l). No pooled vector.
+* **Latents** are packed tokens ``(B, (H/16)(W/16), 128)``: the 32-channel VAE latent patchified 2x2, from
+  ``prepare_latents``; the image ids ``(N, 4)`` = (0, row, col, 0) depend on the resolution only.
+* **Sigmas** are the pipeline's: ``linspace(1, 1/T, T)`` shifted with ``mu = compute_empirical_mu(N, T)`` (the
+  shift depends on the step count as well as the resolution); sigma_0 is exactly 1.
+* **Timesteps**: the transformer takes sigma itself (the pipeline feeds ``t / 1000``); no guidance input.
+* **Guidance** follows the checkpoint (``pipe.config.is_distilled``). The base models (``FLUX.2-klein-base-*``)
+  use two-branch CFG ``v_u + w (v_c - v_u)`` above 1 (both branches in one batched forward here, two calls in
+  the pipeline), the negative the empty prompt unless a row gives its own (``negative_prompt_embeds`` rows,
+  which ``generate`` hands the pipeline). The step-distilled models (``FLUX.2-klein-4B`` / ``-9B``) run the
+  conditional branch alone at any scale, as the pipeline ignores ``guidance_scale`` for them.
+* **Decode** scatters the tokens back by their ids, undoes the VAE's batch-norm statistics and the 2x2
+  patchify, then decodes (``AutoencoderKLFlux2``).
+* **LoRA** targets the double blocks' joint attention projections and the single blocks' fused QKV+MLP input
+  projection; ``save_lora`` writes what ``Flux2KleinPipeline.load_lora_weights`` loads.
+
+``model.path``: ``tiny`` builds the offline tiny klein base, ``tiny-distilled`` the distilled one
+(``build_tiny_flux2``); else a hub id or a local diffusers folder (``Flux2KleinPipeline.from_pretrained``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.flux2 import layout
+from flowrl.pipelines.flux2.tiny import TINY_PATHS
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
+
+FLUX2_LORA_TARGETS = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+    "attn.to_qkv_mlp_proj",
+]
+
+
+def check_model_path(model_cfg) -> None:
+    """Refuse a ``model.path`` that cannot load as a FLUX.2-klein pipeline before any model is built."""
+    if model_cfg.path not in TINY_PATHS:
+        check_folder_or_hub(model_cfg.path, "flux2", "FLUX.2")
+
+
+class Flux2Adapter:
+    """FLUX.2-klein for RL. ``pipe`` is a ``Flux2KleinPipeline``; the transformer is the policy."""
+
+    lora_target_modules = FLUX2_LORA_TARGETS
+    check_model_path = staticmethod(check_model_path)
+    media_kind = "image"
+    tiny_recipe = "tiny-flux2"
+
+    def __init__(
+        self,
+        pipe,
+        resolution: int | tuple[int, int] = 1024,
+        max_sequence_length: int = 512,
+        device: torch.device | str = "cpu",
+        vae_dtype: torch.dtype = torch.float32,
+        prompt_cache: int = 1024,
+        attention_backend: str | None = None,
+    ):
+        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        for side, value in (("height", self.height), ("width", self.width)):
+            if value % (pipe.vae_scale_factor * 2):
+                raise ValueError(f"model.{side}: FLUX.2 needs a multiple of {pipe.vae_scale_factor * 2}, got {value}")
+        self.pipe = pipe
+        self.device = torch.device(device)
+        self.max_sequence_length = max_sequence_length
+        self.is_distilled = bool(pipe.config.get("is_distilled", False))
+        pipe.set_progress_bar_config(disable=True)
+        for module in (pipe.text_encoder, pipe.vae):
+            module.requires_grad_(False).eval().to(self.device)
+        if pipe.vae.dtype != vae_dtype:
+            pipe.vae.to(dtype=vae_dtype)
+        pipe.transformer.to(self.device)
+        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
+        self._cache: OrderedDict[str, Conditioning] = OrderedDict()
+        self._negative: Conditioning | None = None
+        self.prompt_cache = prompt_cache
+        self.compute_dtype = pipe.transformer.dtype
+        self.latent_channels = pipe.transformer.config.in_channels // 4
+        self.image_seq_len = layout.image_seq_len(self.height, self.width, pipe.vae_scale_factor)
+        h, w = (value // (pipe.vae_scale_factor * 2) for value in (self.height, self.width))
+        self._grid = (h, w)
+        self._image_ids = pipe._prepare_latent_ids(torch.zeros(1, 1, h, w)).to(self.device)  # (1, N, 4)
+        self.attention_backend = attention_backend
+        self.attention_backpropagates = True
+        if attention_backend is not None:
+            self.attention_backpropagates = set_dispatcher_attention_backend(
+                pipe.transformer, attention_backend, self.device, self.compute_dtype
+            )
+
+    @classmethod
+    def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> Flux2Adapter:
+        """``path="tiny"`` / ``"tiny-distilled"``: the offline tiny klein (``model.tiny_size`` does not apply);
+        else ``Flux2KleinPipeline.from_pretrained`` of a hub id or local folder."""
+        if model_cfg.path in TINY_PATHS:
+            from flowrl.pipelines.flux2.tiny import build_tiny_flux2
+
+            pipe = build_tiny_flux2(seed=seed, **TINY_PATHS[model_cfg.path])
+        else:
+            check_model_path(model_cfg)
+            pipe = load_pretrained_pipeline("Flux2KleinPipeline", model_cfg.path, model_cfg.dtype, model_cfg.revision)
+        dtype = DTYPES[model_cfg.dtype]
+        for module in (pipe.text_encoder, pipe.transformer):
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return cls(
+            pipe,
+            model_cfg.size,
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=model_cfg.attention_backend,
+        )
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.pipe.transformer
+
+    def guidance(self, scale: float) -> Guidance:
+        """Base models: two-branch CFG above 1 (2 rows a sample); distilled models: one pass at any scale."""
+        if scale > 1.0 and not self.is_distilled:
+            return Guidance("cfg", float(scale), 2)
+        return Guidance("none", float(scale), 1)
+
+    # ------------------------------------------------------------------ conditioning
+    @torch.no_grad()
+    def _encode(self, prompts: list[str]) -> Conditioning:
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=list(prompts), device=self.device, max_sequence_length=self.max_sequence_length
+        )
+        return {"prompt_embeds": embeds}
+
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
+        """Stacked Qwen3 hidden states (B, L, 3D), cached per prompt; with ``negative_prompts``, each row's CFG
+        negative as ``negative_prompt_embeds`` rows ("" is the empty prompt, the pipeline's own negative)."""
+        if negative_prompts is not None and len(negative_prompts) != len(prompts):
+            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
+        given = [n for n in negative_prompts or [] if n]
+        rows = cached_rows(self._cache, self.prompt_cache, list(prompts) + given, self._encode)
+        cond = {"prompt_embeds": torch.cat([r["prompt_embeds"] for r in rows[: len(prompts)]])}
+        if negative_prompts is not None:
+            own = iter(rows[len(prompts) :])
+            negs = [next(own) if n else self._empty_negative() for n in negative_prompts]
+            cond["negative_prompt_embeds"] = torch.cat([r["prompt_embeds"] for r in negs])
+        return cond
+
+    def _empty_negative(self) -> Conditioning:
+        if self._negative is None:
+            self._negative = self._encode([""])
+        return self._negative
+
+    def negative_conditioning(self, n: int) -> Conditioning:
+        """The empty prompt's embedding (the pipeline's CFG negative), ``n`` rows."""
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._negative = None
+
+    # ------------------------------------------------------------------ sampling pieces
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The pipeline's schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
+        mu = layout.mu_of(self.image_seq_len, num_steps)
+        if getattr(self._scheduler.config, "use_flow_sigmas", False):
+            self._scheduler.set_timesteps(num_steps, device="cpu", mu=mu)
+        else:
+            sigmas = np.linspace(1.0, 1 / num_steps, num_steps)
+            self._scheduler.set_timesteps(sigmas=sigmas, device="cpu", mu=mu)
+        return self._scheduler.sigmas.detach().float().cpu().clone()
+
+    @property
+    def latent_shape(self) -> tuple[int, int]:
+        factor = self.pipe.vae_scale_factor
+        return layout.latent_shape(self.height, self.width, vae_scale_factor=factor, channels=self.latent_channels)
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Packed Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32): (n, N, 128)."""
+        latents, _ = self.pipe.prepare_latents(
+            n, self.latent_channels, self.height, self.width, torch.float32, self.device, generator
+        )
+        return latents
+
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
+        """The embeddings in the model dtype; with CFG the negative rows stacked before the prompt rows."""
+        embeds = cond["prompt_embeds"]
+        if self.guidance(guidance_scale).kind == "cfg":
+            neg = cond.get("negative_prompt_embeds")
+            if neg is None:
+                neg = self.negative_conditioning(embeds.shape[0])["prompt_embeds"]
+            embeds = torch.cat([neg.to(embeds.device), embeds])
+        return {"prompt_embeds": embeds.to(self.compute_dtype)}
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor | float,
+        inputs: Conditioning,
+        guidance_scale: float,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
+        """v(x, sigma | c), CFG ``v_u + w (v_c - v_u)`` for a base model above 1. x: (B, N, 128); sigma: a float
+        or (B,); returns fp32."""
+        n = x.shape[0]
+        use_cfg = self.guidance(guidance_scale).kind == "cfg"
+        rows = 2 * n if use_cfg else n
+        embeds = inputs["prompt_embeds"]
+        if embeds.shape[0] != rows:
+            raise ValueError(
+                f"conditioning has {embeds.shape[0]} rows for {n} latents; "
+                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
+            )
+        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
+        t = t.reshape(-1).expand(n) if t.numel() == 1 else t.reshape(n)
+        x_in = x.to(self.compute_dtype)
+        out = (model or self.transformer)(
+            hidden_states=torch.cat([x_in, x_in]) if use_cfg else x_in,
+            encoder_hidden_states=embeds,
+            timestep=torch.cat([t, t]) if use_cfg else t,
+            img_ids=self._image_ids.expand(rows, -1, -1),
+            txt_ids=self.pipe._prepare_text_ids(embeds).to(self.device),
+            guidance=None,
+            return_dict=False,
+        )[0].float()
+        if use_cfg:
+            v_uncond, v_cond = out.chunk(2)
+            return v_uncond + guidance_scale * (v_cond - v_uncond)
+        return out
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Packed latents (B, N, 128) -> images (B, 3, H, W) float in [0, 1], as the pipeline's tail."""
+        pipe, vae = self.pipe, self.pipe.vae
+        ids = self._image_ids.expand(latents.shape[0], -1, -1)
+        z = pipe._unpack_latents_with_ids(latents.to(vae.dtype), ids, *self._grid)
+        mean = vae.bn.running_mean.view(1, -1, 1, 1).to(z)
+        std = torch.sqrt(vae.bn.running_var.view(1, -1, 1, 1) + vae.config.batch_norm_eps).to(z)
+        z = pipe._unpatchify_latents(z * std + mean)
+        images = vae.decode(z, return_dict=False)[0]
+        return (images.float() / 2 + 0.5).clamp(0, 1)
+
+    # ------------------------------------------------------------------ weights
+    def load_trained(self, run_dir: str | Path) -> str | None:
+        """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
+        run_dir = Path(run_dir)
+        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
+            self.pipe.load_lora_weights(str(run_dir / "lora"))
+            return "LoRA"
+        if (run_dir / "transformer" / "config.json").is_file():
+            from diffusers import Flux2Transformer2DModel
+
+            trained = Flux2Transformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.compute_dtype)
+            self.pipe.transformer = trained.to(self.device)
+            return "fine-tuned transformer"
+        return None
+
+    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
+        """A diffusers LoRA ``Flux2KleinPipeline.load_lora_weights(directory)`` loads, with the peft config."""
+        from diffusers import Flux2KleinPipeline
+
+        Flux2KleinPipeline.save_lora_weights(
+            str(directory),
+            transformer_lora_layers=state_dict,
+            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
+        )
+
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (a row's own negative as its embeddings)."""
+        negative = None
+        if negative_prompts and any(negative_prompts) and self.guidance(guidance_scale).kind == "cfg":
+            negative = self.encode_prompts(list(prompts), list(negative_prompts))["negative_prompt_embeds"]
+        return self.pipe(
+            prompt=list(prompts),
+            negative_prompt_embeds=negative,
+            height=self.height,
+            width=self.width,
+            num_inference_steps=num_steps,
+            guidance_scale=guidance_scale,
+            max_sequence_length=self.max_sequence_length,
+            generator=generator,
+            output_type="pt",
+        ).images

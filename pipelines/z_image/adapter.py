@@ -1,0 +1,328 @@
+"""Z-Image and Z-Image-Turbo adapter, built from ``ZImagePipeline``'s public pieces.
+
+What differs from SD3 (``flowrl.pipelines.sd3``), and how the adapter keeps the pipeline's own math:
+
+* **Text** is one Qwen3 model prompted through its chat template (``encode_prompt``): the second-to-last hidden
+  state of the prompt's tokens, padding dropped, so each prompt has its own length. The conditioning keeps
+  them zero-padded to ``model.max_sequence_length`` with ``prompt_lengths`` (B,) rows; ``velocity`` hands the
+  transformer each row cut back to its length, as the pipeline's list of embeddings.
+* **Latents** are ``(B, 16, H/8, W/8)`` fp32 from ``prepare_latents`` (the transformer patchifies 2x2 itself and
+  takes a list of ``(16, 1, h, w)`` frames, one per sample).
+* **Sigmas** are the pipeline's: ``linspace(1, 1/T, T)`` through the scheduler with its shift (Z-Image-Turbo:
+  static shift 3) and ``mu = calculate_shift(image_seq_len, ...)`` where the scheduler shifts dynamically.
+* **Timesteps and sign**: the transformer is fed ``(1000 - t) / 1000`` = 1 - sigma (t = sigma x 1000, the
+  scheduler's timestep) and predicts minus the velocity; ``velocity`` returns the negated output, as the pipeline
+  steps the scheduler with it.
+* **Guidance**: ``ZImagePipeline``'s ``guidance_scale`` g gives ``pos + g (pos - neg)``, which is two-branch CFG at
+  scale ``1 + g``. flowrl's ``sample.guidance_scale`` keeps flowrl's meaning (``v_u + w (v_c - v_u)``, 1 = the
+  conditional prediction alone), so w = g + 1: Z-Image base at the pipeline's 4.0 is w = 5.0, Z-Image-Turbo at
+  the pipeline's 0.0 is w = 1.0 (one pass). ``generate`` hands the pipeline g = w - 1. As the pipeline, w <= 1
+  runs the conditional branch alone. Both branches run in one batched call (prompt rows first, as the pipeline);
+  per-row negatives as SD3's (``negative_prompt_embeds`` rows), the empty prompt by default.
+  The pipeline's two CFG knobs are the adapter's: ``cfg_normalization`` (> 0: the guided prediction's norm is
+  capped at that many times the conditional one's, per sample) and ``cfg_truncation`` (CFG is dropped where
+  1 - sigma exceeds it; 1.0, the default, never).
+* **LoRA** targets the attention projections of every block (the refiners' too); ``save_lora`` writes what
+  ``ZImagePipeline.load_lora_weights`` loads.
+
+``model.path``: ``tiny`` builds the offline tiny Z-Image (``build_tiny_z_image``), else a hub id or a local
+diffusers folder (``ZImagePipeline.from_pretrained``: ``Tongyi-MAI/Z-Image``, ``Tongyi-MAI/Z-Image-Turbo``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+
+from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.z_image import layout
+
+Z_IMAGE_LORA_TARGETS = ["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"]
+
+
+def check_model_path(model_cfg) -> None:
+    """Refuse a ``model.path`` that cannot load as a Z-Image pipeline before any model is built."""
+    if model_cfg.path != "tiny":
+        check_folder_or_hub(model_cfg.path, "z_image", "Z-Image")
+
+
+class ZImageAdapter:
+    """Z-Image / Z-Image-Turbo for RL. ``pipe`` is a ``ZImagePipeline``; the transformer is the policy."""
+
+    lora_target_modules = Z_IMAGE_LORA_TARGETS
+    check_model_path = staticmethod(check_model_path)
+    media_kind = "image"
+    tiny_recipe = "tiny-z-image"
+
+    def __init__(
+        self,
+        pipe,
+        resolution: int | tuple[int, int] = 1024,
+        max_sequence_length: int = 512,
+        device: torch.device | str = "cpu",
+        vae_dtype: torch.dtype = torch.float32,
+        prompt_cache: int = 1024,
+        attention_backend: str | None = None,
+        cfg_normalization: float = 0.0,
+        cfg_truncation: float = 1.0,
+    ):
+        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        for side, value in (("height", self.height), ("width", self.width)):
+            if value % (pipe.vae_scale_factor * 2):
+                raise ValueError(f"model.{side}: Z-Image needs a multiple of {pipe.vae_scale_factor * 2}, got {value}")
+        self.pipe = pipe
+        self.device = torch.device(device)
+        self.max_sequence_length = max_sequence_length
+        self.cfg_normalization = float(cfg_normalization)
+        self.cfg_truncation = float(cfg_truncation)
+        pipe.set_progress_bar_config(disable=True)
+        for module in (pipe.text_encoder, pipe.vae):
+            module.requires_grad_(False).eval().to(self.device)
+        if pipe.vae.dtype != vae_dtype:
+            pipe.vae.to(dtype=vae_dtype)
+        pipe.transformer.to(self.device)
+        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
+        self._cache: OrderedDict[str, Conditioning] = OrderedDict()
+        self._negative: Conditioning | None = None
+        self.prompt_cache = prompt_cache
+        self.compute_dtype = pipe.transformer.dtype
+        self.latent_channels = pipe.transformer.config.in_channels
+        self.image_seq_len = layout.image_tokens(self.height, self.width, pipe.vae_scale_factor)
+        self.attention_backend = attention_backend
+        self.attention_backpropagates = True
+        if attention_backend is not None:
+            self.attention_backpropagates = set_dispatcher_attention_backend(
+                pipe.transformer,
+                attention_backend,
+                self.device,
+                self.compute_dtype,
+                heads=pipe.transformer.n_heads,
+                head_dim=pipe.transformer.dim // pipe.transformer.n_heads,
+            )
+
+    @classmethod
+    def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> ZImageAdapter:
+        """``path="tiny"``: the offline tiny Z-Image (``model.tiny_size`` does not apply); else
+        ``ZImagePipeline.from_pretrained`` of a hub id or local folder."""
+        if model_cfg.path == "tiny":
+            from flowrl.pipelines.z_image.tiny import build_tiny_z_image
+
+            pipe = build_tiny_z_image(seed=seed)
+        else:
+            check_model_path(model_cfg)
+            pipe = load_pretrained_pipeline("ZImagePipeline", model_cfg.path, model_cfg.dtype, model_cfg.revision)
+        dtype = DTYPES[model_cfg.dtype]
+        for module in (pipe.text_encoder, pipe.transformer):
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return cls(
+            pipe,
+            model_cfg.size,
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=model_cfg.attention_backend,
+        )
+
+    @property
+    def transformer(self) -> torch.nn.Module:
+        return self.pipe.transformer
+
+    def guidance(self, scale: float) -> Guidance:
+        """Two-branch CFG above 1 (both branches in one batched call: 2 rows a sample), else one pass."""
+        return Guidance("cfg", float(scale), 2) if scale > 1.0 else Guidance("none", float(scale), 1)
+
+    # ------------------------------------------------------------------ conditioning
+    @torch.no_grad()
+    def _encode(self, prompts: list[str]) -> Conditioning:
+        """The pipeline's per-prompt embeddings, zero-padded to ``max_sequence_length``, and their lengths."""
+        embeds, _ = self.pipe.encode_prompt(
+            prompt=list(prompts),  # the pipeline rewrites the list it is given
+            device=self.device,
+            do_classifier_free_guidance=False,
+            max_sequence_length=self.max_sequence_length,
+        )
+        padded = embeds[0].new_zeros(len(embeds), self.max_sequence_length, embeds[0].shape[-1])
+        for i, e in enumerate(embeds):
+            padded[i, : len(e)] = e
+        return {"prompt_embeds": padded, "prompt_lengths": torch.tensor([len(e) for e in embeds], device=self.device)}
+
+    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
+        """Qwen3 embeddings (B, L, D) zero-padded to ``max_sequence_length`` with their lengths (B,), cached per
+        prompt; with ``negative_prompts``, each row's CFG negative as ``negative_prompt_*`` rows."""
+        if negative_prompts is not None and len(negative_prompts) != len(prompts):
+            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
+        given = [n for n in negative_prompts or [] if n]
+        rows = cached_rows(self._cache, self.prompt_cache, list(prompts) + given, self._encode)
+        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in rows[0]}
+        if negative_prompts is None:
+            return cond
+        own = iter(rows[len(prompts) :])
+        negs = [next(own) if n else self._empty_negative() for n in negative_prompts]
+        cond.update({f"negative_{k}": torch.cat([r[k] for r in negs]) for k in rows[0]})
+        return cond
+
+    def _empty_negative(self) -> Conditioning:
+        if self._negative is None:
+            self._negative = self._encode([""])
+        return self._negative
+
+    def negative_conditioning(self, n: int) -> Conditioning:
+        """The empty prompt's embedding (the pipeline's default negative), ``n`` rows."""
+        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
+
+    def clear_cache(self) -> None:
+        self._cache.clear()
+        self._negative = None
+
+    # ------------------------------------------------------------------ sampling pieces
+    def sigmas(self, num_steps: int) -> torch.Tensor:
+        """The pipeline's schedule with ``num_steps`` transitions: (T+1,) fp32 from 1 to 0."""
+        from diffusers.pipelines.z_image.pipeline_z_image import calculate_shift, get_default_z_image_sigmas
+
+        c = self._scheduler.config
+        mu = calculate_shift(
+            self.image_seq_len,
+            c.get("base_image_seq_len", 256),
+            c.get("max_image_seq_len", 4096),
+            c.get("base_shift", 0.5),
+            c.get("max_shift", 1.15),
+        )
+        self._scheduler.set_timesteps(sigmas=get_default_z_image_sigmas(num_steps), device="cpu", mu=mu)
+        return self._scheduler.sigmas.detach().float().cpu().clone()
+
+    @property
+    def latent_shape(self) -> tuple[int, int, int]:
+        factor = self.pipe.vae_scale_factor
+        return layout.latent_shape(self.height, self.width, vae_scale_factor=factor, channels=self.latent_channels)
+
+    def initial_noise(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """Gaussian latents at sigma = 1 through ``prepare_latents`` (fp32): (n, 16, H/8, W/8)."""
+        return self.pipe.prepare_latents(
+            n, self.latent_channels, self.height, self.width, torch.float32, self.device, generator
+        )
+
+    def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
+        """The embeddings in the model dtype; with CFG the negative rows stacked after the prompt rows (each
+        row's own negative where ``cond`` holds them, else the empty prompt), as the pipeline batches them."""
+        embeds, lengths = cond["prompt_embeds"], cond["prompt_lengths"]
+        if self.guidance(guidance_scale).kind == "cfg":
+            neg = {"prompt_embeds": cond.get("negative_prompt_embeds"), "prompt_lengths": None}
+            if neg["prompt_embeds"] is None:
+                neg = self.negative_conditioning(embeds.shape[0])
+            else:
+                neg["prompt_lengths"] = cond["negative_prompt_lengths"]
+            embeds = torch.cat([embeds, neg["prompt_embeds"].to(embeds.device)])
+            lengths = torch.cat([lengths, neg["prompt_lengths"].to(lengths.device)])
+        return {"prompt_embeds": embeds.to(self.compute_dtype), "prompt_lengths": lengths}
+
+    def velocity(
+        self,
+        x: torch.Tensor,
+        sigma: torch.Tensor | float,
+        inputs: Conditioning,
+        guidance_scale: float,
+        model: torch.nn.Module | None = None,
+    ) -> torch.Tensor:
+        """v(x, sigma | c): the negated transformer output, with CFG ``pos + (w - 1)(pos - neg)`` (the pipeline's
+        normalization and truncation applied). x: (B, 16, h, w); sigma: a float or (B,); returns fp32."""
+        n = x.shape[0]
+        use_cfg = self.guidance(guidance_scale).kind == "cfg"
+        rows = 2 * n if use_cfg else n
+        embeds, lengths = inputs["prompt_embeds"], inputs["prompt_lengths"].tolist()
+        if embeds.shape[0] != rows:
+            raise ValueError(
+                f"conditioning has {embeds.shape[0]} rows for {n} latents; "
+                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
+            )
+        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._scheduler.config.num_train_timesteps
+        t = t.reshape(-1).expand(n) if t.numel() == 1 else t.reshape(n)
+        t_in = (1000 - t) / 1000  # the pipeline's timestep: 1 - sigma
+        frames = x.to(self.compute_dtype).unsqueeze(2)  # (B, C, 1, h, w)
+        out = (model or self.transformer)(
+            x=list(torch.cat([frames, frames]) if use_cfg else frames),
+            t=torch.cat([t_in, t_in]) if use_cfg else t_in,
+            cap_feats=[embeds[i, : lengths[i]] for i in range(rows)],
+            return_dict=False,
+        )[0]
+        out = torch.stack([o.float() for o in out]).squeeze(2)
+        if use_cfg:
+            out = self._guided(out[:n], out[n:], guidance_scale - 1.0, t_in)
+        return -out
+
+    def _guided(self, pos: torch.Tensor, neg: torch.Tensor, g: float, t_in: torch.Tensor) -> torch.Tensor:
+        """``ZImagePipeline``'s CFG at its scale g: ``pos + g (pos - neg)``, the norm capped at
+        ``cfg_normalization`` x the conditional one's, and the conditional alone where ``t_in > cfg_truncation``."""
+        pred = pos + g * (pos - neg)
+        if self.cfg_normalization > 0:
+            cap = pos.flatten(1).norm(dim=1) * self.cfg_normalization
+            norm = pred.flatten(1).norm(dim=1)
+            scale = torch.where(norm > cap, cap / norm, torch.ones_like(norm))
+            pred = pred * scale.view(-1, *[1] * (pred.dim() - 1))
+        if self.cfg_truncation <= 1:
+            truncated = (t_in > self.cfg_truncation).view(-1, *[1] * (pred.dim() - 1))
+            pred = torch.where(truncated, pos, pred)
+        return pred
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """Latents (B, 16, h, w) -> images (B, 3, H, W) float in [0, 1]."""
+        vae = self.pipe.vae
+        z = latents.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
+        images = vae.decode(z, return_dict=False)[0]
+        return (images.float() / 2 + 0.5).clamp(0, 1)
+
+    # ------------------------------------------------------------------ weights
+    def load_trained(self, run_dir: str | Path) -> str | None:
+        """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
+        run_dir = Path(run_dir)
+        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
+            self.pipe.load_lora_weights(str(run_dir / "lora"))
+            return "LoRA"
+        if (run_dir / "transformer" / "config.json").is_file():
+            from diffusers import ZImageTransformer2DModel
+
+            trained = ZImageTransformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.compute_dtype)
+            self.pipe.transformer = trained.to(self.device)
+            return "fine-tuned transformer"
+        return None
+
+    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
+        """A diffusers LoRA ``ZImagePipeline.load_lora_weights(directory)`` loads, with the peft config."""
+        from diffusers import ZImagePipeline
+
+        ZImagePipeline.save_lora_weights(
+            str(directory),
+            transformer_lora_layers=state_dict,
+            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
+        )
+
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call, at its guidance ``guidance_scale - 1``."""
+        return self.pipe(
+            prompt=list(prompts),
+            negative_prompt=list(negative_prompts) if negative_prompts else None,
+            height=self.height,
+            width=self.width,
+            num_inference_steps=num_steps,
+            guidance_scale=max(guidance_scale - 1.0, 0.0),
+            cfg_normalization=self.cfg_normalization,
+            cfg_truncation=self.cfg_truncation,
+            max_sequence_length=self.max_sequence_length,
+            generator=generator,
+            output_type="pt",
+        ).images
