@@ -94,7 +94,7 @@ class AWMOptions(ForwardProcessOptions, GroupZScoreOptions, AdvantageClipOptions
     time_law: str = "strata"  # the authors' discrete_wo_init (power | grid as RAM and DiffusionNFT)
     time_fraction: float = 0.9  # strata: the grid indices 1 .. int(N time_fraction) (the authors' timestep_fraction)
     weighting: str = "ghuber"  # uniform | t | t2 | huber | ghuber
-    ghuber_power: float = 0.25
+    ghuber_power: float = 0.25  # p of the generalised Huber weighting
     clip_range: float = 1.0  # PPO clip of the ratio (the authors' 1: on-policy, one optimizer step an iteration)
     advantage_max: float = 1.0  # A <- clip(A, ±adv_clip_max) advantage_max / adv_clip_max
     kl_beta: float = 0.003  # weight of ||v_theta - v_ref||^2 (0: no reference forward)
