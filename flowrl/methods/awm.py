@@ -90,7 +90,8 @@ class AWMOptions(ForwardProcessOptions, GroupZScoreOptions, AdvantageClipOptions
 
     TIME_LAWS = ("power", "grid", "strata")
 
-    num_noisings: int | None = 6  # K, the authors' train_timesteps
+    # K; None (strata): the authors' train_timesteps 6, fewer where the grid holds fewer strata
+    num_noisings: int | None = None
     time_law: str = "strata"  # the authors' discrete_wo_init (power | grid as RAM and DiffusionNFT)
     time_fraction: float = 0.9  # strata: the grid indices 1 .. int(N time_fraction) (the authors' timestep_fraction)
     weighting: str = "ghuber"  # uniform | t | t2 | huber | ghuber
@@ -132,12 +133,25 @@ class AWM(ForwardProcess):
     def __init__(self, cfg):
         super().__init__(cfg)
         o, n = self.options, cfg.sample.num_steps
-        if o.time_law == "strata" and self.num_noisings > int(n * o.time_fraction) - 1:
+        top = int(n * o.time_fraction)
+        if o.time_law == "strata" and top < 2:
             raise ConfigError(
-                f"method.options.num_noisings: {self.num_noisings} strata of the grid indices [1, "
-                f"{int(n * o.time_fraction)}] (sample.num_steps={n}, time_fraction={o.time_fraction}) leave one "
-                f"empty: at most {int(n * o.time_fraction) - 1}"
+                f"method.options.time_fraction: the grid indices [1, {top}] of sample.num_steps={n} hold no time "
+                f"stratum; raise time_fraction or sample.num_steps"
             )
+        if o.time_law == "strata" and self.num_noisings > top - 1:
+            raise ConfigError(
+                f"method.options.num_noisings: {self.num_noisings} strata of the grid indices [1, {top}] "
+                f"(sample.num_steps={n}, time_fraction={o.time_fraction}) leave one empty: at most {top - 1}"
+            )
+
+    @property
+    def num_noisings(self) -> int:
+        """K: ``num_noisings``; None with strata: 6 (the authors'), at most the strata the grid holds."""
+        o = self.options
+        if o.num_noisings is None and o.time_law == "strata":
+            return max(1, min(6, int(self.cfg.sample.num_steps * o.time_fraction) - 1))
+        return super().num_noisings
 
     def deterministic_endpoints(self) -> bool:
         return self.options.endpoint_noise_level == 0

@@ -153,7 +153,7 @@ class ForwardProcessOptions:
             raise ConfigError(f"method.options.num_noisings: must be >= 1, got {self.num_noisings}")
         if self.time_law not in self.TIME_LAWS:
             raise ConfigError(f"method.options.time_law: {self.time_law!r}; allowed: {', '.join(self.TIME_LAWS)}")
-        if self.num_noisings is None and self.time_law != "grid":
+        if self.num_noisings is None and self.time_law == "power":
             raise ConfigError("method.options.num_noisings: null (int(0.99 N) grid points) needs time_law=grid")
         if self.time_alpha <= -1:
             raise ConfigError(f"method.options.time_alpha: must be > -1 (p(t) ∝ t^alpha), got {self.time_alpha}")

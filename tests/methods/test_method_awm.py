@@ -127,6 +127,18 @@ def test_costs_one_step_and_the_kl_average(tmp_path, one_thread):
         torch.testing.assert_close(tr.averages["old"].shadow[name], want)
 
 
+def test_the_default_noisings_are_six_strata_or_what_the_grid_holds():
+    """K = 6 (train_timesteps) where int(N 0.9) - 1 >= 6 strata fit (N = 8 and up), else that many: 2 at 4 steps."""
+    small = [o for o in SMALL if not o.startswith("method.options.num_noisings")]
+    for steps, k in ((4, 2), (6, 4), (8, 6), (14, 6)):
+        cfg = resolve_config("tiny-cpu", [*small, f"sample.num_steps={steps}"])
+        assert build_method(cfg).num_noisings == k, steps
+    with pytest.raises(ConfigError, match="time_fraction: the grid indices \\[1, 1\\] of sample.num_steps=2 hold no"):
+        build_method(resolve_config("tiny-cpu", [*small, "sample.num_steps=2"]))
+    cfg = resolve_config("tiny-cpu", [*small, "sample.num_steps=2", "method.options.time_fraction=1.0"])
+    assert build_method(cfg).num_noisings == 1
+
+
 def test_without_the_kls_no_other_weights_are_evaluated():
     cfg = resolve_config("tiny-cpu", [*SMALL, "method.options.kl_beta=0", "method.options.ema_kl_beta=0"])
     method = build_method(cfg)

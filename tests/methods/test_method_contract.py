@@ -24,9 +24,8 @@ SMALL = [
     "log.save_every=1000",
     "log.sample_every=1000",
 ]
-# settings that keep a method's run tiny (DenseGRPO's noise calibration explores many rounds before the first; AWM's
-# 6 time strata need 8 steps)
-TINY = {"dense_grpo": ["method.options.calibrate=false"], "awm": ["method.options.num_noisings=2"]}
+# settings that keep a method's run tiny (DenseGRPO's noise calibration explores many rounds before the first)
+TINY = {"dense_grpo": ["method.options.calibrate=false"]}
 
 
 def _cfg(name: str, *overrides: str):
