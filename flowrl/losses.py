@@ -75,6 +75,36 @@ def ratio_norm_clip_loss(
     return PolicyLossOutput(out.loss / abs(dt), out.ratio, out.clip_frac, out.approx_kl)
 
 
+def dppo_mask_loss(
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    mean: torch.Tensor,
+    old_mean: torch.Tensor,
+    std: torch.Tensor,
+    advantages: torch.Tensor,
+    threshold: float,
+) -> PolicyLossOutput:
+    """Flow-DPPO's divergence-masked surrogate (arXiv 2606.11025, Eq. 14 and 18; UniRL ``flowdppo.py``):
+
+    KL = mean_d (mu_old - mu_theta)^2 / (2 s^2) per sample (the exact KL of the two equal-variance Gaussians
+    divided by the latent size, as UniRL reduces it); rho = exp(logp - logp_old);
+    drop = (KL >= threshold) and ((rho > 1 and A > 0) or (rho < 1 and A < 0)); L = -mean_B(A rho 1[not drop]).
+    No clip: a row whose move is small, or corrective, always keeps its gradient. ``clip_frac`` is the dropped
+    fraction. mean, old_mean: (B, ...); log_prob, old_log_prob, std, advantages: (B,).
+    """
+    log_ratio = log_prob - old_log_prob
+    ratio = torch.exp(log_ratio)
+    with torch.no_grad():
+        kl = gaussian_kl(old_mean, mean, std)
+        pushing = ((ratio > 1) & (advantages > 0)) | ((ratio < 1) & (advantages < 0))
+        drop = (kl >= threshold) & pushing
+    # where(), not a product: an overflowing ratio times a 0 mask would be nan
+    loss = torch.where(drop, torch.zeros((), device=ratio.device), -advantages * ratio).mean()
+    with torch.no_grad():
+        approx_kl = 0.5 * (log_ratio**2).mean()
+    return PolicyLossOutput(loss, ratio.detach(), drop.float().mean(), approx_kl)
+
+
 def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
     """Exact KL( N(mean, s^2 I) || N(ref_mean, s^2 I) ) per element, averaged over non-batch dims:
 

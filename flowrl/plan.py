@@ -117,14 +117,18 @@ def make_plan(
     window_range: tuple[int, int] | None = None,
     timestep_fraction: float = 0.99,
     rng: random.Random | None = None,
+    start: int | None = None,
+    tail: str = "euler",
 ) -> StepPlan:
     """Flow-GRPO's plan over a schedule ``sigmas`` (T+1 values from 1 down to 0).
 
     * No window (``window_size == 0``): every transition uses ``sde_type``; the first
       ``int(T * timestep_fraction)`` train (0.99 of 10 -> 9: the last, nearly deterministic step is
       left out).
-    * Window: a start is drawn uniformly in ``[lo, hi - size]`` (per call, from ``rng``); transitions in
-      the window are stochastic and trained, the others are ODE steps.
+    * Window: a start is drawn uniformly in ``[lo, hi - size]`` (per call, from ``rng``), or given (``start``, a
+      schedule's: ``window_start``); transitions in the window are stochastic and trained, the others are ODE
+      steps: Euler before the window, and after it Euler or (``tail="dpm2"``) the second-order DPM-Solver++,
+      which restarts at first order after the window (MixGRPO-Flash's tail).
     """
     sigmas = sigmas.float().cpu()
     n = len(sigmas) - 1
@@ -134,14 +138,20 @@ def make_plan(
         lo, hi = window_range if window_range is not None else (0, n)
         if not 0 <= lo <= hi - window_size or hi > n:
             raise ValueError(f"window of size {window_size} does not fit in range ({lo}, {hi}) of {n} steps")
-        start = (rng or random).randint(lo, hi - window_size)
+        if start is None:
+            start = (rng or random).randint(lo, hi - window_size)
+        elif not lo <= start <= hi - window_size:
+            raise ValueError(f"window start {start} is outside [{lo}, {hi - window_size}]")
         sde = [start <= i < start + window_size for i in range(n)]
         train = list(sde)
     else:
+        start = n
         sde = [True] * n
         n_train = int(n * timestep_fraction)
         train = [i < n_train for i in range(n)]
-    kinds = tuple(sde_type if s else "ode" for s in sde)
+    if tail not in ODE_SOLVERS:
+        raise ValueError(f"unknown ODE solver {tail!r} for the tail; choose one of {', '.join(ODE_SOLVERS)}")
+    kinds = tuple(sde_type if s else ("ode" if i < start else ODE_SOLVERS[tail]) for i, s in enumerate(sde))
     return StepPlan(
         sigma=sigmas[:-1].clone(),
         sigma_next=sigmas[1:].clone(),
@@ -150,3 +160,42 @@ def make_plan(
         train=torch.tensor(train, dtype=torch.bool),
         sigma_at_one=float(sigmas[1]),
     )
+
+
+# how a window's start is chosen: per rollout batch (Flow-GRPO-Fast), per iteration (MixGRPO's random), or
+# advanced by its size every few iterations (MixGRPO's progressive)
+WINDOW_SCHEDULES = ("batch", "iteration", "progressive")
+
+
+def window_start(
+    schedule: str,
+    iteration: int,
+    size: int,
+    lo: int,
+    hi: int,
+    every: int = 1,
+    wrap: bool = True,
+    rng: random.Random | None = None,
+) -> int | None:
+    """The start of an SDE window of ``size`` steps in ``[lo, hi]`` at ``iteration`` (MixGRPO, arXiv 2507.21802;
+    Tencent-Hunyuan/MixGRPO ``fastvideo/utils/grpo_states.py``): ``iteration`` draws one start uniformly in
+    ``[lo, hi - size]`` from ``rng`` (a stream of the seed and the iteration: the same on every process);
+    ``progressive`` starts at ``lo`` and advances by ``size`` every ``every`` iterations, and past the last
+    start that fits (``hi - size``) goes back to ``lo`` (``wrap``, the authors' ``roll_back``) or stays there.
+    A pure function of the iteration, so a resumed run repeats it. ``batch``: None (each batch draws its own)."""
+    last = hi - size
+    if not 0 <= lo <= last:
+        raise ValueError(f"window of size {size} does not fit in range ({lo}, {hi})")
+    if schedule == "batch":
+        return None
+    if schedule == "iteration":
+        return (rng or random).randint(lo, last)
+    if schedule != "progressive":
+        raise ValueError(f"unknown window schedule {schedule!r}; choose one of {', '.join(WINDOW_SCHEDULES)}")
+    if every < 1:
+        raise ValueError(f"a progressive window moves every >= 1 iterations, got {every}")
+    moves = iteration // every
+    if wrap:
+        positions = (last - lo) // size + 1  # starts lo, lo + size, ... that fit
+        return lo + (moves % positions) * size
+    return min(lo + moves * size, last)

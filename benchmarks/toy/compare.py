@@ -60,6 +60,9 @@ METHOD_SETTINGS: dict[str, list[str]] = {
     # sampler needs a group's members to start from different noise, or they are one image
     "ram": ["sample.same_noise_in_group=false"],
     "diffusion_nft": ["sample.same_noise_in_group=false"],
+    # Flow-DPPO's KL needs a Gaussian step: Flow-GRPO's SDE, as for GRPO-Guard; AWM's members have their own noise
+    "flow_dppo": FLOW_SDE,
+    "awm": ["sample.same_noise_in_group=false"],
 }  # fmt: skip
 # (GRPO-Guard's paper clips 50x tighter than Flow-GRPO, 2e-6 against 1e-4. On the toy that changes nothing:
 # one optimizer step per iteration leaves every ratio at exactly 1, and a run at 2e-5 was bit-identical.)

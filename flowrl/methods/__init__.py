@@ -17,6 +17,7 @@ _METHODS = Registry(
     "flowrl.methods",
     {
         "flow_grpo": "flowrl.methods.flow_grpo:FlowGRPO",
+        "flow_dppo": "flowrl.methods.flow_dppo:FlowDPPO",
         "dense_grpo": "flowrl.methods.dense_grpo:DenseGRPO",
         "tp_grpo": "flowrl.methods.tp_grpo:TPGRPO",
         "g2rpo": "flowrl.methods.g2rpo:G2RPO",
@@ -24,6 +25,7 @@ _METHODS = Registry(
         "pref_grpo": "flowrl.methods.pref_grpo:PrefGRPO",
         "ram": "flowrl.methods.ram:RAM",
         "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
+        "awm": "flowrl.methods.awm:AWM",
         "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
         "reward_backprop": "flowrl.methods.reward_backprop:RewardBackprop",
     },

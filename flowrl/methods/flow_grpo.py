@@ -25,7 +25,7 @@ from flowrl.methods.options import FlowGRPOOptions
 from flowrl.methods.parts import joint_pipeline
 from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.pipelines.base import Conditioning
-from flowrl.plan import StepPlan, make_plan
+from flowrl.plan import StepPlan, make_plan, window_start
 from flowrl.rollout import Trajectory
 from flowrl.sde import StepOutput
 
@@ -85,7 +85,7 @@ class FlowGRPO(MethodBase):
             if kind not in GAUSSIAN_KINDS:
                 raise ConfigError(
                     f"method.options.sde_type: {self.name} needs a Gaussian step with an exact log-prob for "
-                    f"RatioNorm ({', '.join(GAUSSIAN_KINDS)}), got {kind!r}"
+                    f"method.loss={self.parts.loss.name} ({', '.join(GAUSSIAN_KINDS)}), got {kind!r}"
                 )
             if joint_pipeline(cfg):
                 raise ConfigError(
@@ -105,17 +105,28 @@ class FlowGRPO(MethodBase):
         return Needs(media=self.media, reference=self.options.beta > 0, metrics=self.parts.credit.metrics)
 
     def plan(self, ctx: Context, batch: PromptBatch) -> StepPlan:
-        """The batch's step plan; a window start is drawn from the stream ("plan", batch position)."""
+        """The batch's step plan; a window start is drawn from the stream ("plan", batch position), or is the
+        iteration's (``window_schedule``: one draw from the stream ("window", 0), or the progressive position)."""
         s = self.options
+        sigmas = ctx.sigmas()
         window_range = tuple(s.window_range) if s.window_range is not None else None
+        start = None
+        if s.window_size > 0 and s.window_schedule != "batch":
+            lo, hi = window_range if window_range is not None else (0, len(sigmas) - 1)
+            rng = ctx.rng("window", 0)
+            start = window_start(
+                s.window_schedule, ctx.iteration, s.window_size, lo, hi, s.window_every, s.window_wrap, rng
+            )
         return make_plan(
-            ctx.sigmas(),
+            sigmas,
             s.sde_type,
             s.noise_level,
             s.window_size,
             window_range,
             s.timestep_fraction,
             ctx.rng("plan", batch.position),
+            start=start,
+            tail=s.ode_tail,
         )
 
     # keep each transition's rollout mean in the trajectory (a loss that needs it, e.g. GRPO-Guard's)

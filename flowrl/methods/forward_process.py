@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -146,12 +146,14 @@ class ForwardProcessOptions:
     # k x train.optimizer_steps_per_iteration)
     old_decay_unit: str = "update"
 
+    TIME_LAWS: ClassVar[tuple[str, ...]] = ("power", "grid")  # a method's own options may add one
+
     def __post_init__(self):
         if self.num_noisings is not None and self.num_noisings < 1:
             raise ConfigError(f"method.options.num_noisings: must be >= 1, got {self.num_noisings}")
-        if self.time_law not in ("power", "grid"):
-            raise ConfigError(f"method.options.time_law: {self.time_law!r}; allowed: power, grid")
-        if self.num_noisings is None and self.time_law != "grid":
+        if self.time_law not in self.TIME_LAWS:
+            raise ConfigError(f"method.options.time_law: {self.time_law!r}; allowed: {', '.join(self.TIME_LAWS)}")
+        if self.num_noisings is None and self.time_law == "power":
             raise ConfigError("method.options.num_noisings: null (int(0.99 N) grid points) needs time_law=grid")
         if self.time_alpha <= -1:
             raise ConfigError(f"method.options.time_alpha: must be > -1 (p(t) ∝ t^alpha), got {self.time_alpha}")
@@ -186,7 +188,7 @@ class ForwardProcess(MethodBase):
 
     def __init__(self, cfg):
         super().__init__(cfg)
-        if cfg.sample.same_noise_in_group:
+        if cfg.sample.same_noise_in_group and self.deterministic_endpoints():
             raise ConfigError(
                 f"method {self.name} samples its endpoints with a deterministic ODE, so sample.same_noise_in_group="
                 f"true would make every member of a group the same image: set it to false"
@@ -244,18 +246,30 @@ class ForwardProcess(MethodBase):
             return ctx.average_weights("old")
         return nullcontext(None)
 
-    def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
+    def deterministic_endpoints(self) -> bool:
+        """Whether the endpoints are a deterministic function of the initial noise (an ODE sampler)."""
+        return True
+
+    def endpoints(self, ctx: Context, batch: PromptBatch) -> torch.Tensor:
+        """The batch's clean endpoints x0 (B, C, H, W): the ODE sampler of sample.* (steps, guidance), under θ_old
+        swapped in or the current weights (``endpoint_policy``)."""
         o = self.options
-        # the ODE sampler of sample.* (steps, guidance), under θ_old swapped in or the current weights
-        sigmas = ctx.sigmas()
         with self._weights(ctx, o.endpoint_policy):
-            x0 = ctx.rollout(ode_plan(sigmas, o.endpoint_solver), batch.noise, batch.cond, batch.group_ids, None).final
+            plan = ode_plan(ctx.sigmas(), o.endpoint_solver)
+            return ctx.rollout(plan, batch.noise, batch.cond, batch.group_ids, None).final
+
+    def noising_times(self, sigmas: torch.Tensor, shape: tuple[int, int], gen: torch.Generator, device) -> torch.Tensor:
+        """(B, K) noising times by ``time_law`` (``sigmas``: the sampling schedule, N + 1 values)."""
+        o = self.options
+        if o.time_law == "grid":
+            return grid_times(sigmas[:-1], shape, gen, device)
+        return sample_times(o.time_alpha, shape, gen, device)
+
+    def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
+        x0 = self.endpoints(ctx, batch)
         b, k = len(x0), self.num_noisings
         gen = ctx.generator("noising", batch.position)
-        if o.time_law == "grid":
-            t = grid_times(sigmas[:-1], (b, k), gen, ctx.device)
-        else:
-            t = sample_times(o.time_alpha, (b, k), gen, ctx.device)
+        t = self.noising_times(ctx.sigmas(), (b, k), gen, ctx.device)
         noise = torch.randn((b, k, *x0.shape[1:]), generator=gen, device=ctx.device, dtype=torch.float32)
         unit = Endpoints(x0.float(), t, noise, batch.group_ids)
         scale = ctx.conditional_scale

@@ -49,6 +49,13 @@ class SDEOptions:
     window_size: int = 0  # 0: stochastic at every step; k: an SDE window of k steps, ODE elsewhere
     window_range: list[int] | None = None  # [lo, hi] where the window may start/end; default [0, num_steps]
     timestep_fraction: float = 0.99  # without a window: train the first int(T * fraction) transitions
+    # how the window's start is chosen (MixGRPO): batch (each rollout batch draws its own) | iteration (one seeded
+    # draw per iteration, the same on every process) | progressive (from lo, advanced by window_size every
+    # window_every iterations)
+    window_schedule: str = "batch"
+    window_every: int = 25  # progressive: iterations at each window position (MixGRPO's iters_per_group)
+    window_wrap: bool = True  # progressive: past the last position go back to lo (MixGRPO's roll_back), else stay
+    ode_tail: str = "euler"  # the ODE steps after the window: euler | dpm2 (MixGRPO-Flash's DPM-Solver++ tail)
 
 
 @dataclass
@@ -83,12 +90,14 @@ class FlowGRPOOptions(SDEOptions, PolicyOptions, GroupZScoreOptions, AdvantageCl
         check_knobs(self)
 
 
+# the knobs that were sample.* keys before they moved to method.options (the window schedule never was)
+_SAMPLE_KEYS = ("sde_type", "noise_level", "window_size", "window_range", "timestep_fraction")
 # the deprecated keys (one release) -> the option each sets
 DEPRECATED_KEYS = {
-    **{f"sample.{f.name}": f.name for f in dataclasses.fields(SDEOptions)},
+    **{f"sample.{name}": name for name in _SAMPLE_KEYS},
     **{f"train.{f.name}": f.name for g in KNOB_GROUPS[1:] for f in dataclasses.fields(g)},
 }
-KNOB_NAMES = frozenset(DEPRECATED_KEYS.values())
+KNOB_NAMES = frozenset(f.name for g in KNOB_GROUPS for f in dataclasses.fields(g))
 
 
 def shared_knobs(options_cls: type) -> frozenset[str]:
@@ -112,10 +121,29 @@ def check_knobs(options: Any) -> None:
         raise ConfigError(f"method.options.sde_type: {options.sde_type!r} is not one of {', '.join(SDE_TYPES)}")
     if "timestep_fraction" in knobs and not 0 < options.timestep_fraction <= 1:
         raise ConfigError(f"method.options.timestep_fraction: must be in (0, 1], got {options.timestep_fraction}")
+    if "window_schedule" in knobs:
+        check_window_schedule(options)
     for name, strict in POSITIVE.items():
         value = getattr(options, name) if name in knobs else 1
         if value < 0 or (strict and value == 0):
             raise ConfigError(f"method.options.{name}: must be {'> 0' if strict else '>= 0'}, got {value}")
+
+
+def check_window_schedule(options: Any) -> None:
+    """The window schedule's knobs (MixGRPO's), each a one-line error naming it."""
+    from flowrl.plan import ODE_SOLVERS, WINDOW_SCHEDULES
+
+    if options.window_schedule not in WINDOW_SCHEDULES:
+        raise ConfigError(
+            f"method.options.window_schedule: {options.window_schedule!r} is not one of {', '.join(WINDOW_SCHEDULES)}"
+        )
+    if options.window_every < 1:
+        raise ConfigError(f"method.options.window_every: must be >= 1, got {options.window_every}")
+    if options.ode_tail not in ODE_SOLVERS:
+        raise ConfigError(f"method.options.ode_tail: {options.ode_tail!r} is not one of {', '.join(ODE_SOLVERS)}")
+    if options.window_size == 0 and (options.window_schedule != "batch" or options.ode_tail != "euler"):
+        knob = "window_schedule" if options.window_schedule != "batch" else "ode_tail"
+        raise ConfigError(f"method.options.{knob}: needs an SDE window (method.options.window_size > 0)")
 
 
 def check_steps(options: Any, num_steps: int) -> None:

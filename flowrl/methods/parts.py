@@ -202,6 +202,15 @@ for _part in (
         kind="policy",
     ),
     Part(
+        "dppo_mask",
+        f"{_M}.flow_dppo:dppo_mask_policy",
+        "Flow-DPPO: the unclipped ratio, a row dropped where the exact Gaussian KL to the rollout's step is at least "
+        "kl_threshold and the ratio moves with its advantage (plus the KL)",
+        requires=frozenset({"log_probs", "gaussian_means"}),
+        reads=("kl_threshold", "beta"),
+        kind="policy",
+    ),
+    Part(
         "ram_regression",
         f"{_M}.ram:RAM.regression_loss",
         "RAM: the velocity regressed on v_ref + m A ((eps - x0) - v_old)",
@@ -216,6 +225,16 @@ for _part in (
         "DiffusionNFT: the negative-aware x0 regression of the implicit positive and negative policies",
         requires=frozenset({"endpoints"}),
         reads=("beta", "kl_beta", "adv_clip_max"),
+        kind="transition",
+        keeps_flat_rows=True,
+    ),
+    Part(
+        "awm",
+        f"{_M}.awm:AWM.awm_transition_loss",
+        "AWM: the clipped ratio of the weighted flow-matching surrogate log-probs times the advantage, plus the "
+        "velocity KLs to the reference and to a slow average",
+        requires=frozenset({"endpoints"}),
+        reads=("weighting", "ghuber_power", "clip_range", "advantage_max", "adv_clip_max", "kl_beta", "ema_kl_beta"),
         kind="transition",
         keeps_flat_rows=True,
     ),
