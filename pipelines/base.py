@@ -177,6 +177,7 @@ PIPELINES = Registry(
         "wan": "flowrl.pipelines.wan:WanAdapter",
         "stable_audio": "flowrl.pipelines.stable_audio:StableAudioAdapter",
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
+        "qwen_image": "flowrl.pipelines.qwen_image:QwenImageAdapter",
     },
 )
 

@@ -234,3 +234,8 @@ PUBLISHED: dict[str, dict] = {
         },
     },
 }
+
+# the Qwen-Image family's table lives with its profile
+from flowrl.estimate.qwen_image import PUBLISHED as _QWEN_IMAGE  # noqa: E402
+
+PUBLISHED.update(_QWEN_IMAGE)
