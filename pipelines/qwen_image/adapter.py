@@ -87,6 +87,13 @@ def pad_to(embeds: torch.Tensor, mask: torch.Tensor, length: int) -> tuple[torch
     )
 
 
+def load_qwen_image_pipeline(
+    path: str, dtype: str = "fp32", revision: str | None = None, class_name: str = "QwenImagePipeline"
+):
+    """``<class_name>.from_pretrained`` from a hub id or a local folder, with a one-line error."""
+    return load_pretrained_pipeline(class_name, path, dtype, revision)
+
+
 class QwenImageAdapter:
     """Qwen-Image (true CFG) for RL. ``pipe`` is a ``QwenImagePipeline``; the transformer is the policy."""
 
@@ -154,7 +161,7 @@ class QwenImageAdapter:
             pipe = cls.build_tiny(seed)
         else:
             cls.check_model_path(model_cfg)
-            pipe = load_pretrained_pipeline(cls.pipeline_class, model_cfg.path, model_cfg.dtype, model_cfg.revision)
+            pipe = load_qwen_image_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision, cls.pipeline_class)
         dtype = DTYPES[model_cfg.dtype]
         for name in ("text_encoder", "transformer"):
             module = getattr(pipe, name)

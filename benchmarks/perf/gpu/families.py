@@ -13,6 +13,7 @@ from unittest import mock
 import torch
 
 from flowrl.benchmarks.perf.gpu.common import Clock, Scale, default_dtype, fp32_kept, iterate, reset_peak, token_ids
+from flowrl.benchmarks.perf.gpu.qwen_image import QWEN_IMAGE_LABEL, QWEN_IMAGE_OVERRIDES, build_qwen_image
 
 
 @dataclass
@@ -116,6 +117,7 @@ FAMILY_RUNS = {
         ],
         "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
     ),
+    "qwen_image": FamilyRun("tiny-qwen-image", QWEN_IMAGE_OVERRIDES, QWEN_IMAGE_LABEL),
 }
 # --smoke: the tiny models, two samples of a few steps
 SMOKE_FAMILY_OVERRIDES = [
@@ -125,12 +127,19 @@ SMOKE_FAMILY_OVERRIDES = [
     "sample.batch_size=2",
     "sample.window_size=0",
 ]
-FAMILY_NAMES = {"flux": "FLUX.1-dev", "wan": "Wan2.1-1.3B", "stable_audio": "SA3-medium", "ltx2": "LTX-2 (AV-GRPO)"}
+FAMILY_NAMES = {
+    "flux": "FLUX.1-dev",
+    "wan": "Wan2.1-1.3B",
+    "stable_audio": "SA3-medium",
+    "ltx2": "LTX-2 (AV-GRPO)",
+    "qwen_image": "Qwen-Image",
+}
 LOADERS = {
     "flux": "load_flux_pipeline",
     "wan": "load_wan_pipeline",
     "stable_audio": "load_stable_audio_pipeline",
     "ltx2": "load_ltx2_pipeline",
+    "qwen_image": "load_qwen_image_pipeline",
 }
 
 
@@ -159,6 +168,8 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
             if module is not None:
                 fp32_kept(module, dtype)
         return pipe.to(device)
+    if name == "qwen_image":
+        return build_qwen_image(scale.encoders == "shallow", device, dtype)
     import diffusers
 
     from flowrl import estimate as e
