@@ -181,6 +181,26 @@ class QwenImageCore:
                 pipe.transformer, attention_backend, self.device, self.compute_dtype
             )
 
+    @classmethod
+    def from_pipeline(cls, pipe, model_cfg, device: torch.device | str = "cpu"):
+        """The adapter of a loaded pipeline: its text encoder and transformer in ``model.dtype``, the sizes and
+        options of ``ModelConfig``."""
+        from flowrl.pipelines.kit.loading import DTYPES
+
+        dtype = DTYPES[model_cfg.dtype]
+        for name in ("text_encoder", "transformer"):
+            module = getattr(pipe, name)
+            if module.dtype != dtype:
+                module.to(dtype=dtype)
+        return cls(
+            pipe,
+            getattr(model_cfg, "size", model_cfg.resolution),
+            model_cfg.max_sequence_length,
+            device,
+            prompt_cache=model_cfg.prompt_cache,
+            attention_backend=getattr(model_cfg, "attention_backend", None),
+        )
+
     @property
     def transformer(self) -> torch.nn.Module:
         return self.pipe.transformer
@@ -266,6 +286,9 @@ class QwenImageCore:
             neg, neg_mask = pad_to(neg.to(embeds.device), neg_mask.to(mask.device), length)
             embeds, mask = torch.cat([embeds, neg]), torch.cat([mask, neg_mask])
         inputs = {"prompt_embeds": embeds.to(self.compute_dtype)}
+        if "image_latents" in cond:  # an edit family's source latents, the same for both CFG branches
+            latents = cond["image_latents"].to(self.compute_dtype)
+            inputs["image_latents"] = torch.cat([latents, latents]) if guidance_scale > 1.0 else latents
         if not bool(mask.all()):
             inputs["prompt_embeds_mask"] = mask
         return inputs
@@ -298,15 +321,19 @@ class QwenImageCore:
         return guided * (v_cond.norm(dim=-1, keepdim=True) / guided.norm(dim=-1, keepdim=True))
 
     def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:
-        """One transformer call on ``x`` (twice stacked when ``doubled``): the image-token velocity, fp32."""
+        """One transformer call on ``x`` (twice stacked when ``doubled``), source tokens appended where the inputs
+        hold them: the velocity of ``x``'s tokens, fp32."""
         x_in = torch.cat([x, x]) if doubled else x
         n = x_in.shape[0]
+        tokens = x_in.to(self.compute_dtype)
+        if "image_latents" in inputs:  # an edit family's source tokens follow the noisy ones
+            tokens = torch.cat([tokens, inputs["image_latents"]], dim=1)
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
         timestep = (
             timestep.expand(n) if timestep.numel() == 1 else torch.cat([timestep.reshape(-1)] * (n // x.shape[0]))
         )
         out = model(
-            hidden_states=x_in.to(self.compute_dtype),
+            hidden_states=tokens,
             timestep=timestep,
             encoder_hidden_states=inputs["prompt_embeds"],
             encoder_hidden_states_mask=inputs.get("prompt_embeds_mask"),

@@ -117,7 +117,7 @@ def tiny_qwen_vl(tokenizer, hidden: int = 32, seed: int = 0, component: str = "t
 def tiny_qwen_processor(tokenizer, max_pixels: int = 56 * 56):
     """The ``Qwen2VLProcessor`` the edit pipelines call, on ``tokenizer``: Qwen2-VL's image processor with the
     tiny tower's patch and merge sizes, images resized to at most ``max_pixels``."""
-    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor
+    from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
 
     side = VISION_PATCH * VISION_MERGE
     images = Qwen2VLImageProcessor(
@@ -127,4 +127,5 @@ def tiny_qwen_processor(tokenizer, max_pixels: int = 56 * 56):
         min_pixels=side * side,
         max_pixels=max_pixels,
     )
-    return Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer)
+    videos = Qwen2VLVideoProcessor(patch_size=VISION_PATCH, merge_size=VISION_MERGE, temporal_patch_size=2)
+    return Qwen2VLProcessor(image_processor=images, tokenizer=tokenizer, video_processor=videos)

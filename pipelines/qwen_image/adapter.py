@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.qwen_image import QWEN_IMAGE_LORA_TARGETS, QwenImageCore
 
 __all__ = ["QWEN_IMAGE_LORA_TARGETS", "QwenImageAdapter", "check_model_path", "load_qwen_image_pipeline"]
@@ -47,16 +47,4 @@ class QwenImageAdapter(QwenImageCore):
         else:
             cls.check_model_path(model_cfg)
             pipe = load_qwen_image_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision, cls.pipeline_class)
-        dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "transformer"):
-            module = getattr(pipe, name)
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
-        return cls(
-            pipe,
-            getattr(model_cfg, "size", model_cfg.resolution),
-            model_cfg.max_sequence_length,
-            device,
-            prompt_cache=model_cfg.prompt_cache,
-            attention_backend=getattr(model_cfg, "attention_backend", None),
-        )
+        return cls.from_pipeline(pipe, model_cfg, device)
