@@ -195,8 +195,9 @@ class QwenImageEditAdapter(QwenImageCore):
         negative_prompts: list[str] | None = None,
         images: list | None = None,
     ) -> torch.Tensor:
-        """Edited images (B, 3, H, W) in [0, 1] from the pipeline's own call on the fitted source images: Edit in
-        one call; Edit-Plus (one prompt a call) row by row from the noise ``initial_noise`` draws for the batch."""
+        """Edited images (B, 3, H, W) in [0, 1] from the pipeline's own call on the fitted source images, row by
+        row (Edit-Plus takes one prompt a call; Edit resizes a single image for its VL encoder but passes a list
+        through unresized) from the noise ``initial_noise`` draws for the batch."""
         self._check(prompts, images)
         negatives = [n or DEFAULT_NEGATIVE for n in negative_prompts or [""] * len(prompts)]
         kwargs = {
@@ -207,24 +208,15 @@ class QwenImageEditAdapter(QwenImageCore):
             "max_sequence_length": self.max_sequence_length,
             "output_type": "pt",
         }
-        pils = [self._pil(row) for row in images]
-        if not self.plus:
-            return self.pipe(
-                image=[row[0] for row in pils],
-                prompt=list(prompts),
-                negative_prompt=negatives if guidance_scale > 1.0 else None,
-                generator=generator,
-                **kwargs,
-            ).images
         noise = self.initial_noise(len(prompts), generator)
         out = [
             self.pipe(
-                image=row,
+                image=row if self.plus else row[0],  # one PIL image: Edit's call resizes it for the VL encoder
                 prompt=prompt,
                 negative_prompt=negative if guidance_scale > 1.0 else None,
                 latents=noise[i : i + 1],
                 **kwargs,
             ).images
-            for i, (prompt, negative, row) in enumerate(zip(prompts, negatives, pils))
+            for i, (prompt, negative, row) in enumerate(zip(prompts, negatives, (self._pil(r) for r in images)))
         ]
         return torch.cat(out)
