@@ -20,7 +20,7 @@ import torch
 
 from flowrl.config import Config
 from flowrl.configkit import ConfigError
-from flowrl.estimate import flux, ltx2, qwen_image, stable_audio, wan
+from flowrl.estimate import flux, ltx2, qwen_image, qwen_image_edit, stable_audio, wan
 from flowrl.estimate.base import ModelSize, compute_16bit, is_av_grpo, kl_reference, trained_transitions
 from flowrl.estimate.meta import (
     LTX2_DIFFUSERS_EXTRA,
@@ -40,7 +40,15 @@ from flowrl.estimate.published import PUBLISHED, WAN22_BOUNDARY_RATIO
 from flowrl.methods.options import flow_knobs
 
 PROFILES: dict[str, FamilyProfile] = {
-    p.pipeline: p for p in (flux.PROFILE, wan.PROFILE, stable_audio.PROFILE, ltx2.PROFILE, qwen_image.PROFILE)
+    p.pipeline: p
+    for p in (
+        flux.PROFILE,
+        wan.PROFILE,
+        stable_audio.PROFILE,
+        ltx2.PROFILE,
+        qwen_image.PROFILE,
+        qwen_image_edit.PROFILE,
+    )
 }
 FAMILIES = tuple(PROFILES)
 # model.path values that build an offline tiny pipeline, as the adapters name them: path -> builder keywords

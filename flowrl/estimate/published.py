@@ -237,5 +237,7 @@ PUBLISHED: dict[str, dict] = {
 
 # the Qwen-Image family's table lives with its profile
 from flowrl.estimate.qwen_image import PUBLISHED as _QWEN_IMAGE  # noqa: E402
+from flowrl.estimate.qwen_image_edit import PUBLISHED as _QWEN_IMAGE_EDIT  # noqa: E402
 
 PUBLISHED.update(_QWEN_IMAGE)
+PUBLISHED.update(_QWEN_IMAGE_EDIT)

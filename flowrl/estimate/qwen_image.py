@@ -95,7 +95,7 @@ def passes(embedded: bool, scale: float) -> int:
 def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, float]:
     """One image through the 3-D causal VAE on meta: the latent (16, 1, H/8, W/8)."""
     vcfg = plain(dict(parts.vae.config))
-    gh, gw = geo.grid
+    gh, gw = geo.grid[:2]  # the generated image (an edit layout adds its source grid after it)
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         vae = component("AutoencoderKLQwenImage", json.loads(json.dumps(vcfg, default=list)))
