@@ -196,6 +196,8 @@ PIPELINES = Registry(
         "ltx2": "flowrl.pipelines.ltx2:LTX2Adapter",
         "z_image": "flowrl.pipelines.z_image:ZImageAdapter",
         "flux2": "flowrl.pipelines.flux2:Flux2Adapter",
+        "qwen_image": "flowrl.pipelines.qwen_image:QwenImageAdapter",
+        "qwen_image_edit": "flowrl.pipelines.qwen_image_edit:QwenImageEditAdapter",
     },
 )
 

@@ -361,3 +361,10 @@ PUBLISHED: dict[str, dict] = {
     "black-forest-labs/FLUX.2-klein-9B": {"pipeline": "flux2", "components": dict(_KLEIN_9B)},
     "black-forest-labs/FLUX.2-klein-base-9B": {"pipeline": "flux2", "components": dict(_KLEIN_9B)},
 }
+
+# the Qwen-Image family's table lives with its profile
+from flowrl.estimate.qwen_image import PUBLISHED as _QWEN_IMAGE  # noqa: E402
+from flowrl.estimate.qwen_image_edit import PUBLISHED as _QWEN_IMAGE_EDIT  # noqa: E402
+
+PUBLISHED.update(_QWEN_IMAGE)
+PUBLISHED.update(_QWEN_IMAGE_EDIT)

@@ -13,6 +13,7 @@ from unittest import mock
 import torch
 
 from flowrl.benchmarks.perf.gpu.common import Clock, Scale, default_dtype, fp32_kept, iterate, reset_peak, token_ids
+from flowrl.benchmarks.perf.gpu.qwen_image import QWEN_IMAGE_LABEL, QWEN_IMAGE_OVERRIDES, build_qwen_image
 
 
 @dataclass
@@ -193,6 +194,7 @@ FAMILY_RUNS = {
         ],
         "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
     ),
+    "qwen_image": FamilyRun("tiny-qwen-image", QWEN_IMAGE_OVERRIDES, QWEN_IMAGE_LABEL),
 }
 # --smoke: the tiny models, two samples of a few steps
 SMOKE_FAMILY_OVERRIDES = [
@@ -210,6 +212,7 @@ FAMILY_NAMES = {
     "ltx2": "LTX-2 (AV-GRPO)",
     "z_image": "Z-Image-Turbo",
     "flux2": "FLUX.2-klein-base-4B",
+    "qwen_image": "Qwen-Image",
 }
 LOADERS = {
     "flux": "load_flux_pipeline",
@@ -219,6 +222,7 @@ LOADERS = {
     "ltx2": "load_ltx2_pipeline",
     "z_image": "load_pretrained_pipeline",
     "flux2": "load_pretrained_pipeline",
+    "qwen_image": "load_qwen_image_pipeline",
 }
 
 
@@ -249,6 +253,8 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
             if module is not None:
                 fp32_kept(module, dtype)
         return pipe.to(device)
+    if name == "qwen_image":
+        return build_qwen_image(scale.encoders == "shallow", device, dtype)
     import diffusers
 
     from flowrl import estimate as e
