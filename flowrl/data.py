@@ -244,6 +244,7 @@ def load_prompts(
     are an error."""
     if _is_hf(spec):
         return _hf_items(spec, split, prompt_column, dataset_config, key)
+    spec = builtin_folder(spec) or spec  # a dataset folder shipped in flowrl/prompts (builtin:preference_pairs)
     folder = Path(spec).expanduser()
     if not spec.startswith("builtin:") and folder.is_dir():
         found = split_file(folder, split)
@@ -271,6 +272,14 @@ def load_prompts(
     if not items:
         raise ConfigError(f"{key}: {where!r} holds no prompts")
     return items
+
+
+def builtin_folder(spec: str) -> str | None:
+    """The path of ``builtin:NAME`` when NAME is a dataset folder shipped in ``flowrl/prompts``; else None."""
+    if not spec.startswith("builtin:"):
+        return None
+    folder = resources.files("flowrl") / "prompts" / spec.split(":", 1)[1]
+    return str(folder) if folder.is_dir() else None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,9 @@ _METHODS = Registry(
         "ram": "flowrl.methods.ram:RAM",
         "diffusion_nft": "flowrl.methods.diffusion_nft:DiffusionNFT",
         "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
+        "dpo": "flowrl.methods.dpo:DPO",
+        "dgpo": "flowrl.methods.dgpo:DGPO",
+        "sft": "flowrl.methods.sft:SFT",
     },
 )
 

@@ -162,6 +162,17 @@ for _part in (
         reads=("video_rewards", "audio_rewards", "vq_reward", "clap_reward", "vq_floor", "clap_floor"),
         metrics=("av/phase_video", "av/fallback_frac", "av/capped_frac", "av/nan_switches"),
     ),
+    Part(
+        "preference_pairs",
+        f"{_M}.dpo:preference_pairs_credit",
+        "+1 at each pair's chosen member, -1 at its rejected one: a dataset's pairs, or each group's best and worst",
+        metrics=("dpo/pairs",),
+    ),
+    Part(
+        "targets",
+        f"{_M}.sft:targets_credit",
+        "every row a target to regress on (advantage 1): a dataset's media, no reward",
+    ),
 ):
     register_credit_rule(_part)
 
@@ -220,6 +231,30 @@ for _part in (
         requires=frozenset({"log_probs", "joint_phases"}),
         reads=("clip_range", "beta_video", "beta_audio"),
         kind="transition",
+    ),
+    Part(
+        "dpo",
+        f"{_M}.dpo:DPO.dpo_transition_loss",
+        "Diffusion-DPO: -log sigmoid(-(beta/2)(Delta_w - Delta_l)), Delta = ||v - u||^2 - ||v_ref - u||^2",
+        requires=frozenset({"endpoints"}),
+        reads=("beta",),
+        kind="transition",
+    ),
+    Part(
+        "dgpo",
+        f"{_M}.dgpo:DGPO.dgpo_transition_loss",
+        "DGPO: each error weighted by A and its group's sigmoid of the summed implicit rewards; clip and KL",
+        requires=frozenset({"endpoints"}),
+        reads=("beta_dpo", "clip_range", "kl_beta", "use_ema_ref"),
+        kind="transition",
+    ),
+    Part(
+        "flow_matching",
+        f"{_M}.sft:SFT.flow_matching_loss",
+        "SFT: the flow-matching regression ||v_theta(x_t) - (eps - x0)||^2 on the dataset's media",
+        requires=frozenset({"endpoints"}),
+        kind="transition",
+        keeps_flat_rows=True,
     ),
 ):
     register_loss(_part)

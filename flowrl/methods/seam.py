@@ -31,6 +31,13 @@ class Needs:
     onpolicy_check: str | None = None  # None: the first update checks the recomputed log-probs; else why not
     metrics: tuple[str, ...] = ()  # the names its advantages' ``metrics`` may hold (``log.stop_if`` reads them)
     freezes_parameters: bool = False  # some iterations step only a subset of the parameters (``Turn.trains``)
+    # False: the method learns from preferences or targets its experience carries (a dataset), so a run may have
+    # no reward configured (``reward: {}``): then none is built or called and no ``reward/*`` is logged
+    rewards: bool = True
+    # where its experience comes from: None, rollouts of the prompts; "preference" (chosen / rejected pairs) or
+    # "media" (target images), the media of the ``data.prompts`` folder's rows (``flowrl.media_data``), which are
+    # checked before any weight loads
+    dataset: str | None = None
 
 
 @dataclass(frozen=True)
