@@ -91,7 +91,8 @@ def test_a_group_preference_method_on_two_processes_matches_one(tmp_path, extra)
     one = _run([sys.executable, "-m", "flowrl", "train"], tmp_path / "one", *extra)
     two = _run([*TORCHRUN, "-m", "flowrl", "train"], tmp_path / "two", *extra)
     assert len(one) == len(two) == 2
-    keys = [k for k in (*KEYS, "policy/pg_loss", "cost/nfe", "cost/reward_calls", "method/dpo/pairs") if k in one[0]]
+    # (cost/nfe differs by the zero-weight padding passes that keep two processes' collectives in step)
+    keys = [k for k in (*KEYS, "policy/pg_loss", "cost/reward_calls", "method/dpo/pairs") if k in one[0]]
     assert "policy/loss" in keys
     for x, y in zip(one, two):
         for key in keys:
