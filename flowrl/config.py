@@ -327,8 +327,6 @@ class Config:
     def __post_init__(self):
         from flowrl.reward_models import check_reward_name
 
-        if not self.reward:
-            raise ConfigError("reward: no reward configured; set reward.<name>=<weight>")
         for name, weight in self.reward.items():
             try:
                 check_reward_name(name)
@@ -364,6 +362,11 @@ class Config:
 
         resolve_knobs(self)  # sample.noise_level, train.beta, ...: deprecated aliases of method.options.*
         check_part_keys(self)  # train.ratio_norm / train.batch_renorm: deprecated aliases of method.loss / credit_norm
+        if not self.reward:  # only a method whose experience carries its own preference may go without
+            from flowrl.methods import build_method
+
+            if build_method(self).needs().rewards:
+                raise ConfigError("reward: no reward configured; set reward.<name>=<weight>")
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 

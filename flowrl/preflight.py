@@ -29,7 +29,17 @@ def preflight(cfg: Config) -> None:
     method = build_method(cfg)  # unknown or mistyped method.options
     check_whole_groups(cfg, method, 1)
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
-    kinds = method.needs().media
+    needs = method.needs()
+    if needs.dataset is not None:  # every row's media readable, before any weight loads
+        from flowrl.media_data import check_media_folder
+
+        check_media_folder(cfg, needs.dataset)
+    if not cfg.reward and cfg.log.eval_every > 0 and not cfg.eval_reward:
+        raise ConfigError(
+            "log.eval_every: evaluation scores with a reward and none is configured; set eval_reward.<name>=<weight> "
+            "or log.eval_every=0"
+        )
+    kinds = needs.media
     if kinds is not None and kind not in kinds:
         raise ConfigError(
             f"method {cfg.method.name} trains {' or '.join(kinds)} media; model.pipeline="
@@ -41,7 +51,7 @@ def preflight(cfg: Config) -> None:
             target = reward_target(name)
             if isinstance(target, type):  # a function reward declares nothing
                 check_reward_modality(name, target, cfg.model.pipeline, kind)
-    if all(w == 0 for w in cfg.reward.values()):
+    if cfg.reward and all(w == 0 for w in cfg.reward.values()):
         logger.warning("every reward weight is 0: every advantage will be 0 and nothing can be learned")
     for line in inert_settings(cfg):  # a setting the user changed that this config never reads
         logger.warning(line)

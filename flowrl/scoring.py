@@ -144,12 +144,13 @@ class Scoring:
     """The reward phase of a run: ``reward`` (a ``WeightedReward``) called on every rollout batch, in the
     background while the rollout goes on (``submit``) or in turn, and ``score`` over an iteration's batches."""
 
-    def __init__(self, cfg: Config, acc: Any, reward: WeightedReward):
-        self.cfg, self.acc, self.reward = cfg, acc, reward
+    def __init__(self, cfg: Config, acc: Any, reward: WeightedReward | None):
+        self.cfg, self.acc, self.reward = cfg, acc, reward  # None: no reward (a method that needs none)
+        rewards = reward.rewards if reward is not None else {}
         # the names of the pairwise rewards (their columns are win rates), for credit
-        self.pairwise = frozenset(n for n, (r, _) in reward.rewards.items() if getattr(r, "pairwise", False))
+        self.pairwise = frozenset(n for n, (r, _) in rewards.items() if getattr(r, "pairwise", False))
         # a pairwise reward compares whole groups, so it is called once after the rollout
-        self.overlap = cfg.train.reward_overlap and not reward.pairwise
+        self.overlap = cfg.train.reward_overlap and bool(rewards) and not self.pairwise
         self._workers: RewardWorkers | None = None
 
     def submit(self, rb: RolloutBatch) -> None:
@@ -192,6 +193,8 @@ class Scoring:
         the run (``train.on_reward_error=stop``, the error names the reward) or skips the iteration
         (``skip``: returns None). Processes agree on the outcome before any gather.
         """
+        if self.reward is None:
+            return self.unscored(batches)
         prompts = [p for b in batches for p in b.prompts]
         names = ["final", *batches[0].extra]
         parts, error = [], None
@@ -247,3 +250,12 @@ class Scoring:
             r: float(sum(part[name][2].get(r, 0) for part in parts for name in names)) for r in self.reward.rewards
         }
         return Scores(columns["final"], components, columns, int(sum(by_reward.values())), by_reward)
+
+    def unscored(self, batches: list[RolloutBatch]) -> Scores:
+        """The reward phase without a reward: no call, a zero ``final`` column and the method's info columns,
+        gathered over processes in global order."""
+        n = sum(len(b.prompts) for b in batches)
+        columns = {"final": self.acc.gather(torch.zeros(n, device=self.acc.device)).cpu()}
+        for name in batches[0].info:
+            columns[name] = self.acc.gather(torch.cat([b.info[name] for b in batches]).to(self.acc.device)).cpu()
+        return Scores(columns["final"], {}, columns, 0, {})

@@ -99,14 +99,15 @@ class Trainer:
         self._signals = StopSignals(defer_always=world > 1)
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
-        self.reward = build_rewards(cfg)
+        # None: no reward configured, which a method whose experience needs none allows (``Needs.rewards``)
+        self.reward = build_rewards(cfg) if cfg.reward else None
         # a loss through the rewards: the same instances, summed with grad (``Context.reward_with_grad``)
         self.grad_reward = (
             GradRewardSum(self.reward.rewards, self.method.name) if self.needs.differentiable_reward else None
         )
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = eval_items or self.prompts
-        check_whole_groups(cfg, self.method, world, pairwise=self.reward.pairwise)
+        check_whole_groups(cfg, self.method, world, pairwise=self.reward is not None and self.reward.pairwise)
         self.scoring = Scoring(cfg, self.acc, self.reward)
         self.policy = Policy(cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages)
         self.cost_totals = {"nfe": 0.0, "reward_calls": 0.0}  # cost/*_total, kept in checkpoints
@@ -236,7 +237,8 @@ class Trainer:
                 first = iteration == self.start_iteration
                 upd = self.update(batches, adv.values, first=first, ctx=ctx, keep_rows=adv.keep, turn=turn)
             metrics["cost/optimizer_steps"] = float(self.optimizer_steps - steps_before)
-        metrics.update(reward_metrics(scored.final, scored.components, group_ids))
+        if self.reward is not None:
+            metrics.update(reward_metrics(scored.final, scored.components, group_ids))
         self._last_media = cat_media([b.media for b in batches])
         if self.cfg.log.monitors:
             local_groups = torch.cat([b.traj.prompt_ids for b in batches])
@@ -244,7 +246,7 @@ class Trainer:
         metrics["throughput/images_per_s"] = len(group_ids) / metrics["timing_s/iteration"]
         grad_calls = self.grad_reward.take_calls() if self.grad_reward is not None else 0  # the update's
         metrics.update(self._cost_metrics(scored.calls + grad_calls, metrics["timing_s/iteration"]))
-        if len(scored.calls_by_reward) > 1 or self.reward.pairwise:  # each reward's own count
+        if len(scored.calls_by_reward) > 1 or self.scoring.pairwise:  # each reward's own count
             by_reward = self._over_processes(scored.calls_by_reward, "sum")
             metrics.update({f"cost/reward_calls/{r}": v for r, v in by_reward.items()})
         metrics["memory/peak_gib"] = peak_memory_gib(self.acc.device)

@@ -63,7 +63,12 @@ METHOD_SETTINGS: dict[str, list[str]] = {
     # Flow-DPPO's KL needs a Gaussian step: Flow-GRPO's SDE, as for GRPO-Guard; AWM's members have their own noise
     "flow_dppo": FLOW_SDE,
     "awm": ["sample.same_noise_in_group=false"],
+    "dpo": ["sample.same_noise_in_group=false"],
+    "dgpo": ["sample.same_noise_in_group=false", "method.options.global_std=false"],
 }  # fmt: skip
+# methods that learn from a dataset instead of the toy reward (SFT: the toy model's pretraining is one), so have
+# no run on the toy benchmark
+DATASET_METHODS = ("sft",)
 # (GRPO-Guard's paper clips 50x tighter than Flow-GRPO, 2e-6 against 1e-4. On the toy that changes nothing:
 # one optimizer step per iteration leaves every ratio at exactly 1, and a run at 2e-5 was bit-identical.)
 
@@ -71,7 +76,11 @@ METHOD_SETTINGS: dict[str, list[str]] = {
 def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
     from flowrl.methods import list_methods
 
-    runs = {name: [f"method.name={name}", *METHOD_SETTINGS.get(name, [])] for name in list_methods("image")}
+    runs = {
+        name: [f"method.name={name}", *METHOD_SETTINGS.get(name, [])]
+        for name in list_methods("image")
+        if name not in DATASET_METHODS
+    }
     runs.update({name: ["method.name=flow_grpo", *extra] for name, extra in VARIANTS.items()})
     if only:
         unknown = sorted(set(only) - set(runs))

@@ -20,7 +20,18 @@ import torch
 
 from flowrl.config import Config
 from flowrl.configkit import ConfigError
-from flowrl.estimate import flux, flux2, flux_kontext, ltx2, qwen_image, qwen_image_edit, stable_audio, wan, wan_i2v, z_image
+from flowrl.estimate import (
+    flux,
+    flux2,
+    flux_kontext,
+    ltx2,
+    qwen_image,
+    qwen_image_edit,
+    stable_audio,
+    wan,
+    wan_i2v,
+    z_image,
+)
 from flowrl.estimate.base import ModelSize, compute_16bit, is_av_grpo, kl_reference, trained_transitions
 from flowrl.estimate.meta import (
     LTX2_DIFFUSERS_EXTRA,

@@ -28,6 +28,9 @@ _METHODS = Registry(
         "awm": "flowrl.methods.awm:AWM",
         "av_grpo": "flowrl.methods.av_grpo:AVGRPO",
         "reward_backprop": "flowrl.methods.reward_backprop:RewardBackprop",
+        "dpo": "flowrl.methods.dpo:DPO",
+        "dgpo": "flowrl.methods.dgpo:DGPO",
+        "sft": "flowrl.methods.sft:SFT",
     },
 )
 

@@ -168,6 +168,17 @@ for _part in (
         "every row weighs 1 and trains: no advantage, the reward's gradient is the signal (reward backprop)",
         metrics=("stop_step",),
     ),
+    Part(
+        "preference_pairs",
+        f"{_M}.dpo:preference_pairs_credit",
+        "+1 at each pair's chosen member, -1 at its rejected one: a dataset's pairs, or each group's best and worst",
+        metrics=("dpo/pairs",),
+    ),
+    Part(
+        "targets",
+        f"{_M}.sft:targets_credit",
+        "every row a target to regress on (advantage 1): a dataset's media, no reward",
+    ),
 ):
     register_credit_rule(_part)
 
@@ -251,6 +262,30 @@ for _part in (
         f"{_M}.reward_backprop:RewardBackprop.backprop_loss",
         "ReFL / DRaFT-K: -lambda r(decode(x0_hat)) backpropagated through the reward, the decoder and K steps",
         reads=("reward_weight", "kl_weight", "decode_checkpointing"),
+        kind="transition",
+        keeps_flat_rows=True,
+    ),
+    Part(
+        "dpo",
+        f"{_M}.dpo:DPO.dpo_transition_loss",
+        "Diffusion-DPO: -log sigmoid(-(beta/2)(Delta_w - Delta_l)), Delta = ||v - u||^2 - ||v_ref - u||^2",
+        requires=frozenset({"endpoints"}),
+        reads=("beta",),
+        kind="transition",
+    ),
+    Part(
+        "dgpo",
+        f"{_M}.dgpo:DGPO.dgpo_transition_loss",
+        "DGPO: each error weighted by A and its group's sigmoid of the summed implicit rewards; clip and KL",
+        requires=frozenset({"endpoints"}),
+        reads=("beta_dpo", "clip_range", "kl_beta", "use_ema_ref"),
+        kind="transition",
+    ),
+    Part(
+        "flow_matching",
+        f"{_M}.sft:SFT.flow_matching_loss",
+        "SFT: the flow-matching regression ||v_theta(x_t) - (eps - x0)||^2 on the dataset's media",
+        requires=frozenset({"endpoints"}),
         kind="transition",
         keeps_flat_rows=True,
     ),

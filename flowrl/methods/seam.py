@@ -34,6 +34,13 @@ class Needs:
     # its loss backpropagates through the rewards of non-zero weight (``Context.reward_with_grad``), each of which must
     # be differentiable (``flowrl.reward_models.differentiable``), and through the decode (``Context.decode_with_grad``)
     differentiable_reward: bool = False
+    # False: the method learns from preferences or targets its experience carries (a dataset), so a run may have
+    # no reward configured (``reward: {}``): then none is built or called and no ``reward/*`` is logged
+    rewards: bool = True
+    # where its experience comes from: None, rollouts of the prompts; "preference" (chosen / rejected pairs) or
+    # "media" (target images), the media of the ``data.prompts`` folder's rows (``flowrl.media_data``), which are
+    # checked before any weight loads
+    dataset: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,98 @@
+"""Diffusion-DPO (online and offline), DGPO and SFT on the seam: cost/nfe and cost/reward_calls equal to each
+method's formula, no reward built or logged for the dataset methods, exact resume, and typed one-line option
+errors. Their math by hand: tests/credit/test_preference.py."""
+
+import pytest
+
+from flowrl.config import ConfigError, resolve_config
+from flowrl.methods import build_method
+from flowrl.trainer import Trainer
+
+# 2 prompts x 4 members, 4 steps with CFG 4.5 (two rows a step), one group per rollout batch
+SMALL = [
+    "sample.num_steps=4",
+    "sample.group_size=4",
+    "sample.prompts_per_iteration=2",
+    "sample.batch_size=4",
+    "log.save_every=1000",
+    "log.sample_every=1000",
+    "log.eval_every=0",
+]
+DATASET = ["data.prompts=builtin:preference_pairs", "reward={}"]
+RUNS = {
+    "dpo": ["method.name=dpo", "method.options.num_noisings=2"],
+    "dpo_offline": ["method.name=dpo", "method.options.pairs=dataset", "method.options.num_noisings=2",
+                    "sample.group_size=2", *DATASET],
+    "dgpo": ["method.name=dgpo", "method.options.num_noisings=2", "method.options.trunc_steps=2"],
+    "sft": ["method.name=sft", "method.options.num_noisings=2", "sample.group_size=2", *DATASET],
+}  # fmt: skip
+SKIP = ("timing_s/", "throughput/", "memory/")
+
+
+def _trainer(tmp_path, name, *overrides) -> Trainer:
+    return Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, *RUNS[name], *overrides]))
+
+
+def _nfe(name: str, row: dict) -> float:
+    """Each method's forwards per iteration (sample rows; CFG's two branches are two): n samples, T = 4 steps
+    with CFG (2 rows), K = 2 noisings; P pairs (2 rows each, a policy and a reference forward each)."""
+    n, t, k = 8, 4, 2
+    if name == "dpo":  # ODE endpoints, then each pair's 2 rows x K x (policy + reference)
+        return n * t * 2 + row["method/dpo/pairs"] * 2 * k * 2
+    if name == "dpo_offline":  # no rollout: 2 pairs (prompts) from the folder
+        return 2 * 2 * k * 2
+    if name == "dgpo":  # ODE endpoints (dpm2: one evaluation a step), reference and old at every noising, training
+        return n * t * 2 + n * k * 2 + n * k
+    return 2 * 2 * k  # sft: 2 rows x 2 repeats, K noisings each
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_costs_are_the_formula(tmp_path, one_thread, name):
+    tr = _trainer(tmp_path, name, "train.iterations=1")
+    (row,) = tr.train()
+    assert row["cost/nfe"] == _nfe(name, row)
+    if name in ("dpo_offline", "sft"):  # no reward configured: none built, called or logged
+        assert tr.reward is None and row["cost/reward_calls"] == 0
+        assert not any(k.startswith("reward/") for k in row)
+    else:
+        assert row["cost/reward_calls"] == 8 and "reward/mean" in row
+    assert "policy/onpolicy_logp_diff" not in row and (tmp_path / "lora").is_dir()
+
+
+@pytest.mark.parametrize("name", list(RUNS))
+def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, name):
+    full = _trainer(tmp_path / "full", name, "train.iterations=2", "log.save_every=1").train()
+    _trainer(tmp_path / "part", name, "train.iterations=1", "log.save_every=1").train()
+    resumed = _trainer(tmp_path / "part", name, "train.iterations=2", "log.save_every=1", "resume=latest").train()
+    assert len(resumed) == 1
+    assert {k: v for k, v in full[1].items() if not k.startswith(SKIP)} == {
+        k: v for k, v in resumed[0].items() if not k.startswith(SKIP)
+    }
+
+
+@pytest.mark.parametrize(
+    "name, override, message",
+    [
+        ("dpo", "method.options.pairs=offline", "method.options.pairs: 'offline'; allowed: online, dataset"),
+        ("dpo", "method.options.beta=0", "method.options.beta: must be > 0, got 0"),
+        ("dpo", "method.options.time_law=cosine", "method.options.time_law: 'cosine'; allowed: logit_normal, uniform"),
+        ("dpo", "sample.same_noise_in_group=true", "sample.same_noise_in_group: online DPO samples with a"),
+        ("dpo_offline", "sample.group_size=4", "sample.group_size: method.options.pairs=dataset makes a prompt"),
+        ("dgpo", "method.options.beta_dpo=-1", "method.options.beta_dpo: must be > 0, got -1"),
+        ("dgpo", "method.options.kl_cfg=0.5", "method.options.kl_cfg: must be >= 1"),
+        ("dgpo", "method.options.num_noisings=5", "method.options.num_noisings: 5 distinct times from the first"),
+        ("dgpo", "method.options.trunc_steps=4", "method.options.trunc_steps: 4 must be below sample.num_steps=4"),
+        ("sft", "method.options.num_noisings=0", "method.options.num_noisings: must be >= 1, got 0"),
+    ],
+)
+def test_option_errors_are_one_line(name, override, message):
+    with pytest.raises(ConfigError, match=message) as err:
+        build_method(resolve_config("tiny-cpu", [*SMALL, *RUNS[name], override]))
+    assert "\n" not in str(err.value)
+
+
+def test_dataset_methods_need_no_reward_but_evaluation_does(tmp_path):
+    from flowrl.preflight import preflight
+
+    with pytest.raises(ConfigError, match="log.eval_every: evaluation scores with a reward and none is configured"):
+        preflight(resolve_config("tiny-cpu", [*SMALL, *RUNS["sft"], "log.eval_every=5"]))
