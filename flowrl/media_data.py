@@ -126,6 +126,19 @@ def load_images(paths: list[Path], resolution: int) -> torch.Tensor:
 
 
 @torch.no_grad()
+def check_family_encodes(cfg: Any, method: str) -> None:
+    """Refuse, before any weight loads, a family whose media a dataset method cannot encode: it needs the
+    adapter's ``encode_media``, or latents that are an image VAE's own ``(C, h, w)`` (``image_vae_latents``)."""
+    from flowrl.pipelines.base import adapter_class
+
+    cls = adapter_class(cfg.model.pipeline)
+    if getattr(cls, "encode_media", None) is None and not getattr(cls, "image_vae_latents", False):
+        raise ConfigError(
+            f"method {method} encodes its dataset's media into latents, and model.pipeline={cfg.model.pipeline} "
+            "has no encode_media (its latents are not an image VAE's (C, h, w)); use model.pipeline=sd3 or z_image"
+        )
+
+
 def encode_images(adapter: Any, images: torch.Tensor) -> torch.Tensor:
     """Clean latents of images (B, 3, H, W) in [0, 1]: the family's own ``encode_media`` where it has one, else
     the inverse of an SD3-form ``decode`` (``(mean of the VAE posterior - shift) x scaling``, the latents the

@@ -80,9 +80,6 @@ class Trainer:
         torch.manual_seed(seed_of(cfg.seed, "init", 0))
         self.prompts = load_train_prompts(cfg.data)
         eval_items = load_eval_prompts(cfg.data)  # a dataset folder: its test split
-        takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images, before any model loads
-        check_source_images(self.prompts, takes, cfg.model.pipeline)
-        check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
         self.read_images = ImageCache()
         # any negative prompt: every rollout batch's conditioning holds each row's negative (else CFG's is "")
         self._own_negatives = uses_negatives(self.prompts)
@@ -94,6 +91,9 @@ class Trainer:
         self.needs = self.method.needs()
         check_whole_groups(cfg, self.method, world)
         preflight(cfg)  # the inputs that a model build would only trip over later
+        takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images, before any model loads, after the settings
+        check_source_images(self.prompts, takes, cfg.model.pipeline)
+        check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
         self.out, self._run_lock = runs.prepare_run_dir(cfg, self.acc)
         resume_path = runs.resolve_resume(cfg, self.out) if cfg.resume else None
         self._signals = StopSignals(defer_always=world > 1)

@@ -66,9 +66,9 @@ METHOD_SETTINGS: dict[str, list[str]] = {
     "dpo": ["sample.same_noise_in_group=false"],
     "dgpo": ["sample.same_noise_in_group=false", "method.options.global_std=false"],
 }  # fmt: skip
-# methods that learn from a dataset instead of the toy reward (SFT: the toy model's pretraining is one), so have
-# no run on the toy benchmark
-DATASET_METHODS = ("sft",)
+# methods with no run on the toy benchmark: SFT learns from a dataset instead of the toy reward (the toy model's
+# pretraining is one); reward backprop needs a differentiable reward, and the toy's is an exact detector
+NO_TOY_RUN = ("sft", "reward_backprop")
 # (GRPO-Guard's paper clips 50x tighter than Flow-GRPO, 2e-6 against 1e-4. On the toy that changes nothing:
 # one optimizer step per iteration leaves every ratio at exactly 1, and a run at 2e-5 was bit-identical.)
 
@@ -79,7 +79,7 @@ def runs_to_make(only: list[str] | None) -> dict[str, list[str]]:
     runs = {
         name: [f"method.name={name}", *METHOD_SETTINGS.get(name, [])]
         for name in list_methods("image")
-        if name not in DATASET_METHODS
+        if name not in NO_TOY_RUN
     }
     runs.update({name: ["method.name=flow_grpo", *extra] for name, extra in VARIANTS.items()})
     if only:

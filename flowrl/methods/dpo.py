@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from flowrl.configkit import ConfigError
-from flowrl.media_data import data_root, encode_images, load_images, row_media
+from flowrl.media_data import check_family_encodes, data_root, encode_images, load_images, row_media
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.forward_process import Endpoints
 from flowrl.methods.seam import Advantages, Needs, RewardTable
@@ -40,8 +40,8 @@ class NoisingOptions:
 
     num_noisings: int = 1  # K noisings of each sample (of each pair), each a loss item (Flow-Factory: 1)
     time_law: str = "logit_normal"  # logit_normal: t = sigmoid(mean + std z) | uniform
-    logit_mean: float = 0.0
-    logit_std: float = 1.0
+    logit_mean: float = 0.0  # the logit-normal law's mean (Flow-Factory: 0)
+    logit_std: float = 1.0  # the logit-normal law's std (Flow-Factory: 1)
     # t <- s t / (1 + (s - 1) t): flow_grpo indexes SD3's scheduler (shift 3) with the logit-normal draw
     time_shift: float = 3.0
 
@@ -146,6 +146,8 @@ class DPO(MethodBase):
         return frozenset({"endpoints"})
 
     def needs(self) -> Needs:
+        if self.offline:
+            check_family_encodes(self.cfg, self.name)
         return Needs(
             media=("image",) if self.offline else self.media,
             whole_groups=True,  # a pair's two rows train in one unit

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from flowrl.media_data import check_family_encodes
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.dpo import NoisingOptions, dataset_latents, draw_noisings
 from flowrl.methods.forward_process import Endpoints
@@ -39,6 +40,7 @@ class SFT(MethodBase):
         return frozenset({"endpoints"})
 
     def needs(self) -> Needs:
+        check_family_encodes(self.cfg, self.name)
         return Needs(
             media=self.media,
             onpolicy_check="it records no per-step log-probs to recompute",

@@ -37,6 +37,7 @@ SD3_LORA_TARGETS = [
 class SD3Adapter:
     """SD3/SD3.5 for RL. ``pipe`` is a ``StableDiffusion3Pipeline``; the transformer is the policy."""
 
+    image_vae_latents = True  # latents are the VAE's own (C, h, w): dataset methods encode images into them
     lora_target_modules = SD3_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"

@@ -56,6 +56,7 @@ def check_model_path(model_cfg) -> None:
 class ZImageAdapter:
     """Z-Image / Z-Image-Turbo for RL. ``pipe`` is a ``ZImagePipeline``; the transformer is the policy."""
 
+    image_vae_latents = True  # latents are the VAE's own (C, h, w): dataset methods encode images into them
     lora_target_modules = Z_IMAGE_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"

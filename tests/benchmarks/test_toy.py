@@ -219,12 +219,12 @@ def test_recipe_validates_and_help_works():
 def test_each_methods_toy_recipe_is_what_the_comparison_runs():
     """toy-<method>.yaml (for ``flowrl eval toy toy-<method>``) resolves to the comparison's run of that
     method: toy-flow-grpo with ``method.name`` and ``METHOD_SETTINGS`` (output_dir aside)."""
-    from flowrl.benchmarks.toy.compare import DATASET_METHODS, METHOD_SETTINGS, RECIPE
+    from flowrl.benchmarks.toy.compare import NO_TOY_RUN, METHOD_SETTINGS, RECIPE
     from flowrl.config import recipe_names, resolve_config
     from flowrl.methods import list_methods
 
     for method in list_methods("image"):
-        if method == "flow_grpo" or method in DATASET_METHODS:
+        if method == "flow_grpo" or method in NO_TOY_RUN:
             continue
         name = f"toy-{method.replace('_', '-')}"
         assert name in recipe_names(), name

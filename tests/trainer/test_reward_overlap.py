@@ -83,13 +83,18 @@ def test_no_reward_worker_outlives_the_run(tmp_path, one_thread):
     (a daemon thread still alive while the interpreter tears torch down can abort a process at exit)."""
     import threading
 
+    before = set(threading.enumerate())  # other tests' trainers that never ran train() may hold theirs
+
+    def workers():
+        return [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards") and t not in before]
+
     trainer = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "train.reward_in_flight=3"]))
     trainer.train()
-    assert not [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")]
+    assert not workers()
     trainer.step(2)  # a step after the run starts them again
-    assert [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")]
+    assert workers()
     trainer.scoring.close()
-    assert not [t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")]
+    assert not workers()
 
 
 @pytest.mark.parametrize("policy", ["skip", "stop"])
