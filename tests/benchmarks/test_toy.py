@@ -219,7 +219,7 @@ def test_recipe_validates_and_help_works():
 def test_each_methods_toy_recipe_is_what_the_comparison_runs():
     """toy-<method>.yaml (for ``flowrl eval toy toy-<method>``) resolves to the comparison's run of that
     method: toy-flow-grpo with ``method.name`` and ``METHOD_SETTINGS`` (output_dir aside)."""
-    from flowrl.benchmarks.toy.compare import NO_TOY_RUN, METHOD_SETTINGS, RECIPE
+    from flowrl.benchmarks.toy.compare import METHOD_SETTINGS, NO_TOY_RUN, RECIPE
     from flowrl.config import recipe_names, resolve_config
     from flowrl.methods import list_methods
 

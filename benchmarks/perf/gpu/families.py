@@ -215,7 +215,7 @@ FAMILY_NAMES = {
     "qwen_image": "Qwen-Image",
 }
 LOADERS = {
-    "flux": "load_flux_pipeline",
+    "flux": "load_pretrained_pipeline",
     "wan": "load_wan_pipeline",
     "wan_i2v": "load_pretrained_pipeline",
     "stable_audio": "load_stable_audio_pipeline",
@@ -475,14 +475,16 @@ def family_trainer(name: str, cfg, pipe):
     from flowrl.trainer import Trainer
 
     cls = adapter_class(name)
-    module = sys.modules[cls.__module__]
+    # the module that calls the loader: the adapter's own, or the kit base it builds on (FLUX.1's kit/flux1.py)
+    owner = next(k for k in cls.__mro__ if "from_config" in vars(k))
+    module = sys.modules[owner.__module__]
 
     def nothing(model_cfg) -> None:
         return None
 
     with (
         mock.patch.object(module, LOADERS[name], lambda *a, **k: pipe),
-        mock.patch.object(module, "check_model_path", nothing),
+        mock.patch.object(module, "check_model_path", nothing, create=True),
         mock.patch.object(cls, "check_model_path", staticmethod(nothing)),
     ):
         return Trainer(cfg)

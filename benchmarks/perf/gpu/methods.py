@@ -19,6 +19,11 @@ METHOD_OVERRIDES: dict[str, list[str]] = {
     "e_grpo": ["sample.batch_size={group}"],
     # the smoke's 2 steps hold a time stratum only with every grid index (the full 10 steps hold its 6 either way)
     "awm": ["method.options.time_fraction=1.0"],
+    "dgpo": ["method.options.trunc_steps=1", "method.options.num_noisings=1"],  # the smoke's 2-step grid
+    # a differentiable reward to backpropagate through
+    "reward_backprop": ["reward={{smoothness: 1.0}}", "reward_args={{}}"],  # (str.format: braces doubled)
+    # a dataset method: the shipped folder's images, no reward
+    "sft": ["data.prompts=builtin:preference_pairs", "reward={{}}", "reward_args={{}}", "log.eval_every=0"],
 }
 
 
