@@ -91,7 +91,8 @@ class Trainer:
         self.needs = self.method.needs()
         check_whole_groups(cfg, self.method, world)
         preflight(cfg)  # the inputs that a model build would only trip over later
-        takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images, before any model loads, after the settings
+        # each row's source images, checked after the settings and before any model loads
+        takes = source_images_of(adapter_class(cfg.model.pipeline))
         check_source_images(self.prompts, takes, cfg.model.pipeline)
         check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
         self.out, self._run_lock = runs.prepare_run_dir(cfg, self.acc)
