@@ -29,3 +29,22 @@ def lora_metadata(transformer: torch.nn.Module) -> dict | None:
     except (TypeError, ValueError):
         logger.warning("the LoRA config is not JSON: exported without it (diffusers will assume alpha = rank)")
         return None
+
+
+def load_run_export(adapter: Any, run_dir: Any, transformer_class: str) -> str | None:
+    """Load what a run exported into ``adapter.pipe``: ``lora/`` through the pipeline's ``load_lora_weights``, or a
+    fine-tuned ``transformer/`` of the diffusers class ``transformer_class``; returns what, or None."""
+    from pathlib import Path
+
+    import diffusers
+
+    run_dir = Path(run_dir)
+    if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
+        adapter.pipe.load_lora_weights(str(run_dir / "lora"))
+        return "LoRA"
+    if (run_dir / "transformer" / "config.json").is_file():
+        cls = getattr(diffusers, transformer_class)
+        trained = cls.from_pretrained(run_dir / "transformer", torch_dtype=adapter.compute_dtype)
+        adapter.pipe.transformer = trained.to(adapter.device)
+        return "fine-tuned transformer"
+    return None

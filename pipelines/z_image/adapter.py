@@ -40,7 +40,7 @@ import torch
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
-from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.lora import load_run_export, lora_metadata
 from flowrl.pipelines.kit.prompts import cached_rows
 from flowrl.pipelines.z_image import layout
 
@@ -283,17 +283,7 @@ class ZImageAdapter:
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        run_dir = Path(run_dir)
-        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
-            self.pipe.load_lora_weights(str(run_dir / "lora"))
-            return "LoRA"
-        if (run_dir / "transformer" / "config.json").is_file():
-            from diffusers import ZImageTransformer2DModel
-
-            trained = ZImageTransformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.compute_dtype)
-            self.pipe.transformer = trained.to(self.device)
-            return "fine-tuned transformer"
-        return None
+        return load_run_export(self, run_dir, "ZImageTransformer2DModel")
 
     def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
         """A diffusers LoRA ``ZImagePipeline.load_lora_weights(directory)`` loads, with the peft config."""
