@@ -178,11 +178,13 @@ class DPO(MethodBase):
         x_t, t, noise = traj.x_t(j), traj.t[:, j], traj.noise[:, j]
         chosen, rejected = pair_rows(advantages, traj.prompt_ids)
         v = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale)
-        if len(chosen) == 0:  # a padding pass (no pair here): keep the forward in step with other processes
-            loss = 0.0 * v.mean()
-            return TransitionLoss(loss, loss.detach())
+        # The reference forward runs on a pass without a pair too: under DDP or FSDP every forward is a collective
+        # (buffer broadcast, shard gathers), so each process must make the same calls in the same order.
         with torch.no_grad(), ctx.reference_weights() as ref:
             v_ref = ctx.velocity(x_t, t, cond, guidance_scale=ctx.conditional_scale, model=ref)
+        if len(chosen) == 0:  # a padding pass (no pair here): a zero loss that still reaches every parameter
+            loss = 0.0 * v.mean()
+            return TransitionLoss(loss, loss.detach())
         err, ref_err = velocity_error(v, noise, traj.x0), velocity_error(v_ref, noise, traj.x0)
         loss = dpo_loss(err[chosen], ref_err[chosen], err[rejected], ref_err[rejected], self.options.beta).mean()
         return TransitionLoss(loss, loss.detach())
