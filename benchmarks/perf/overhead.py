@@ -13,6 +13,10 @@ For each model size it times, alternating the two sides so that machine noise hi
   steps.
 * **iteration**: one whole flowrl iteration (rollout, decode, reward, advantages, update) vs the bare
   pieces: pipeline sampling, decode, the same reward call, bare forwards+backwards.
+* **iteration_flow_grpo**: the same whole flowrl iteration vs one iteration as flow_grpo's own loop makes it
+  (``_flow_grpo_loop``: the bare pieces plus what that loop does besides: encoding each batch's prompts, the SDE
+  step's log-prob at every sampling step, and the log-prob, PPO-clip and KL of each trained step), on the same
+  model, latents, reward and trained steps.
 * **reward_overlap**: 4 rollout batches whose reward answers after ``slowness`` times one batch's rollout
   (a served judge's latency): rollout plus reward with each batch scored while the next samples
   (``train.reward_overlap``, the default; ``train.reward_in_flight`` calls at once where the tree has that
@@ -34,6 +38,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import time
@@ -196,6 +201,93 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float, float, flo
     return _side_by_side(ours, bare, repeats)
 
 
+def _flow_grpo_sde_step(x, v, sigmas: list[float], j: int, a: float, x_next=None, generator=None):
+    """Flow-GRPO's SDE step j with its log-prob, written from its rules (``sde_step_with_logprob``): the mean
+    x (1 + s^2 dt / 2 sigma) + v (1 + s^2 (1 - sigma) / 2 sigma) dt with s = a sqrt(sigma / (1 - sigma))
+    (sigma 1 in the denominator read as the grid's second sigma), the std s sqrt(-dt), and the Gaussian
+    log-density of the next state averaged over its elements."""
+    sigma, dt = sigmas[j], sigmas[j + 1] - sigmas[j]
+    s = a * math.sqrt(sigma / (1 - (sigmas[1] if sigma >= 1 else sigma)))
+    mean = x * (1 + s**2 / (2 * sigma) * dt) + v * (1 + s**2 * (1 - sigma) / (2 * sigma)) * dt
+    std = s * math.sqrt(-dt)
+    if x_next is None:
+        x_next = mean + std * torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+    log_prob = -((x_next.detach() - mean) ** 2) / (2 * std**2) - math.log(std) - math.log(math.sqrt(2 * math.pi))
+    return x_next, log_prob.mean(dim=tuple(range(1, x.ndim))), mean, std
+
+
+def _flow_grpo_loop(tr: Trainer, batches) -> None:
+    """One iteration as flow_grpo's own loop makes it (``scripts/train_sd3.py``, written from its rules, not its
+    code) on the same model, prompts, latents, reward and trained steps as flowrl's: encode each batch's prompts,
+    sample with the SDE step's log-prob at every step (CFG in one forward), decode, score, group-normalise the
+    rewards, then per trained step a forward with grad, the log-prob of the recorded next state, PPO-clip on the
+    ratio and, with beta above 0, the reference forward (LoRA off) and the Gaussian KL of the two means."""
+    ad, cfg = tr.adapter, tr.cfg
+    w, a, steps = cfg.sample.guidance_scale, tr.method.options.noise_level, cfg.sample.num_steps
+    clip, beta = tr.method.options.clip_range, tr.method.options.beta
+    sigmas = [float(x) for x in ad.sigmas(steps)]
+    generator = torch.Generator(ad.device).manual_seed(1)
+    rollouts = []
+    for b in batches:
+        inputs = ad.model_inputs(ad._encode(b.prompts), w)  # flow_grpo encodes each batch's prompts
+        x = b.traj.state(0).clone()
+        states, log_probs = [x], []
+        with torch.no_grad():
+            for j in range(steps):
+                v = ad.velocity(x, sigmas[j], inputs, w)
+                x, lp, _, _ = _flow_grpo_sde_step(x, v, sigmas, j, a, generator=generator)
+                states.append(x)
+                log_probs.append(lp)
+        rollouts.append((b, inputs, states, torch.stack(log_probs, dim=1), ad.decode(x).cpu()))
+    images = torch.cat([r[4] for r in rollouts])
+    rewards = tr.reward(images, [p for b in batches for p in b.prompts], [m for b in batches for m in b.metadata])
+    scores = rewards.scores.float()
+    groups = torch.cat([b.traj.prompt_ids for b in batches])
+    adv = torch.zeros_like(scores)
+    for g in torch.unique(groups):
+        rows = groups == g
+        adv[rows] = (scores[rows] - scores[rows].mean()) / (scores[rows].std() + 1e-4)
+    adv = adv.clamp(-5, 5)
+    trained = list(batches[0].traj.plan.trained_indices)
+    start = 0
+    for b, inputs, states, old_lp, _ in rollouts:
+        a_b = adv[start : start + len(b.traj)].to(ad.device)
+        start += len(b.traj)
+        for j in trained:
+            v = ad.velocity(states[j], sigmas[j], inputs, w, model=tr.model)
+            _, lp, mean, std = _flow_grpo_sde_step(states[j], v, sigmas, j, a, x_next=states[j + 1])
+            ratio = torch.exp(lp - old_lp[:, j])
+            loss = torch.maximum(-a_b * ratio, -a_b * ratio.clamp(1 - clip, 1 + clip)).mean()
+            if beta > 0:
+                with torch.no_grad():
+                    ad.transformer.disable_adapters()
+                    try:
+                        v_ref = ad.velocity(states[j], sigmas[j], inputs, w, model=tr.model)
+                    finally:
+                        ad.transformer.enable_adapters()
+                    _, _, mean_ref, _ = _flow_grpo_sde_step(states[j], v_ref, sigmas, j, a, states[j + 1])
+                kl = ((mean - mean_ref) ** 2).mean(dim=tuple(range(1, mean.ndim))) / (2 * std**2)
+                loss = loss + beta * kl.mean()
+            tr.acc.backward(loss / len(trained))
+    tr.acc.clip_grad_norm_(list(tr.trainable.values()), 1.0)
+    tr.optimizer.step()
+    tr.optimizer.zero_grad(set_to_none=True)
+
+
+def bench_iteration_flow_grpo(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
+    """A whole flowrl iteration against flow_grpo's loop (``_flow_grpo_loop``): what flowrl adds beyond the
+    work flow_grpo's own loop does, where ``iteration`` compares with bare diffusers work that records no
+    log-prob and computes no PPO or KL loss."""
+    batches, _ = tr.collect(0)
+    state = {"it": 100}
+
+    def ours():
+        state["it"] += 1
+        return tr.step(state["it"])
+
+    return _side_by_side(ours, lambda: _flow_grpo_loop(tr, batches), repeats)
+
+
 class SleepingReward:
     """Brightness, answered after ``seconds``: the latency of a served judge or a detector in another process."""
 
@@ -258,20 +350,22 @@ BENCHES = {
     "rollout": bench_rollout,
     "update": bench_update,
     "iteration": bench_iteration,
+    "iteration_flow_grpo": bench_iteration_flow_grpo,
     "reward_overlap": bench_reward_overlap,
 }
 
 
 TARGETS = {  # the largest ratio the speed targets accept
     "iteration": 1.03,
+    "iteration_flow_grpo": 1.03,
     "reward_overlap x1": 0.61,
     "reward_overlap x2": 0.52,
 }
 
 
 def _target(row: dict) -> float | None:
-    if row["what"] == "iteration":
-        return TARGETS["iteration"]
+    if row["what"] in ("iteration", "iteration_flow_grpo"):
+        return TARGETS[row["what"]]
     if row["what"] == "reward_overlap":
         return TARGETS.get(f"reward_overlap x{row['slowness']:g}")
     return None
@@ -321,7 +415,7 @@ def run(
             for name in what:
                 if name == "rollout" and k == 0:
                     rows.append(_row(size, params, name, *bench_rollout(tr, repeats)))
-                elif name in ("update", "iteration"):
+                elif name in ("update", "iteration", "iteration_flow_grpo"):
                     rows.append(_row(size, params, name, *BENCHES[name](tr, repeats), beta=beta))
                 elif name == "reward_overlap" and k == 0:
                     for s in slowness:
@@ -341,6 +435,8 @@ def _label(row: dict) -> str | None:
     """The summary column of ``row``: the figures the speed targets name, else None."""
     if row["what"] == "iteration":
         return f"iteration/bare beta {row['beta']:g}"
+    if row["what"] == "iteration_flow_grpo":
+        return f"iteration/flow_grpo loop beta {row['beta']:g}"
     if row["what"] == "reward_overlap":
         return f"slow reward x{row['slowness']:g} / serial ({row['in_flight']} in flight)"
     return None
@@ -382,7 +478,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--out", default="/tmp/flowrl-perf")
-    p.add_argument("--what", default="rollout,update,iteration,reward_overlap", help="which comparisons to run")
+    p.add_argument(
+        "--what", default="rollout,update,iteration,iteration_flow_grpo,reward_overlap", help="which comparisons to run"
+    )
     p.add_argument("--betas", default="0,0.004", help="method.options.beta values for update and iteration")
     p.add_argument("--beta", type=float, default=None, help="one method.options.beta (instead of --betas)")
     p.add_argument("--slowness", default="1,2", help="reward latency in units of one batch's rollout")

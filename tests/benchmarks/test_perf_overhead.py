@@ -1,0 +1,29 @@
+"""The overhead benchmark's flow_grpo side does Flow-GRPO's step math: its log-prob and mean equal flowrl's
+``flow_sde`` on the same inputs (so iteration/flow_grpo compares the same work), and a run prints both ratios."""
+
+import torch
+
+from flowrl.benchmarks.perf import overhead
+from flowrl.sde import flow_sde
+
+
+def test_the_flow_grpo_side_steps_as_flow_sde_does():
+    g = torch.Generator().manual_seed(0)
+    x, v, x_next = (torch.randn(3, 4, 8, 8, generator=g) for _ in range(3))
+    sigmas = [1.0, 0.9, 0.6, 0.0]
+    for j in (0, 1):
+        _, lp, mean, std = overhead._flow_grpo_sde_step(x, v, sigmas, j, 0.7, x_next=x_next)
+        ref = flow_sde(v, x, sigmas[j], sigmas[j + 1], 0.7, sigma_at_one=sigmas[1], x_next=x_next)
+        torch.testing.assert_close(mean, ref.mean, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lp, ref.log_prob, rtol=1e-5, atol=1e-5)
+        assert abs(std - float(ref.std.flatten()[0])) < 1e-6
+
+
+def test_the_summary_names_both_iteration_ratios():
+    rows = [
+        {"size": "tiny", "transformer_params_m": 0.08, "what": w, "beta": 0.0, "ratio": r}
+        for w, r in (("iteration", 1.05), ("iteration_flow_grpo", 0.99))
+    ]
+    text = overhead.summary(rows)
+    assert "iteration/bare beta 0" in text and "iteration/flow_grpo loop beta 0" in text
+    assert "1.050 (> 1.03)" in text and "0.990 (<= 1.03)" in text
