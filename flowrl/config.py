@@ -58,6 +58,10 @@ class ModelConfig:
     # two-expert video models (Wan 2.2 A14B): which experts train, the high-noise one (t >= boundary), the
     # low-noise one, or both; an expert that does not train stays frozen and samples as it is
     trained_experts: str = "both"
+    # editing families that resize each source image to a pixel area (qwen_image_edit: its VAE size, and what the
+    # VL encoder sees of it, at most Edit-Plus's 384 x 384): that area; null: the pipeline's own (1024 x 1024). A
+    # smaller area makes CPU-sized runs possible; the pipeline itself has no such setting
+    source_area: int | None = None
     max_sequence_length: int = 128  # T5 tokens
     # distinct prompts whose embeddings stay on the device (least recently used dropped); 0: none kept
     prompt_cache: int = 1024
@@ -85,6 +89,8 @@ class ModelConfig:
             if getattr(self, name) is not None:
                 _positive(f"model.{name}", getattr(self, name))
         _choice("model.trained_experts", self.trained_experts, ("both", "high_noise", "low_noise"))
+        if self.source_area is not None and self.source_area < 32 * 32:
+            raise ConfigError(f"model.source_area: at least 1024 pixels (32 x 32), got {self.source_area}")
         _positive("model.max_sequence_length", self.max_sequence_length)
         if self.attention_backend is not None:
             from diffusers.models.attention_dispatch import AttentionBackendName

@@ -23,16 +23,16 @@ PUBLISHED = {
 }
 
 
-def _source_grid(height: int, width: int) -> tuple[int, int]:
-    from flowrl.pipelines.qwen_image_edit.layout import condition_size
+def _source_grid(height: int, width: int, area: int | None = None) -> tuple[int, int]:
+    from flowrl.pipelines.qwen_image_edit.layout import VAE_AREA, condition_size
 
-    h, w = condition_size(height, width)
+    h, w = condition_size(height, width, area or VAE_AREA)
     return h // 16, w // 16
 
 
 def layout(cfg: Config, parts: FamilyParts) -> Layout:
     base = qwen_image.layout(cfg, parts)
-    sh, sw = _source_grid(*cfg.model.size)
+    sh, sw = _source_grid(*cfg.model.size, cfg.model.source_area)
     tokens = base.main_tokens + sh * sw
     return dataclasses.replace(base, grid=(*base.grid, sh, sw), main_tokens=tokens)
 

@@ -199,7 +199,13 @@ class QwenImageCore:
             device,
             prompt_cache=model_cfg.prompt_cache,
             attention_backend=getattr(model_cfg, "attention_backend", None),
+            **cls.options(model_cfg),
         )
+
+    @classmethod
+    def options(cls, model_cfg) -> dict:
+        """The constructor's family-specific keywords from ``ModelConfig`` (none for Qwen-Image)."""
+        return {}
 
     @property
     def transformer(self) -> torch.nn.Module:

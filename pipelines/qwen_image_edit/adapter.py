@@ -61,12 +61,14 @@ class QwenImageEditAdapter(QwenImageCore):
     source_images = (1, 3)  # Edit-Plus's; an Edit pipeline's adapter takes (1, 1)
     tiny_recipe = "tiny-qwen-image-edit"
 
-    def __init__(self, pipe, *args, **kwargs):
+    def __init__(self, pipe, *args, source_area: int | None = None, **kwargs):
         super().__init__(pipe, *args, **kwargs)
         self.plus = type(pipe).__name__ == "QwenImageEditPlusPipeline"
         self.source_images = (1, 3) if self.plus else (1, 1)
-        self.vae_size = layout.condition_size(self.height, self.width)  # (h, w) each source is VAE-encoded at
-        self.vl_size = layout.condition_size(self.height, self.width, CONDITION_AREA) if self.plus else self.vae_size
+        area = source_area or layout.VAE_AREA  # model.source_area: flowrl's smaller size for CPU-sized runs
+        self.vae_size = layout.condition_size(self.height, self.width, area)  # (h, w) each source is VAE-encoded at
+        vl_area = min(CONDITION_AREA, area)
+        self.vl_size = layout.condition_size(self.height, self.width, vl_area) if self.plus else self.vae_size
         self._sources = 1  # source images per row of the latest encode_prompts call (the transformer's img_shapes)
         self._latent_cache: OrderedDict[str, Conditioning] = OrderedDict()  # packed source latents by content
         self._pending: dict[str, list] = {}  # the current call's fitted PIL images by content hash
@@ -83,6 +85,10 @@ class QwenImageEditAdapter(QwenImageCore):
             cls.check_model_path(model_cfg)
             pipe = load_qwen_image_edit_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
         return cls.from_pipeline(pipe, model_cfg, device)
+
+    @classmethod
+    def options(cls, model_cfg) -> dict:
+        return {"source_area": getattr(model_cfg, "source_area", None)}
 
     # ------------------------------------------------------------------ source images
     def _pil(self, images: list[torch.Tensor]) -> list:

@@ -20,9 +20,9 @@ def condition_size(height: int, width: int, area: int = VAE_AREA) -> tuple[int, 
     return round(w / ratio / 32) * 32, round(w / 32) * 32
 
 
-def source_tokens(height: int, width: int, images: int = 1) -> int:
-    """Packed tokens of ``images`` source images fitted to the output's aspect ratio."""
-    h, w = condition_size(height, width)
+def source_tokens(height: int, width: int, images: int = 1, area: int = VAE_AREA) -> int:
+    """Packed tokens of ``images`` source images fitted to the output's aspect ratio at ``area`` pixels."""
+    h, w = condition_size(height, width, area)
     return images * image_seq_len(h, w, QWEN_VAE_SCALE_FACTOR)
 
 
@@ -30,4 +30,5 @@ def for_model(model_cfg) -> Layout:
     """The generated latent, and the transformer's tokens with one source image."""
     height, width = model_cfg.size
     shape = latent_shape(height, width)
-    return Layout(shape, shape[0] + source_tokens(height, width))
+    area = getattr(model_cfg, "source_area", None) or VAE_AREA
+    return Layout(shape, shape[0] + source_tokens(height, width, area=area))

@@ -117,3 +117,29 @@ def test_a_lora_export_loads_back_into_the_edit_pipeline(edit, tmp_path, one_thr
     assert edit.load_trained(tmp_path) == "LoRA"
     loaded = {k for k, _ in edit.transformer.named_parameters() if "lora_" in k}
     assert len(loaded) == len([k for k, _ in trained.transformer.named_parameters() if "lora_" in k]) > 0
+
+
+def test_model_source_area_sets_the_source_size_the_layout_and_the_estimate_count(one_thread):
+    """``model.source_area``: each source VAE-encoded (and, for Edit-Plus, seen by the VL encoder, at most 384 x
+    384) at that area instead of the pipelines' 1024 x 1024, so the source's packed tokens in every forward shrink
+    from 64 x 64 to 2 x 2 at 32 x 32; the family layout and the estimate count the same tokens."""
+    from flowrl.config import resolve_config
+    from flowrl.configkit import ConfigError
+    from flowrl.estimate.qwen_image_edit import _source_grid
+    from flowrl.pipelines.qwen_image_edit import QwenImageEditAdapter, layout
+
+    small = ModelConfig(pipeline="qwen_image_edit", path="tiny-plus", resolution=32, max_sequence_length=64,
+                        source_area=32 * 32)  # fmt: skip
+    adapter = QwenImageEditAdapter.from_config(small)
+    assert (adapter.vae_size, adapter.vl_size) == ((32, 32), (32, 32))
+    cond = adapter.encode_prompts(PROMPTS, images=_images(1))
+    assert cond["image_latents"].shape[1] == 2 * 2  # (32 / 8 / 2)^2 packed tokens
+    assert layout.for_model(small).tokens == 2 * 2 + 2 * 2
+    default = ModelConfig(pipeline="qwen_image_edit", path="tiny", resolution=32)
+    assert layout.for_model(default).tokens == 2 * 2 + 64 * 64
+    assert (_source_grid(32, 32), _source_grid(32, 32, 32 * 32)) == ((64, 64), (2, 2))
+    x = torch.randn(2, *adapter.latent_shape)
+    v = adapter.velocity(x, 0.5, adapter.model_inputs(cond, 4.0), 4.0)
+    assert v.shape == x.shape
+    with pytest.raises(ConfigError, match=r"^model.source_area: at least 1024 pixels \(32 x 32\), got 100$"):
+        resolve_config("tiny-qwen-image-edit", ["model.source_area=100"])
