@@ -180,6 +180,7 @@ def _adapter_importable(module: str) -> str | None:
         ("wan", "Wan2.1-1.3B (flowrl iteration)", "wan"),
         ("audio", "SA3-medium (flowrl iteration)", "stable_audio"),
         ("ltx2", "LTX-2 (AV-GRPO) (flowrl iteration)", "ltx2"),
+        ("flux_kontext", "FLUX.1-Kontext-dev (flowrl iteration)", "flux_kontext"),
     ],
 )
 def test_smoke_family_iteration_next_to_its_estimate(what, model, module, capsys):
@@ -204,7 +205,7 @@ def test_unknown_stage_is_refused(capsys):
     assert "--what: unknown stage 'fluxx'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["flux", "wan", "stable_audio"])
+@pytest.mark.parametrize("name", ["flux", "wan", "stable_audio", "flux_kontext"])
 def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
     """What --what flux / wan / audio build on the GPU, built here on meta: the estimate's published tables
     (FLUX.1-dev 11.90B with CLIP-L + T5-XXL; Wan2.1-1.3B 1.42B with UMT5-XXL; SA3 medium 1.45B with T5Gemma-B),
@@ -219,6 +220,7 @@ def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
 
     expected = {
         "flux": (11_901_408_320, 4_885_371_136),
+        "flux_kontext": (11_901_408_320, 4_885_371_136),  # FLUX.1-dev's architecture
         "wan": (1_418_996_800, 5_680_910_336),
         "stable_audio": (1_453_170_944, 281_777_664),
     }[name]
@@ -239,6 +241,8 @@ def test_family_full_sizes_are_the_published_architectures(name, tmp_path):
         assert (m.image_tokens, cfg.train.gradient_checkpointing, cfg.sample.guidance_scale) == (32_760, True, 4.5)
     if name == "flux":
         assert (m.image_tokens, m.passes, cfg.sample.num_steps) == (1024, 1, 6)
+    if name == "flux_kontext":  # the source image's 1,024 packed tokens after the generated ones
+        assert (m.image_tokens, m.passes, cfg.train.gradient_checkpointing) == (2048, 1, True)
     if name == "stable_audio":
         assert (m.image_tokens, m.passes) == (108 + 64, 1)
 

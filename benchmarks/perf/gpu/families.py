@@ -195,6 +195,35 @@ FAMILY_RUNS = {
         "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
     ),
     "qwen_image": FamilyRun("tiny-qwen-image", QWEN_IMAGE_OVERRIDES, QWEN_IMAGE_LABEL),
+    # flux-kontext-edit's settings (Flow-GRPO's counting_flux_kontext: 512 px, 6 steps with 5 trained, guidance
+    # embedding 2.5, noise 0.9, LoRA 64/128 with the feed-forward layers, beta 0, checkpointing) on FLUX.1-Kontext-dev,
+    # each row's source image's 1,024 packed tokens after the generated ones, 6 samples in batches of 3
+    "flux_kontext": FamilyRun(
+        "tiny-edit",
+        [
+            "model.resolution=512",
+            "model.max_sequence_length=512",
+            "train.gradient_checkpointing=true",
+            "sample.num_steps=6",
+            "method.options.timestep_fraction=0.99",
+            "sample.guidance_scale=2.5",
+            "method.options.noise_level=0.9",
+            "sample.group_size=6",
+            "sample.prompts_per_iteration=1",
+            "sample.batch_size=3",
+            "method.options.beta=0.0",
+            "method.options.clip_range=1.0e-4",
+            "train.lora.rank=64",
+            "train.lora.alpha=128",
+            (
+                "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
+                "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
+            ),
+            "log.eval_every=0",
+        ],
+        "512px edit, 1,024 source tokens, 6 samples, batch 3, 6 steps, guidance embedding 2.5, LoRA 64 (+FF), checkpointing",
+        data="builtin:tiny_edit",
+    ),
 }
 # --smoke: the tiny models, two samples of a few steps
 SMOKE_FAMILY_OVERRIDES = [
@@ -213,6 +242,7 @@ FAMILY_NAMES = {
     "z_image": "Z-Image-Turbo",
     "flux2": "FLUX.2-klein-base-4B",
     "qwen_image": "Qwen-Image",
+    "flux_kontext": "FLUX.1-Kontext-dev",
 }
 LOADERS = {
     "flux": "load_pretrained_pipeline",
@@ -223,6 +253,7 @@ LOADERS = {
     "z_image": "load_pretrained_pipeline",
     "flux2": "load_pretrained_pipeline",
     "qwen_image": "load_qwen_image_pipeline",
+    "flux_kontext": "load_pretrained_pipeline",
 }
 
 
@@ -264,6 +295,7 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
     shallow = scale.encoders == "shallow"
     schedulers = {  # made outside the device context: their sigma tables live on the CPU
         "flux": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG),
+        "flux_kontext": lambda: diffusers.FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG),
         "wan": lambda: diffusers.UniPCMultistepScheduler(**WAN_SCHEDULER_CONFIG),
         "wan_i2v": lambda: diffusers.UniPCMultistepScheduler(**WAN_SCHEDULER_CONFIG),
         "stable_audio": lambda: diffusers.FlowMatchEulerDiscreteScheduler(
@@ -282,13 +314,13 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
         tokenizer = qwen3_tokenizer(512)
     else:
         tokenizer = make_word_tokenizer(
-            {"flux": 77, "wan": 512, "wan_i2v": 512, "stable_audio": 256, "ltx2": 1024}[name]
+            {"flux": 77, "flux_kontext": 77, "wan": 512, "wan_i2v": 512, "stable_audio": 256, "ltx2": 1024}[name]
         )
     torch.manual_seed(0)
     # random T5/UMT5 weights can overflow fp16 inside the stack; bf16 has fp32's range
     encoder_dtype = torch.bfloat16 if dtype == torch.float16 else dtype
     with torch.device(device):
-        if name == "flux":
+        if name in ("flux", "flux_kontext"):  # FLUX.1-Kontext-dev is FLUX.1-dev's architecture
             with default_dtype(dtype):
                 transformer = diffusers.FluxTransformer2DModel(**e.FLUX_DEV_TRANSFORMER)
             with default_dtype(encoder_dtype):
@@ -298,15 +330,19 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
                 text_encoder = CLIPTextModel(CLIPTextConfig(**clip, **token_ids()))
                 text_encoder_2 = t5_encoder(e.T5_XXL, shallow)
             vae = diffusers.AutoencoderKL(**e.FLUX_VAE)
-            pipe = diffusers.FluxPipeline(
-                scheduler=scheduler,
-                vae=vae,
-                text_encoder=fp32_kept(text_encoder, encoder_dtype),
-                tokenizer=tokenizer,
-                text_encoder_2=fp32_kept(text_encoder_2, encoder_dtype),
-                tokenizer_2=make_word_tokenizer(512),
-                transformer=fp32_kept(transformer, dtype),
-            )
+            parts = {
+                "scheduler": scheduler,
+                "vae": vae,
+                "text_encoder": fp32_kept(text_encoder, encoder_dtype),
+                "tokenizer": tokenizer,
+                "text_encoder_2": fp32_kept(text_encoder_2, encoder_dtype),
+                "tokenizer_2": make_word_tokenizer(512),
+                "transformer": fp32_kept(transformer, dtype),
+            }
+            if name == "flux":
+                pipe = diffusers.FluxPipeline(**parts)
+            else:
+                pipe = diffusers.FluxKontextPipeline(**parts, image_encoder=None, feature_extractor=None)
         elif name == "wan":
             with default_dtype(dtype):
                 transformer = diffusers.WanTransformer3DModel(**e.WAN21_1_3B)
