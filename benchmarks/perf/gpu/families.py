@@ -13,7 +13,13 @@ from unittest import mock
 import torch
 
 from flowrl.benchmarks.perf.gpu.common import Clock, Scale, default_dtype, fp32_kept, iterate, reset_peak, token_ids
-from flowrl.benchmarks.perf.gpu.qwen_image import QWEN_IMAGE_LABEL, QWEN_IMAGE_OVERRIDES, build_qwen_image
+from flowrl.benchmarks.perf.gpu.qwen_image import (
+    QWEN_IMAGE_EDIT_LABEL,
+    QWEN_IMAGE_EDIT_OVERRIDES,
+    QWEN_IMAGE_LABEL,
+    QWEN_IMAGE_OVERRIDES,
+    build_qwen_image,
+)
 
 
 @dataclass
@@ -195,6 +201,9 @@ FAMILY_RUNS = {
         "10 s clips (108 latent frames), 24 samples, batch 12, 8 steps, guidance 1, LoRA 32",
     ),
     "qwen_image": FamilyRun("tiny-qwen-image", QWEN_IMAGE_OVERRIDES, QWEN_IMAGE_LABEL),
+    "qwen_image_edit": FamilyRun(
+        "tiny-qwen-image-edit", QWEN_IMAGE_EDIT_OVERRIDES, QWEN_IMAGE_EDIT_LABEL, data="builtin:tiny_edit"
+    ),
     # flux-kontext-edit's settings (Flow-GRPO's counting_flux_kontext: 512 px, 6 steps with 5 trained, guidance
     # embedding 2.5, noise 0.9, LoRA 64/128 with the feed-forward layers, beta 0, checkpointing) on FLUX.1-Kontext-dev,
     # each row's source image's 1,024 packed tokens after the generated ones, 6 samples in batches of 3
@@ -243,6 +252,7 @@ FAMILY_NAMES = {
     "flux2": "FLUX.2-klein-base-4B",
     "qwen_image": "Qwen-Image",
     "flux_kontext": "FLUX.1-Kontext-dev",
+    "qwen_image_edit": "Qwen-Image-Edit-2509",
 }
 LOADERS = {
     "flux": "load_pretrained_pipeline",
@@ -254,6 +264,7 @@ LOADERS = {
     "flux2": "load_pretrained_pipeline",
     "qwen_image": "load_qwen_image_pipeline",
     "flux_kontext": "load_pretrained_pipeline",
+    "qwen_image_edit": "load_qwen_image_edit_pipeline",
 }
 
 
@@ -284,8 +295,8 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
             if module is not None:
                 fp32_kept(module, dtype)
         return pipe.to(device)
-    if name == "qwen_image":
-        return build_qwen_image(scale.encoders == "shallow", device, dtype)
+    if name in ("qwen_image", "qwen_image_edit"):
+        return build_qwen_image(scale.encoders == "shallow", device, dtype, edit=name == "qwen_image_edit")
     import diffusers
 
     from flowrl import estimate as e

@@ -1,7 +1,8 @@
-"""Qwen-Image at its published size with random weights for the family stage (``--what qwen_image``): the 20B
-``QwenImageTransformer2DModel`` (its class defaults), the Qwen2.5-VL-7B text encoder (``flowrl.estimate``'s
-table; ``shallow``: 2 text layers and 1 vision block), ``AutoencoderKLQwenImage``'s defaults, the tokenizer made
-in code (``kit.qwen_vl``), and the run's settings."""
+"""Qwen-Image and Qwen-Image-Edit-Plus at their published size with random weights for the family stages
+(``--what qwen_image``, ``--what qwen_image_edit``): the 20B ``QwenImageTransformer2DModel`` (its class defaults),
+the Qwen2.5-VL-7B text encoder (``flowrl.estimate``'s table; ``shallow``: 2 text layers and 1 vision block),
+``AutoencoderKLQwenImage``'s defaults, the tokenizer made in code (``kit.qwen_vl``; for the edit pipeline a
+``Qwen2VLProcessor`` on it with Qwen2.5-VL's 14-pixel patches merged 2 x 2), and the run's settings."""
 
 from __future__ import annotations
 
@@ -39,8 +40,23 @@ QWEN_IMAGE_LABEL = (
 )
 
 
-def build_qwen_image(shallow: bool, device: torch.device, dtype: torch.dtype):
-    """``QwenImagePipeline`` at the published architecture, initialised on ``device`` in ``dtype`` (VAE fp32)."""
+# the edit stage: the same settings editing the shipped rows (builtin:tiny_edit), each source VAE-encoded at the
+# pipelines' 1024 x 1024 area (4,096 packed tokens after the 1,024 generated ones) and seen by the VL encoder at
+# Edit-Plus's 384 x 384; the recipe's reward (SSIM of each edit to its source)
+QWEN_IMAGE_EDIT_OVERRIDES = [
+    *(o for o in QWEN_IMAGE_OVERRIDES if not o.startswith("reward=")),
+    "model.source_area=null",
+    "log.eval_every=0",
+]
+QWEN_IMAGE_EDIT_LABEL = (
+    "512px edit (1,024 + 4,096 source tokens), 8 samples, batch 4, 10 steps, window 2, true CFG 4, LoRA 64 (+MLP), "
+    "checkpointing"
+)
+
+
+def build_qwen_image(shallow: bool, device: torch.device, dtype: torch.dtype, edit: bool = False):
+    """``QwenImagePipeline`` (``edit``: ``QwenImageEditPlusPipeline``) at the published architecture, initialised
+    on ``device`` in ``dtype`` (VAE fp32)."""
     import copy
 
     import diffusers
@@ -63,12 +79,23 @@ def build_qwen_image(shallow: bool, device: torch.device, dtype: torch.dtype):
         with default_dtype(encoder_dtype):
             text_encoder = component("Qwen2_5_VLForConditionalGeneration", encoder)
         vae = diffusers.AutoencoderKLQwenImage()
-    pipe = diffusers.QwenImagePipeline(
-        scheduler=scheduler,
-        vae=vae,
-        text_encoder=fp32_kept(text_encoder, encoder_dtype),
-        tokenizer=make_qwen_tokenizer(),
-        transformer=fp32_kept(transformer, dtype),
-    )
+    parts = {
+        "scheduler": scheduler,
+        "vae": vae,
+        "text_encoder": fp32_kept(text_encoder, encoder_dtype),
+        "tokenizer": make_qwen_tokenizer(),
+        "transformer": fp32_kept(transformer, dtype),
+    }
+    if edit:
+        from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+        vision = encoder["vision_config"]
+        patch, merge = vision["patch_size"], vision["spatial_merge_size"]
+        images = Qwen2VLImageProcessor(patch_size=patch, merge_size=merge, temporal_patch_size=2)
+        videos = Qwen2VLVideoProcessor(patch_size=patch, merge_size=merge, temporal_patch_size=2)
+        processor = Qwen2VLProcessor(image_processor=images, tokenizer=parts["tokenizer"], video_processor=videos)
+        pipe = diffusers.QwenImageEditPlusPipeline(**parts, processor=processor)
+    else:
+        pipe = diffusers.QwenImagePipeline(**parts)
     pipe.set_progress_bar_config(disable=True)
     return pipe

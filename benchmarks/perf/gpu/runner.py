@@ -1,7 +1,7 @@
 """Full-size speed and memory on one GPU, with random weights and nothing from the hub.
 
     python -m flowrl.benchmarks.perf.gpu [--json out.json]   # on a GPU: about 3-5 minutes
-    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio|ltx2|z_image|flux2|qwen_image|flux_kontext --max-seconds 500   # one family's iteration
+    python -m flowrl.benchmarks.perf.gpu --what flux|wan|audio|ltx2|z_image|flux2|qwen_image|flux_kontext|qwen_image_edit --max-seconds 500   # one family's iteration
     python -m flowrl.benchmarks.perf.gpu --smoke             # the same code at toy sizes: seconds on a CPU
 
 Each figure is printed as it is measured, then Markdown tables (the default, ``--what sd35m,wan``: the first
@@ -149,6 +149,7 @@ STAGES: dict[str, Callable[[Run], list[dict]]] = {
     "flux2": _family("flux2"),
     "qwen_image": _family("qwen_image"),
     "flux_kontext": _family("flux_kontext"),
+    "qwen_image_edit": _family("qwen_image_edit"),
 }
 
 
