@@ -70,12 +70,17 @@ def cmd_ls(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from flowrl.config import dump_config, resolve_config
     from flowrl.data import check_source_images, load_eval_prompts, load_train_prompts
+    from flowrl.media_data import as_targets
+    from flowrl.methods import build_method
     from flowrl.pipelines.base import adapter_class, source_images_of
     from flowrl.preflight import preflight
 
     cfg = resolve_config(args.recipe, args.overrides)
     takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images: count and files
-    check_source_images(load_train_prompts(cfg.data), takes, cfg.model.pipeline)
+    items = load_train_prompts(cfg.data)
+    if build_method(cfg).needs().dataset:  # a row's image is the method's target, not a source to edit
+        items = as_targets(items)
+    check_source_images(items, takes, cfg.model.pipeline)
     check_source_images(load_eval_prompts(cfg.data) or [], takes, cfg.model.pipeline, "data.eval_prompts")
     preflight(cfg)
     if args.print:

@@ -144,7 +144,7 @@ class SampleConfig:
     window_size: int | None = None  # deprecated: method.options.window_size
     window_range: list[int] | None = None  # deprecated: method.options.window_range
     timestep_fraction: float | None = None  # deprecated: method.options.timestep_fraction
-    group_size: int = 24  # samples per prompt (G)
+    group_size: int = 24  # samples per prompt (G); at least 2 where the method compares them (1: SFT, reward backprop)
     prompts_per_iteration: int = 48  # prompt groups per iteration, over all processes
     batch_size: int = 9  # samples per rollout forward, per process; also the training minibatch
     same_noise_in_group: bool = False  # group members start from the same initial noise
@@ -153,8 +153,7 @@ class SampleConfig:
         _positive("sample.num_steps", self.num_steps)
         _positive("sample.eval_num_steps", self.eval_num_steps)
         _positive("sample.guidance_scale", self.guidance_scale)
-        if self.group_size < 2:
-            raise ConfigError(f"sample.group_size: GRPO needs at least 2 samples per prompt, got {self.group_size}")
+        _positive("sample.group_size", self.group_size)  # at least 2 where the method compares a group's samples
         _positive("sample.prompts_per_iteration", self.prompts_per_iteration)
         _positive("sample.batch_size", self.batch_size)
 
@@ -353,12 +352,18 @@ class Config:
                 f"{', '.join(self.reward)}); add reward.{orphans[0]}=<weight>, or replace reward_args "
                 "whole (reward_args={...})"
             )
-        from flowrl.methods import check_method_name
+        from flowrl.methods import check_method_name, method_class
 
         try:
             check_method_name(self.method.name)
         except ValueError as exc:
             raise ConfigError(f"method.name: {exc}") from None
+        least = getattr(method_class(self.method.name), "min_group_size", 2)
+        if self.sample.group_size < least:
+            raise ConfigError(
+                f"sample.group_size: method {self.method.name} compares the samples of a prompt, so it needs at "
+                f"least {least} per prompt, got {self.sample.group_size}"
+            )
         if self.run_name is not None and (not self.run_name or "/" in self.run_name or self.run_name in (".", "..")):
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.overwrite and self.resume:

@@ -28,6 +28,20 @@ KINDS = ("preference", "media")
 PICKAPIC = ("jpg_0", "jpg_1", "label_0")
 
 
+def as_targets(items: list) -> list:
+    """Rows whose ``image`` the prompt loader read as a source image (``PromptItem.images``, the editing families'
+    convention): for a method that trains on a dataset that image is the row's target, so it goes back into the
+    row's metadata as ``image`` (an absolute path), and the row has no source image."""
+    import dataclasses
+
+    out = []
+    for item in items:
+        if len(item.images) == 1 and "image" not in item.metadata:
+            item = dataclasses.replace(item, metadata={**item.metadata, "image": item.images[0]}, images=())
+        out.append(item)
+    return out
+
+
 def data_root(spec: str) -> Path:
     """The folder that a row's relative paths start from: ``data.prompts`` itself (``builtin:NAME``: the folder
     shipped in ``flowrl/prompts``), or a ``.jsonl`` file's folder."""
@@ -87,7 +101,7 @@ def check_media_folder(cfg: Any, kind: str) -> None:
             f"media paths, docs/methods.md), got {spec!r}"
         )
     where = split_file(folder, cfg.data.split) if folder.is_dir() else folder
-    items = load_prompts(spec, cfg.data.split, prompt_column=cfg.data.prompt_column)
+    items = as_targets(load_prompts(spec, cfg.data.split, prompt_column=cfg.data.prompt_column))
     root = data_root(spec)
     for n, item in enumerate(items, 1):
         try:

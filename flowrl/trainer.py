@@ -35,6 +35,7 @@ from flowrl.evaluate import Evaluation
 from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, peak_memory_gib, plot_reward_curve, progress, read_metrics, stop_rule_hit, timed
 from flowrl.media import cat_media, media_monitors, save_media, to_cpu
+from flowrl.media_data import as_targets
 from flowrl.methods import build_method, seam
 from flowrl.methods.base import PromptBatch
 from flowrl.methods.context import Context
@@ -90,6 +91,8 @@ class Trainer:
         self.method = build_method(cfg)  # its typed options are checked before any weights load
         self.needs = self.method.needs()
         check_whole_groups(cfg, self.method, world)
+        if self.needs.dataset:  # a row's image is the method's target, not a source to edit
+            self.prompts = as_targets(self.prompts)
         preflight(cfg)  # the inputs that a model build would only trip over later
         # each row's source images, checked after the settings and before any model loads
         takes = source_images_of(adapter_class(cfg.model.pipeline))

@@ -108,12 +108,14 @@ def ensure_model(cfg=None, force: bool = False, args: argparse.Namespace | None 
     """The cached default toy model, pretrained (and its base accuracy measured) if missing."""
     from . import evaluate as ev
     from . import pretrain as pt
+    from .sft_data import ensure_sft_renders
 
     cfg = cfg or pt.ToyModelConfig()
     folder = pt.cached_model(cfg)
     if folder is not None and not force:
         _say(f"reusing the cached toy model {folder}")
         pt.link_default(folder)
+        ensure_sft_renders()  # toy-sft's images (made once; older caches lack them)
         return folder
     per_task = args.images_per_task if args is not None else 32
     steps = args.steps if args is not None and args.steps else ev.DEFAULT_EVAL_STEPS
@@ -126,6 +128,7 @@ def ensure_model(cfg=None, force: bool = False, args: argparse.Namespace | None 
 
     folder = pt.pretrain(cfg, force=force, evaluate_fn=base_eval, progress=_say)
     pt.link_default(folder)
+    ensure_sft_renders()
     return folder
 
 

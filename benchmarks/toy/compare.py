@@ -26,6 +26,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from .sft_data import SFT_FOLDER
+
 RECIPE = "toy-flow-grpo"
 OUTPUTS = ("compare.json", "compare.md", "compare.png")  # written to --out (another comparison's: refused)
 # Flow-GRPO variants expressible by config: name -> overrides.
@@ -65,10 +67,14 @@ METHOD_SETTINGS: dict[str, list[str]] = {
     "awm": ["sample.same_noise_in_group=false"],
     "dpo": ["sample.same_noise_in_group=false"],
     "dgpo": ["sample.same_noise_in_group=false", "method.options.global_std=false"],
+    # SFT learns from correct renders of the training prompts (``sft_data``; no reward), 128 distinct images an
+    # iteration as the others score 128 samples
+    "sft": ["method.options={}", f"data.prompts=~/.cache/flowrl/toy/{SFT_FOLDER}", "sample.group_size=1",
+            "sample.prompts_per_iteration=128"],
 }  # fmt: skip
-# methods with no run on the toy benchmark: SFT learns from a dataset instead of the toy reward (the toy model's
-# pretraining is one); reward backprop needs a differentiable reward, and the toy's is an exact detector
-NO_TOY_RUN = ("sft", "reward_backprop")
+# methods with no run on the toy benchmark: reward backprop needs a differentiable reward, and the toy's is an
+# exact detector
+NO_TOY_RUN = ("reward_backprop",)
 # (GRPO-Guard's paper clips 50x tighter than Flow-GRPO, 2e-6 against 1e-4. On the toy that changes nothing:
 # one optimizer step per iteration leaves every ratio at exactly 1, and a run at 2e-5 was bit-identical.)
 
@@ -108,13 +114,13 @@ def curves(metrics: list[dict], steps_per_iteration: float = 1.0) -> dict[str, l
             out["eval_steps"].append(steps)
             out["eval_images"].append(images)
             out["accuracy"].append(row[ACCURACY])
-        if "reward/mean" in row:
+        if "reward/mean" in row or "timing_s/iteration" in row:  # an iteration's row (SFT's has no reward)
             elapsed += row.get("timing_s/iteration", 0.0)
             steps += row.get("cost/optimizer_steps", steps_per_iteration)
             images += row.get("cost/reward_calls", 0.0)
             out["iteration"].append(row["iteration"])
             out["time_s"].append(elapsed)
-            out["reward"].append(row["reward/mean"])
+            out["reward"].append(row.get("reward/mean", float("nan")))
     return out
 
 
@@ -155,6 +161,12 @@ def run_one(
     from .cli import _evaluate_run
 
     run_dir = out / name
+    if name == "sft":  # its folder of renders, made once into the toy cache
+        from .sft_data import ensure_sft_renders
+
+        made = ensure_sft_renders()
+        if made != Path(f"~/.cache/flowrl/toy/{SFT_FOLDER}").expanduser():  # FLOWRL_CACHE moved the cache
+            overrides = [*overrides, f"data.prompts={made}"]
     cfg = resolve_config(RECIPE, [*common, *overrides, f"output_dir={run_dir}"])
     done = run_dir / RESULT_FILE
     if done.is_file():  # a finished run of the same settings (e.g. from a parallel `--only` invocation)
@@ -193,10 +205,11 @@ def markdown(results: list[dict[str, Any]], note: str) -> str:
         if "error" in r:
             lines.append(f"| {r['name']} | failed: {r['error']} | | | | |")
             continue
+        first, last = r["reward_first"], r["reward_last"]
+        reward = "-" if first is None or first != first else f"{first:.3f} -> {last:.3f}"  # SFT scores nothing
         lines.append(
             f"| {r['name']} | {r['iterations']} x {r['samples_per_iteration']} | {r['train_s']:.0f} | "
-            f"{r['reward_first']:.3f} -> {r['reward_last']:.3f} | {r['base']['accuracy']:.3f} -> "
-            f"{r['trained']['accuracy']:.3f} | {r['gain']:+.3f} |"
+            f"{reward} | {r['base']['accuracy']:.3f} -> {r['trained']['accuracy']:.3f} | {r['gain']:+.3f} |"
         )
     ok = [r for r in results if "error" not in r]
     base = next((r for r in ok if r["name"] == "flow_grpo" and r["curves"]["accuracy"]), None)

@@ -105,6 +105,10 @@ class MethodBase:
     # the method computes a recomputed SDE step and lets a ``policy`` loss part score it (Flow-GRPO's family)
     hosts_policy_loss: bool = False
 
+    # samples per prompt (``sample.group_size``) the method needs: 2 where its credit compares a prompt's samples
+    # (group advantages, pairs); 1 where each sample trains on its own (SFT's targets, a backpropagated reward)
+    min_group_size = 2
+
     def __init__(self, cfg: Any):
         from flowrl.configkit import ConfigError, build_section
         from flowrl.methods.parts import compose

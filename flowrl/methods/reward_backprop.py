@@ -176,6 +176,7 @@ class RewardBackprop(MethodBase):
     Options = RewardBackpropOptions
     default_credit = "uniform"
     default_loss = "reward_backprop"
+    min_group_size = 1  # each sample's reward is backpropagated on its own
     media = ("image", "video")
 
     def __init__(self, cfg: Any):

@@ -35,6 +35,7 @@ class SFT(MethodBase):
     media = ("image",)  # the images it encodes (video and audio targets: not read yet)
     default_credit = "targets"
     default_loss = "flow_matching"
+    min_group_size = 1  # each row is its own target
 
     def records(self) -> frozenset[str]:
         return frozenset({"endpoints"})

@@ -89,7 +89,10 @@ CASES = [
     (V + ["train.lora.dropout=1.0"], "train.lora.dropout: must be in [0, 1)"),
     (V + ["train.lora.init=xavier"], "train.lora.init: 'xavier' is not one of gaussian, default"),
     (V + ["sample.sde_type=ddim"], "method.options.sde_type: 'ddim' is not one of flow_sde, cps, dance_sde"),
-    (V + ["sample.group_size=1"], "sample.group_size: GRPO needs at least 2 samples per prompt"),
+    (
+        V + ["sample.group_size=1"],
+        "sample.group_size: method flow_grpo compares the samples of a prompt, so it needs at least 2",
+    ),
     (V + ["sample.num_steps=0"], "sample.num_steps: must be > 0"),
     (V + ["sample.timestep_fraction=1.5"], "method.options.timestep_fraction: must be in (0, 1]"),
     (V + ["sample.window_size=9"], "method.options.window_size: 9 exceeds sample.num_steps=6"),

@@ -51,7 +51,10 @@ def test_overrides_are_typed():
         ("train.ema=maybe", "train.ema: expected true or false, got 'maybe'"),
         ("train.learning_rate=-1", "train.learning_rate: must be > 0, got -1.0"),
         ("sample.sde_type=sdee", "method.options.sde_type: 'sdee' is not one of flow_sde, cps, dance_sde"),
-        ("sample.group_size=1", "sample.group_size: GRPO needs at least 2 samples per prompt, got 1"),
+        (
+            "sample.group_size=1",
+            "sample.group_size: method flow_grpo compares the samples of a prompt, so it needs at least 2 per prompt, got 1",
+        ),
         ("sample.window_size=20", "method.options.window_size: 20 exceeds sample.num_steps=6"),
         ("model.resolution=30", "model.resolution: must be a multiple of 16, got 30"),
         ("model.dtype=fp8", "model.dtype: 'fp8' is not one of fp32, fp16, bf16"),

@@ -96,3 +96,31 @@ def test_dataset_methods_need_no_reward_but_evaluation_does(tmp_path):
 
     with pytest.raises(ConfigError, match="log.eval_every: evaluation scores with a reward and none is configured"):
         preflight(resolve_config("tiny-cpu", [*SMALL, *RUNS["sft"], "log.eval_every=5"]))
+
+
+def test_sft_trains_from_a_folder_of_prompt_and_image_rows_one_sample_a_prompt(tmp_path, one_thread, capsys):
+    """SFT's documented folder, ``{"prompt": ..., "image": "a.png"}`` rows: the loader reads ``image`` as an
+    editing row's source image, so for a dataset method it goes back to being the row's target (a text-only family
+    then sees no source image to refuse); ``sample.group_size=1`` is allowed for SFT (no group is compared) and
+    refused for a method that compares a prompt's samples."""
+    import json
+
+    from PIL import Image
+
+    from flowrl.cli import main
+
+    folder = tmp_path / "renders"
+    folder.mkdir()
+    rows = []
+    for i, colour in enumerate([(255, 0, 0), (0, 0, 255), (0, 255, 0), (255, 255, 0)]):
+        Image.new("RGB", (32, 32), colour).save(folder / f"{i}.png")
+        rows.append(json.dumps({"prompt": f"a flat colour {i}", "image": f"{i}.png"}) + "\n")
+    (folder / "train.jsonl").write_text("".join(rows))
+    run = ["method.name=sft", f"data.prompts={folder}", "reward={}", "sample.group_size=1",
+           "sample.prompts_per_iteration=4", "train.iterations=1"]  # fmt: skip
+    assert main(["validate", "tiny-cpu", *run]) == 0
+    assert "ok: tiny-cpu is valid" in capsys.readouterr().out
+    (row,) = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'run'}", *SMALL, *run])).train()
+    assert row["cost/nfe"] == 4  # 4 rows, one noising each, the conditional prediction alone
+    with pytest.raises(ConfigError, match="^sample.group_size: method dgpo compares the samples of a prompt"):
+        resolve_config("tiny-cpu", ["method.name=dgpo", "sample.group_size=1"])
