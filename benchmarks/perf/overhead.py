@@ -46,6 +46,7 @@ from typing import Callable
 
 import torch
 
+from flowrl.advantages import clip_advantages, group_advantages
 from flowrl.config import TrainConfig, config_from_dict, resolve_config
 from flowrl.methods.seam import RewardTable
 from flowrl.plan import make_plan
@@ -134,6 +135,19 @@ def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float, float, float
     return _side_by_side(ours, bare, repeats)
 
 
+def _reference_velocity(tr: Trainer, x, sigma: float, inputs, w: float) -> torch.Tensor:
+    """The reference policy's velocity, no grad: the frozen copy (full fine-tuning) or the model with LoRA off."""
+    ad = tr.adapter
+    with torch.no_grad():
+        if tr.ref_model is not None:
+            return ad.velocity(x, sigma, inputs, w, model=tr.ref_model)
+        ad.transformer.disable_adapters()
+        try:
+            return ad.velocity(x, sigma, inputs, w, model=tr.model)
+        finally:
+            ad.transformer.enable_adapters()
+
+
 def _bare_fwd_bwd(tr: Trainer, batches) -> None:
     """The update's transformer calls as plain forward+backward with a trivial loss, same optimizer steps;
     with ``method.options.beta`` above 0 also the reference forward per trained step (no grad, LoRA off or the
@@ -147,16 +161,7 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
             v = ad.velocity(x, sigma, inputs, w, model=tr.model)
             loss = v.square().mean()
             if beta > 0:
-                with torch.no_grad():
-                    if tr.ref_model is not None:
-                        v_ref = ad.velocity(x, sigma, inputs, w, model=tr.ref_model)
-                    else:
-                        ad.transformer.disable_adapters()
-                        try:
-                            v_ref = ad.velocity(x, sigma, inputs, w, model=tr.model)
-                        finally:
-                            ad.transformer.enable_adapters()
-                loss = loss + beta * (v - v_ref).square().mean()
+                loss = loss + beta * (v - _reference_velocity(tr, x, sigma, inputs, w)).square().mean()
             tr.acc.backward(loss / len(plan.trained_indices))
     tr.acc.clip_grad_norm_(list(tr.trainable.values()), 1.0)
     tr.optimizer.step()
@@ -169,14 +174,20 @@ def bench_update(tr: Trainer, repeats: int) -> tuple[float, float, float, float]
     return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
 
 
-def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
-    ad, cfg = tr.adapter, tr.cfg
-    batches, _ = tr.collect(0)
-    state = {"it": 0}
+def _steps(tr: Trainer, first: int) -> Callable[[], object]:
+    """flowrl's side of a whole-iteration comparison: ``tr.step`` of iterations first, first + 1, ..."""
+    state = {"it": first - 1}
 
     def ours():
         state["it"] += 1
         return tr.step(state["it"])
+
+    return ours
+
+
+def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
+    ad, cfg = tr.adapter, tr.cfg
+    batches, _ = tr.collect(0)
 
     def bare():
         out = []
@@ -198,7 +209,7 @@ def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float, float, flo
         tr.reward(images, [p for b in batches for p in b.prompts], [m for b in batches for m in b.metadata])
         _bare_fwd_bwd(tr, batches)
 
-    return _side_by_side(ours, bare, repeats)
+    return _side_by_side(_steps(tr, 1), bare, repeats)
 
 
 def _flow_grpo_sde_step(x, v, sigmas: list[float], j: int, a: float, x_next=None, generator=None):
@@ -241,13 +252,9 @@ def _flow_grpo_loop(tr: Trainer, batches) -> None:
         rollouts.append((b, inputs, states, torch.stack(log_probs, dim=1), ad.decode(x).cpu()))
     images = torch.cat([r[4] for r in rollouts])
     rewards = tr.reward(images, [p for b in batches for p in b.prompts], [m for b in batches for m in b.metadata])
-    scores = rewards.scores.float()
     groups = torch.cat([b.traj.prompt_ids for b in batches])
-    adv = torch.zeros_like(scores)
-    for g in torch.unique(groups):
-        rows = groups == g
-        adv[rows] = (scores[rows] - scores[rows].mean()) / (scores[rows].std() + 1e-4)
-    adv = adv.clamp(-5, 5)
+    adv = group_advantages(rewards.scores.float(), groups, global_std=tr.method.options.global_std)
+    adv = clip_advantages(adv, tr.method.options.adv_clip_max)
     trained = list(batches[0].traj.plan.trained_indices)
     start = 0
     for b, inputs, states, old_lp, _ in rollouts:
@@ -259,13 +266,8 @@ def _flow_grpo_loop(tr: Trainer, batches) -> None:
             ratio = torch.exp(lp - old_lp[:, j])
             loss = torch.maximum(-a_b * ratio, -a_b * ratio.clamp(1 - clip, 1 + clip)).mean()
             if beta > 0:
-                with torch.no_grad():
-                    ad.transformer.disable_adapters()
-                    try:
-                        v_ref = ad.velocity(states[j], sigmas[j], inputs, w, model=tr.model)
-                    finally:
-                        ad.transformer.enable_adapters()
-                    _, _, mean_ref, _ = _flow_grpo_sde_step(states[j], v_ref, sigmas, j, a, states[j + 1])
+                v_ref = _reference_velocity(tr, states[j], sigmas[j], inputs, w)
+                _, _, mean_ref, _ = _flow_grpo_sde_step(states[j], v_ref, sigmas, j, a, states[j + 1])
                 kl = ((mean - mean_ref) ** 2).mean(dim=tuple(range(1, mean.ndim))) / (2 * std**2)
                 loss = loss + beta * kl.mean()
             tr.acc.backward(loss / len(trained))
@@ -279,13 +281,7 @@ def bench_iteration_flow_grpo(tr: Trainer, repeats: int) -> tuple[float, float, 
     work flow_grpo's own loop does, where ``iteration`` compares with bare diffusers work that records no
     log-prob and computes no PPO or KL loss."""
     batches, _ = tr.collect(0)
-    state = {"it": 100}
-
-    def ours():
-        state["it"] += 1
-        return tr.step(state["it"])
-
-    return _side_by_side(ours, lambda: _flow_grpo_loop(tr, batches), repeats)
+    return _side_by_side(_steps(tr, 101), lambda: _flow_grpo_loop(tr, batches), repeats)
 
 
 class SleepingReward:

@@ -26,7 +26,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from .sft_data import SFT_FOLDER
+from .sft_data import SFT_DATA
 
 RECIPE = "toy-flow-grpo"
 OUTPUTS = ("compare.json", "compare.md", "compare.png")  # written to --out (another comparison's: refused)
@@ -69,7 +69,7 @@ METHOD_SETTINGS: dict[str, list[str]] = {
     "dgpo": ["sample.same_noise_in_group=false", "method.options.global_std=false"],
     # SFT learns from correct renders of the training prompts (``sft_data``; no reward), 128 distinct images an
     # iteration as the others score 128 samples
-    "sft": ["method.options={}", f"data.prompts=~/.cache/flowrl/toy/{SFT_FOLDER}", "sample.group_size=1",
+    "sft": ["method.options={}", f"data.prompts={SFT_DATA}", "sample.group_size=1",
             "sample.prompts_per_iteration=128"],
 }  # fmt: skip
 # methods with no run on the toy benchmark: reward backprop needs a differentiable reward, and the toy's is an
@@ -165,7 +165,7 @@ def run_one(
         from .sft_data import ensure_sft_renders
 
         made = ensure_sft_renders()
-        if made != Path(f"~/.cache/flowrl/toy/{SFT_FOLDER}").expanduser():  # FLOWRL_CACHE moved the cache
+        if made != Path(SFT_DATA).expanduser():  # FLOWRL_CACHE moved the cache
             overrides = [*overrides, f"data.prompts={made}"]
     cfg = resolve_config(RECIPE, [*common, *overrides, f"output_dir={run_dir}"])
     done = run_dir / RESULT_FILE

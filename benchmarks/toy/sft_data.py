@@ -20,6 +20,7 @@ from .pretrain import WORLD_VERSION, cache_root
 from .world import render
 
 SFT_FOLDER = f"sft-renders-v{WORLD_VERSION}"  # under the toy cache; bump WORLD_VERSION when renders change
+SFT_DATA = f"~/.cache/flowrl/toy/{SFT_FOLDER}"  # the data.prompts toy-sft names (FLOWRL_CACHE aside)
 RENDERS_PER_ROW = 4  # 480 training rows x 4 = 1,920 images: 6,400 samples over 50 iterations see each 3-4 times
 
 
@@ -28,11 +29,12 @@ def sft_folder(root: str | Path | None = None) -> Path:
 
 
 def training_rows() -> list[dict]:
-    """The training split's rows (``builtin:toy_train``)."""
+    """The training split's rows (``builtin:toy_train``), checked as the evaluation checks its own."""
     from importlib import resources
 
-    path = Path(str(resources.files("flowrl") / "prompts" / "toy_train.jsonl"))
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    from .evaluate import load_rows
+
+    return load_rows(Path(str(resources.files("flowrl") / "prompts" / "toy_train.jsonl")))
 
 
 def ensure_sft_renders(root: str | Path | None = None, per_row: int = RENDERS_PER_ROW, seed: int = 0) -> Path:

@@ -109,18 +109,7 @@ def test_the_published_size():
 def test_the_gpu_stage_builds_the_published_size(tmp_path):
     """What ``--what qwen_image`` builds on the GPU, built here on meta: the 20.43B transformer and Qwen2.5-VL-7B
     (8.29B) in bf16, the VAE in fp32; its saved configs give the estimate the same counts; the stage's settings."""
-    from flowrl.benchmarks.perf import gpu
-    from flowrl.estimate import model_size
+    from _gpu_stage import published_build
 
-    pipe = gpu.build_family("qwen_image", gpu.FULL, torch.device("meta"), torch.bfloat16)
-    counts = (
-        sum(p.numel() for p in pipe.transformer.parameters()),
-        sum(p.numel() for p in pipe.text_encoder.parameters()),
-    )
-    assert counts == (20_430_401_088, 8_292_166_656)
-    assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
-    gpu.save_family_configs(pipe, tmp_path)
-    cfg = gpu.family_config("qwen_image", gpu.FULL, tmp_path, 2, "bf16")
-    m = model_size(cfg)
-    assert m.source == f"configs of {tmp_path}" and (m.transformer_params, m.text_encoder_params) == counts
+    _, cfg, m = published_build("qwen_image", tmp_path, (20_430_401_088, 8_292_166_656))
     assert (m.image_tokens, m.passes, cfg.sample.num_steps, cfg.train.gradient_checkpointing) == (1024, 2, 10, True)

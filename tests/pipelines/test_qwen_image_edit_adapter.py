@@ -149,21 +149,10 @@ def test_the_gpu_stage_builds_the_published_size(tmp_path):
     """What ``--what qwen_image_edit`` builds on the GPU, built here on meta: Qwen-Image-Edit-Plus with the 20.43B
     transformer and Qwen2.5-VL-7B (8.29B) in bf16 and the VAE in fp32; its saved configs give the estimate the same
     counts, and the stage's settings keep the pipelines' 1024 x 1024 source area (4,096 source tokens)."""
-    from flowrl.benchmarks.perf import gpu
-    from flowrl.estimate import model_size
+    from _gpu_stage import published_build
 
-    pipe = gpu.build_family("qwen_image_edit", gpu.FULL, torch.device("meta"), torch.bfloat16)
+    pipe, cfg, m = published_build("qwen_image_edit", tmp_path, (20_430_401_088, 8_292_166_656))
     assert type(pipe).__name__ == "QwenImageEditPlusPipeline"
-    counts = (
-        sum(p.numel() for p in pipe.transformer.parameters()),
-        sum(p.numel() for p in pipe.text_encoder.parameters()),
-    )
-    assert counts == (20_430_401_088, 8_292_166_656)
-    assert pipe.transformer.dtype == torch.bfloat16 and pipe.vae.dtype == torch.float32
-    gpu.save_family_configs(pipe, tmp_path)
-    cfg = gpu.family_config("qwen_image_edit", gpu.FULL, tmp_path, 2, "bf16")
-    m = model_size(cfg)
-    assert m.source == f"configs of {tmp_path}" and (m.transformer_params, m.text_encoder_params) == counts
     assert cfg.model.source_area is None and cfg.data.prompts == "builtin:tiny_edit"
     assert (m.image_tokens, m.passes, cfg.sample.num_steps) == (1024 + 4096, 2, 10)
 

@@ -32,6 +32,11 @@ class FamilyRun:
     data: str = "builtin:tiny"  # the prompts (an image-conditioned family's rows name their source images)
 
 
+# Flow-GRPO's FLUX LoRA targets: the attention projections of both streams and their feed-forward layers
+FLUX_FF_LORA_TARGETS = (
+    "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
+    "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
+)
 FAMILY_RUNS = {
     # Flow-GRPO's pickscore_flux settings (512 px, 6 steps with 5 trained, guidance embedding 3.5, noise 0.9,
     # LoRA 64/128 on the attention and feed-forward projections, beta 0, bf16), on 12 samples in batches of 3
@@ -51,10 +56,7 @@ FAMILY_RUNS = {
             "method.options.clip_range=1.0e-4",
             "train.lora.rank=64",
             "train.lora.alpha=128",
-            (
-                "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
-                "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
-            ),
+            FLUX_FF_LORA_TARGETS,
             'reward={"jpeg_compressibility": 1.0}',
         ],
         "512px, 12 samples, batch 3, 6 steps, guidance embedding 3.5, LoRA 64 (+FF)",
@@ -224,10 +226,7 @@ FAMILY_RUNS = {
             "method.options.clip_range=1.0e-4",
             "train.lora.rank=64",
             "train.lora.alpha=128",
-            (
-                "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
-                "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
-            ),
+            FLUX_FF_LORA_TARGETS,
             "log.eval_every=0",
         ],
         "512px edit, 1,024 source tokens, 6 samples, batch 3, 6 steps, guidance embedding 2.5, LoRA 64 (+FF), checkpointing",
