@@ -8,7 +8,7 @@ from ``sigmas[i]`` to ``sigmas[i + l]``, a different trained set).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -39,6 +39,12 @@ class StepPlan:
     modality_kinds: dict[str, tuple[str, ...]] | None = None
     modality_noise_levels: dict[str, torch.Tensor] | None = None
     trained_modalities: tuple[str, ...] | None = None
+    # each transition's (sigma, sigma_next, noise level) as Python floats, and the trained indices, derived in
+    # ``__post_init__`` from the tensors above (a value given here is replaced): a rollout and an update read
+    # them at every step, where indexing a tensor costs two dispatched operations a value. The tensors are
+    # never changed in place; ``replace`` builds a new plan.
+    _values: tuple[tuple[float, float, float], ...] = field(default=(), repr=False, compare=False)
+    _trained: tuple[int, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self):
         n = len(self.kinds)
@@ -55,6 +61,9 @@ class StepPlan:
         bad = [k for kinds in every for k in kinds if k not in STEP_KINDS]
         if bad:
             raise ValueError(f"unknown step kind {bad[0]!r}; choose one of {', '.join(STEP_KINDS)}")
+        floats = zip(self.sigma.tolist(), self.sigma_next.tolist(), self.noise_levels.tolist())
+        object.__setattr__(self, "_values", tuple(floats))
+        object.__setattr__(self, "_trained", tuple(i for i, t in enumerate(self.train.tolist()) if t))
         deterministic = [k in DETERMINISTIC_KINDS for k in self.kinds]
         if bool((self.train & torch.tensor(deterministic, dtype=torch.bool)).any()):
             kind = next(k for k, d, t in zip(self.kinds, deterministic, self.train.tolist()) if d and t)
@@ -74,7 +83,7 @@ class StepPlan:
 
     def noise_levels_at(self, i: int, modalities) -> dict[str, float]:
         own = self.modality_noise_levels or {}
-        return {m: float(own[m][i]) if m in own else float(self.noise_levels[i]) for m in modalities}
+        return {m: float(own[m][i]) if m in own else self._values[i][2] for m in modalities}
 
     def trained_of(self, modalities) -> tuple[str, ...]:
         """The modalities of ``modalities`` whose log-prob a trained transition counts."""
@@ -85,7 +94,11 @@ class StepPlan:
 
     @property
     def trained_indices(self) -> list[int]:
-        return [i for i in range(len(self)) if bool(self.train[i])]
+        return list(self._trained)
+
+    def step_values(self, i: int) -> tuple[float, float, float]:
+        """Transition ``i``'s (sigma, sigma_next, noise level) as Python floats."""
+        return self._values[i]
 
     def with_noise_levels(self, noise_levels: torch.Tensor) -> "StepPlan":
         return replace(self, noise_levels=torch.as_tensor(noise_levels, dtype=torch.float32))

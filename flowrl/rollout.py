@@ -155,7 +155,7 @@ def transition(
     ``previous``: (sigma, data prediction) of the transition before, which a multistep step kind (``dpm2``)
     reads (``StepOutput.x0``); None: it takes a first-order step.
     """
-    sigma = float(plan.sigma[i])
+    sigma, sigma_next, noise_level = plan.step_values(i)
     v = adapter.velocity(x, sigma, inputs, guidance_scale, model=model, **(velocity_options or {}))
     if is_joint(x):  # each modality its own kind and noise level; the log-prob over the trained stochastic ones
         kinds = plan.kinds_at(i, x)
@@ -165,7 +165,7 @@ def transition(
             v,
             x,
             sigma,
-            float(plan.sigma_next[i]),
+            sigma_next,
             plan.noise_levels_at(i, x),
             trained,
             sigma_at_one=plan.sigma_at_one,
@@ -179,8 +179,8 @@ def transition(
         v,
         x,
         sigma,
-        float(plan.sigma_next[i]),
-        float(plan.noise_levels[i]),
+        sigma_next,
+        noise_level,
         sigma_at_one=plan.sigma_at_one,
         x_next=x_next,
         generator=generator,
@@ -231,7 +231,7 @@ def rollout(
         out = transition(
             adapter, plan, i, x, inputs, guidance_scale, generator=generator, model=model, previous=previous
         )
-        previous = None if out.x0 is None else (float(plan.sigma[i]), out.x0)
+        previous = None if out.x0 is None else (plan.step_values(i)[0], out.x0)
         x = out.x_next
         if pinned:
             x = {**x, **{m: states[:, i + 1].float() for m, states in pinned.items()}}

@@ -27,10 +27,14 @@ For each model size it times, alternating the two sides so that machine noise hi
 
 update and iteration run at each ``--betas`` (``method.options.beta``: above 0 both sides add a no-grad reference
 forward per trained step; the rollout does not depend on it and runs at the first only); reward_overlap at
-each ``--slowness``. It reports the median of each side and the ratio flowrl / bare (and the ratio of the
-minima: the work itself on a shared machine), then a summary of the figures the speed targets name. It runs
-on CPU or CUDA, whatever ``accelerate`` picks; ``--threads`` sets torch's CPU threads (1: both sides on one
-thread, least disturbed by other work on a shared machine).
+each ``--slowness``. Each comparison runs ``--repeats`` pairs back to back, the side that goes first
+alternating. Its ratio is the median of the pairs' ratios flowrl / bare: a slow spell of the machine longer than
+a pair scales both sides of it alike, where the two sides' medians would each take a different share of it.
+Beside the ratio it prints a 95 % bootstrap interval of it, the ratio of the two sides' medians and of their
+minima, then a summary of the figures the speed targets name: a target counts as shown only where the whole
+interval is at or below it. ``--json`` keeps every pair's times. It runs on CPU or CUDA, whatever
+``accelerate`` picks; ``--threads`` sets torch's CPU threads (1: both sides on one thread, least disturbed by
+other work on a shared machine).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import dataclasses
 import json
 import math
 import os
+import random
 import statistics
 import time
 from typing import Callable
@@ -73,9 +78,34 @@ def _time(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, float, float, float]:
-    """Medians and minima (ours, bare, ours_min, bare_min) of ``repeats`` interleaved runs after a warm-up;
-    on a shared machine the minima show the work itself, the medians what a run sees."""
+@dataclasses.dataclass
+class Timing:
+    """``repeats`` interleaved runs of the two sides: each side's times, in run order (pair i is ours[i], bare[i])."""
+
+    ours: list[float]
+    bare: list[float]
+
+    @property
+    def ratios(self) -> list[float]:
+        return [a / b for a, b in zip(self.ours, self.bare)]
+
+    @property
+    def ratio(self) -> float:
+        """The median of the pairs' ratios: each pair ran back to back, so a slow spell of the machine that
+        lasts longer than one pair scales both of its sides and leaves the ratio alone."""
+        return statistics.median(self.ratios)
+
+    def interval(self, level: float = 0.95, resamples: int = 2000) -> tuple[float, float]:
+        """A percentile-bootstrap interval of ``ratio`` (fixed seed: the same times give the same interval)."""
+        rng, ratios = random.Random(0), self.ratios
+        medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+        tail = int(resamples * (1 - level) / 2)
+        return medians[tail], medians[resamples - 1 - tail]
+
+
+def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> Timing:
+    """``repeats`` interleaved pairs after a warm-up, the side that runs first alternating, so machine noise
+    hits both alike."""
     ours(), bare()  # warm-up
     t_ours, t_bare = [], []
     for i in range(repeats):
@@ -83,7 +113,7 @@ def _side_by_side(ours: Callable, bare: Callable, repeats: int) -> tuple[float, 
         a, b = _time(first), _time(second)
         t_ours.append(a if first is ours else b)
         t_bare.append(b if first is ours else a)
-    return statistics.median(t_ours), statistics.median(t_bare), min(t_ours), min(t_bare)
+    return Timing(t_ours, t_bare)
 
 
 def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> Trainer:
@@ -106,7 +136,7 @@ def _trainer(size: str, steps: int, batch: int, out: str, beta: float = 0.0) -> 
     return Trainer(cfg)
 
 
-def bench_rollout(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
+def bench_rollout(tr: Trainer, repeats: int) -> Timing:
     cfg, ad = tr.cfg, tr.adapter
     prompts = [p.prompt for p in tr.prompts[: cfg.sample.batch_size]]
     cond = ad.encode_prompts(prompts)
@@ -168,7 +198,7 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
     tr.optimizer.zero_grad(set_to_none=True)
 
 
-def bench_update(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
+def bench_update(tr: Trainer, repeats: int) -> Timing:
     batches, group_ids = tr.collect(0)
     adv = tr.method.credit(RewardTable(tr.score(batches).columns, group_ids)).values
     return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
@@ -185,7 +215,7 @@ def _steps(tr: Trainer, first: int) -> Callable[[], object]:
     return ours
 
 
-def bench_iteration(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
+def bench_iteration(tr: Trainer, repeats: int) -> Timing:
     ad, cfg = tr.adapter, tr.cfg
     batches, _ = tr.collect(0)
 
@@ -276,7 +306,7 @@ def _flow_grpo_loop(tr: Trainer, batches) -> None:
     tr.optimizer.zero_grad(set_to_none=True)
 
 
-def bench_iteration_flow_grpo(tr: Trainer, repeats: int) -> tuple[float, float, float, float]:
+def bench_iteration_flow_grpo(tr: Trainer, repeats: int) -> Timing:
     """A whole flowrl iteration against flow_grpo's loop (``_flow_grpo_loop``): what flowrl adds beyond the
     work flow_grpo's own loop does, where ``iteration`` compares with bare diffusers work that records no
     log-prob and computes no PPO or KL loss."""
@@ -326,7 +356,7 @@ def _slow_trainer(tr: Trainer, batches: int, in_flight: int | None) -> tuple[Tra
 
 def bench_reward_overlap(
     tr: Trainer, repeats: int, batches: int = 4, slowness: float = 1.0, in_flight: int | None = None
-) -> tuple[float, float, float, float]:
+) -> Timing:
     """Rollout plus reward of ``batches`` rollout batches whose reward takes ``slowness`` times one batch's
     rollout: overlapped (``train.reward_overlap``, each batch scored while the next samples, ``in_flight``
     calls at once where ``train.reward_in_flight`` exists) against in turn. The ratio is the fraction of
@@ -367,25 +397,29 @@ def _target(row: dict) -> float | None:
     return None
 
 
-def _row(
-    size: str, params: float, name: str, ours: float, bare: float, ours_min: float, bare_min: float, **extra
-) -> dict:
+def _row(size: str, params: float, name: str, timing: Timing, **extra) -> dict:
+    ours, bare = statistics.median(timing.ours), statistics.median(timing.bare)
+    lo, hi = timing.interval()
     row = {
         "size": size,
         "transformer_params_m": round(params / 1e6, 2),
         "what": name,
         **extra,
+        "pairs": len(timing.ours),
         "flowrl_s": ours,
         "bare_s": bare,
-        "ratio": ours / bare,
-        "flowrl_min_s": ours_min,
-        "bare_min_s": bare_min,
-        "ratio_of_minima": ours_min / bare_min,
+        "ratio": timing.ratio,
+        "interval": [lo, hi],
+        "ratio_of_medians": ours / bare,
+        "ratio_of_minima": min(timing.ours) / min(timing.bare),
+        "flowrl_times_s": timing.ours,
+        "bare_times_s": timing.bare,
     }
     label = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in extra.items())
     print(
-        f"{size:5s} {params / 1e6:6.1f}M  {name:14s} {label:24s} flowrl {ours:8.4f} s   bare {bare:8.4f} s   "
-        f"ratio {ours / bare:6.3f}   (of minima {ours_min / bare_min:6.3f})",
+        f"{size:5s} {params / 1e6:6.1f}M  {name:19s} {label:24s} flowrl {ours:8.4f} s   bare {bare:8.4f} s   "
+        f"ratio {timing.ratio:6.3f} [{lo:.3f}, {hi:.3f}] of {len(timing.ours)} pairs   "
+        f"(of medians {row['ratio_of_medians']:6.3f}, of minima {row['ratio_of_minima']:6.3f})",
         flush=True,
     )
     return row
@@ -410,9 +444,9 @@ def run(
             params = sum(p.numel() for p in tr.adapter.transformer.parameters() if not p.requires_grad)
             for name in what:
                 if name == "rollout" and k == 0:
-                    rows.append(_row(size, params, name, *bench_rollout(tr, repeats)))
+                    rows.append(_row(size, params, name, bench_rollout(tr, repeats)))
                 elif name in ("update", "iteration", "iteration_flow_grpo"):
-                    rows.append(_row(size, params, name, *BENCHES[name](tr, repeats), beta=beta))
+                    rows.append(_row(size, params, name, BENCHES[name](tr, repeats), beta=beta))
                 elif name == "reward_overlap" and k == 0:
                     for s in slowness:
                         timing = bench_reward_overlap(tr, repeats, slowness=s, in_flight=in_flight)
@@ -421,7 +455,7 @@ def run(
                             if in_flight is None or not has_in_flight_key()
                             else in_flight
                         )
-                        rows.append(_row(size, params, name, *timing, slowness=s, in_flight=calls))
+                        rows.append(_row(size, params, name, timing, slowness=s, in_flight=calls))
             _SLOW.clear()
             del tr
     return rows
@@ -438,6 +472,22 @@ def _label(row: dict) -> str | None:
     return None
 
 
+def _cell(row: dict) -> str:
+    """The ratio, its 95 % interval where the row has one, and the verdict against its target: "<=" where the
+    whole interval is at or below it, "<= ... not shown" where the ratio is but the interval reaches above."""
+    text, target = f"{row['ratio']:.3f}", _target(row)
+    lo, hi = row.get("interval") or (row["ratio"], row["ratio"])
+    if "interval" in row:
+        text += f" [{lo:.3f}, {hi:.3f}]"
+    if target is None:
+        return text
+    if hi <= target:
+        return f"{text} (<= {target})"
+    if row["ratio"] <= target:
+        return f"{text} (<= {target} not shown)"
+    return f"{text} (> {target})"
+
+
 def summary(rows: list[dict]) -> str:
     """The figures the speed targets name as a table, one line per size, each with its target."""
     labels = [_label(r) for r in rows if _label(r)]
@@ -451,10 +501,7 @@ def summary(rows: list[dict]) -> str:
             if r is None:
                 cells.append("-")
                 continue
-            target = _target(r)
-            cells.append(
-                f"{r['ratio']:.3f}" + ("" if target is None else f" ({'<=' if r['ratio'] <= target else '>'} {target})")
-            )
+            cells.append(_cell(r))
         params = next(r["transformer_params_m"] for r in rows if r["size"] == size)
         lines.append(f"| {size} ({params:g}M) | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -374,7 +374,7 @@ class AVGRPO(MethodBase):
         else:
             inputs, options = ctx.model_inputs(cond), None
         new = ctx.transition(traj.plan, j, x, inputs, x_next, velocity_options=options)
-        t, t_next = float(traj.plan.sigma[j]), float(traj.plan.sigma_next[j])
+        t, t_next, _ = traj.plan.step_values(j)
         beta = o.beta_video if phase == "video" else o.beta_audio
         ref_mean = None
         if beta > 0:

@@ -150,16 +150,17 @@ class Context:
         rollout and the update both call this, so their log-probs go through the same math. ``model``:
         other weights (``reference_weights()``)."""
         rows = rows.to(x.device)
+        sigma, sigma_next, noise_level = plan.step_values(j)
         v = self.adapter.velocity(
-            x, float(plan.sigma[j]), self.model_inputs(cond), self.guidance_scale, model=model or self.policy.model
+            x, sigma, self.model_inputs(cond), self.guidance_scale, model=model or self.policy.model
         )
         return step(
             plan.kinds[j],
             v.index_select(0, rows),
             x.float().index_select(0, rows),
-            float(plan.sigma[j]),
-            float(plan.sigma_next[j]),
-            float(plan.noise_levels[j]),
+            sigma,
+            sigma_next,
+            noise_level,
             sigma_at_one=plan.sigma_at_one,
             x_next=x_next,
             generator=generator,

@@ -24,7 +24,7 @@ def test_smoke_runs_and_prints_a_table(tmp_path, capsys):
     assert [r["model"].split(" ")[0] for r in rows] == ["SD3.5-M"] * 3 + ["Wan2.1-1.3B"] * 4
     assert rows[-1]["model"] == "Wan2.1-1.3B (flowrl iteration)"  # after the transformer alone
     assert [r["model"] for r in rows[1:3]] == ["SD3.5-M rollout overhead", "SD3.5-M update overhead"]
-    assert all(r["ratio"] == r["seconds"] / r["bare_seconds"] > 0 for r in rows[1:3])
+    assert all(r["ratio"] > 0 and r["seconds"] > 0 and r["bare_seconds"] > 0 for r in rows[1:3])  # pairs' median
     assert "| side by side | flowrl s | bare s | flowrl / bare |" in printed
     sd3 = rows[0]
     assert sd3["seconds"] > 0 and sd3["images_per_s"] > 0 and sd3["est_peak_gib"] > 0

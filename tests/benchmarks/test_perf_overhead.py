@@ -1,6 +1,7 @@
 """The overhead benchmark's flow_grpo side does Flow-GRPO's step math: its log-prob and mean equal flowrl's
 ``flow_sde`` on the same inputs (so iteration/flow_grpo compares the same work), and a run prints both ratios."""
 
+import pytest
 import torch
 
 from flowrl.benchmarks.perf import overhead
@@ -27,3 +28,23 @@ def test_the_summary_names_both_iteration_ratios():
     text = overhead.summary(rows)
     assert "iteration/bare beta 0" in text and "iteration/flow_grpo loop beta 0" in text
     assert "1.050 (> 1.03)" in text and "0.990 (<= 1.03)" in text
+
+
+def test_a_target_counts_as_shown_only_where_its_whole_interval_is_below_it():
+    row = {"size": "tiny", "transformer_params_m": 0.08, "what": "iteration", "beta": 0.0}
+    assert overhead._cell({**row, "ratio": 1.01, "interval": [0.99, 1.02]}) == "1.010 [0.990, 1.020] (<= 1.03)"
+    assert (
+        overhead._cell({**row, "ratio": 1.01, "interval": [0.97, 1.05]}) == "1.010 [0.970, 1.050] (<= 1.03 not shown)"
+    )
+    assert overhead._cell({**row, "ratio": 1.04, "interval": [1.01, 1.07]}) == "1.040 [1.010, 1.070] (> 1.03)"
+
+
+def test_the_ratio_is_the_median_of_the_pairs_and_its_interval_holds_it():
+    """Pair 3 ran in a slow spell that scaled both of its sides by 3: its ratio is the others', where the
+    two sides' medians would not be. The interval is the same on every call (a seeded bootstrap)."""
+    timing = overhead.Timing(ours=[1.0, 1.2, 3.3, 1.05, 1.0], bare=[1.0, 1.0, 3.0, 1.0, 1.25])
+    assert timing.ratios == pytest.approx([1.0, 1.2, 1.1, 1.05, 0.8])
+    assert timing.ratio == pytest.approx(1.05)
+    lo, hi = timing.interval()
+    assert 0.8 <= lo <= timing.ratio <= hi <= 1.2
+    assert timing.interval() == (lo, hi)

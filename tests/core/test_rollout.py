@@ -1,3 +1,4 @@
+import dataclasses
 import random
 
 import pytest
@@ -31,6 +32,16 @@ def test_plan_fraction_and_window():
     assert starts == {0, 1, 2}
     with pytest.raises(ValueError, match="does not fit"):
         make_plan(sigmas, window_size=4, window_range=(0, 3))
+
+
+def test_a_plan_reads_its_step_values_as_the_tensors_hold_them_and_a_new_plan_reads_its_own():
+    plan = make_plan(torch.linspace(1, 0, 5), "flow_sde", 0.7, timestep_fraction=0.5)
+    assert plan.step_values(1) == (0.75, 0.5, pytest.approx(0.7)) and plan.trained_indices == [0, 1]
+    assert plan.step_values(1)[2] == float(plan.noise_levels[1])  # exactly the fp32 value
+    other = dataclasses.replace(plan, noise_levels=torch.full((4,), 0.3), train=torch.tensor([0, 0, 1, 0]).bool())
+    assert other.step_values(1)[2] == float(torch.tensor(0.3)) and other.trained_indices == [2]
+    rebuilt = type(plan)(**{**plan.__dict__, "sigma": torch.tensor([1.0, 0.6, 0.4, 0.2])})  # stale values ignored
+    assert rebuilt.step_values(1)[:2] == (float(torch.tensor(0.6)), 0.5)
 
 
 def test_sigmas_come_from_the_scheduler_with_shift(adapter):
