@@ -17,6 +17,7 @@ For each model size it times, alternating the two sides so that machine noise hi
   (``_flow_grpo_loop``: the bare pieces plus what that loop does besides: encoding each batch's prompts, the SDE
   step's log-prob at every sampling step, and the log-prob, PPO-clip and KL of each trained step), on the same
   model, latents, reward and trained steps.
+* **iteration_self**: the same whole flowrl iteration against itself: a calibration, whose true ratio is 1.
 * **reward_overlap**: 4 rollout batches whose reward answers after ``slowness`` times one batch's rollout
   (a served judge's latency): rollout plus reward with each batch scored while the next samples
   (``train.reward_overlap``, the default; ``train.reward_in_flight`` calls at once where the tree has that
@@ -314,6 +315,12 @@ def bench_iteration_flow_grpo(tr: Trainer, repeats: int) -> Timing:
     return _side_by_side(_steps(tr, 101), lambda: _flow_grpo_loop(tr, batches), repeats)
 
 
+def bench_iteration_self(tr: Trainer, repeats: int) -> Timing:
+    """flowrl's iteration against itself (two runs of iterations, each side its own): the true ratio is 1, so
+    its spread shows what the machine's noise alone gives with this many pairs."""
+    return _side_by_side(_steps(tr, 201), _steps(tr, 401), repeats)
+
+
 class SleepingReward:
     """Brightness, answered after ``seconds``: the latency of a served judge or a detector in another process."""
 
@@ -377,6 +384,7 @@ BENCHES = {
     "update": bench_update,
     "iteration": bench_iteration,
     "iteration_flow_grpo": bench_iteration_flow_grpo,
+    "iteration_self": bench_iteration_self,
     "reward_overlap": bench_reward_overlap,
 }
 
@@ -445,7 +453,7 @@ def run(
             for name in what:
                 if name == "rollout" and k == 0:
                     rows.append(_row(size, params, name, bench_rollout(tr, repeats)))
-                elif name in ("update", "iteration", "iteration_flow_grpo"):
+                elif name in ("update", "iteration", "iteration_flow_grpo", "iteration_self"):
                     rows.append(_row(size, params, name, BENCHES[name](tr, repeats), beta=beta))
                 elif name == "reward_overlap" and k == 0:
                     for s in slowness:

@@ -132,6 +132,7 @@ def test_the_perf_summary_names_each_target_and_the_calls_in_flight():
     assert table[0] == "| size | iteration/bare beta 0.004 | slow reward x2 / serial (4 in flight) |"
     assert table[2] == "| 70m (73.5M) | 1.050 (> 1.03) | 0.510 (<= 0.52) |"
     with pytest.raises(
-        SystemExit, match="--what 'rollouts' is none of rollout, update, iteration, iteration_flow_grpo, reward_overlap"
+        SystemExit,
+        match="--what 'rollouts' is none of rollout, update, iteration, iteration_flow_grpo, iteration_self, reward_overlap",
     ):
         overhead.main(["--what", "rollouts"])
