@@ -1,6 +1,7 @@
 """The benchmarks' base models that are made on this machine and cached (the toy benchmarks pretrain theirs), and
-the hint that names the command making one when ``model.path`` names it before it exists. A leaf: train, validate,
-sample and the benchmarks' generation all check a model path through ``check_model_path_or_hint``."""
+the hint that names the command making one (or the data made with it) when a recipe names it before it exists. A
+leaf: train, validate, sample and the benchmarks' generation check a model path through
+``check_model_path_or_hint``, the prompt loader a missing data path through ``missing_cache_hint``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ PRETRAINED = {
 }
 
 
-def missing_model_hint(path: str) -> str | None:
-    """How to make ``path`` when it names a benchmark's cached base model that does not exist yet (the toy
-    recipes name ``~/.cache/flowrl/<benchmark>/default``; ``$FLOWRL_CACHE/<benchmark>`` when that is set)."""
+def missing_cache_hint(path: str, key: str = "model.path") -> str | None:
+    """How to make ``path`` when it names what a benchmark makes into its cache and it does not exist yet: its
+    base model (the toy recipes' ``model.path``, ``~/.cache/flowrl/<benchmark>/default``) or data made with it
+    (toy-sft's renders); ``$FLOWRL_CACHE/<benchmark>`` when that is set. ``key`` names the setting to change."""
     import os
 
     local = Path(path).expanduser()
@@ -27,10 +29,11 @@ def missing_model_hint(path: str) -> str | None:
             if local.parent != root / folder:
                 continue
             moved = roots[0] / folder / local.name
+            name = what if local.name == "default" else f"{local.name} (made with {what})"
             if moved != local and moved.exists():  # made under FLOWRL_CACHE, named here under ~/.cache
-                return f"{what} is in $FLOWRL_CACHE: set model.path={moved}"
+                return f"{name} is in $FLOWRL_CACHE: set {key}={moved}"
             return (
-                f"{what} is not made yet: create it with `{command} --pretrain` (cached and reused), or let "
+                f"{name} is not made yet: create it with `{command} --pretrain` (cached and reused), or let "
                 f"`{command} RECIPE` pretrain it and train"
             )
     return None
@@ -44,7 +47,7 @@ def check_model_path_or_hint(model_cfg) -> None:
     try:
         check_model_path(model_cfg)
     except FileNotFoundError as exc:
-        hint = missing_model_hint(model_cfg.path)
+        hint = missing_cache_hint(model_cfg.path)
         if hint is None:
             raise
         raise FileNotFoundError(f"{exc}; {hint}") from None

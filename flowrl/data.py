@@ -347,7 +347,10 @@ def load_prompts(
     else:
         path = Path(spec).expanduser()
         if not path.is_file():
-            raise ConfigError(f"{key}: no such file {spec!r}")
+            from flowrl.benchmarks.models import missing_cache_hint  # a toy benchmark's data names its command
+
+            hint = missing_cache_hint(spec, key)
+            raise ConfigError(f"{key}: no such file {spec!r}" + (f"; {hint}" if hint else ""))
         text, where, is_jsonl = read_prompt_text(path, spec, key), spec, path.suffix == ".jsonl"
     if is_jsonl:
         base = None if spec.startswith("builtin:") else Path(spec).expanduser().resolve().parent

@@ -1,16 +1,34 @@
+from pathlib import Path
+
 import pytest
 import torch
 
+from flowrl.benchmarks.toy.sft_data import SFT_DATA, ensure_sft_renders
 from flowrl.config import ConfigError, config_from_dict, load_recipe, recipe_names, resolve_config
 from flowrl.data import GroupSampler, load_prompts
 from flowrl.methods import build_method
 
 
 @pytest.mark.parametrize("name", recipe_names())
-def test_every_shipped_recipe_loads_and_validates(name):
+def test_every_shipped_recipe_loads_and_validates(name, tmp_path, monkeypatch):
     cfg = resolve_config(name)
     assert cfg.reward or not build_method(cfg).needs().rewards  # a dataset method may have none
+    if cfg.data.prompts == SFT_DATA:  # toy-sft's renders, which `flowrl eval toy` makes: made here in a fresh home
+        monkeypatch.setenv("HOME", str(tmp_path))
+        ensure_sft_renders(Path(SFT_DATA).expanduser().parent)
     assert load_prompts(cfg.data.prompts)
+
+
+def test_a_missing_toy_data_folder_names_the_command_that_makes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("FLOWRL_CACHE", raising=False)
+    with pytest.raises(ConfigError) as err:
+        load_prompts(SFT_DATA)
+    assert str(err.value) == (
+        f"data.prompts: no such file {SFT_DATA!r}; sft-renders-v1 (made with the toy GenEval base model) is not made "
+        "yet: create it with `flowrl eval toy --pretrain` (cached and reused), or let `flowrl eval toy RECIPE` "
+        "pretrain it and train"
+    )
 
 
 def test_defaults_follow_the_spec():
