@@ -206,7 +206,8 @@ class TrainConfig:
     reward_timeout_s: float = 600.0  # seconds a reward call may take (0: no limit)
     reward_report_s: float = 60.0  # while waiting for a reward, report it every this many seconds
     # score each rollout batch in a background thread while the next one samples (the same calls and
-    # results as in turn; a pairwise reward, which needs whole groups, is always called once after the rollout)
+    # results as in turn; a pairwise reward, which needs whole groups, is always called once after the rollout;
+    # a process's share of one batch has nothing to overlap and is scored in turn)
     reward_overlap: bool = True
     # with reward_overlap, the rollout batches scored at once (results in batch order): 2 keeps up with a reward twice
     # as slow as a batch's rollout (a served judge) while a local reward holds two calls' memory at most

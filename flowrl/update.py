@@ -55,8 +55,12 @@ class UpdateStats:
             self._pending.append(("max", k, v, 1.0))
 
     def _read(self) -> None:
-        tensors = [v.detach().reshape(()).to(torch.float64) for _, _, v, _ in self._pending if torch.is_tensor(v)]
-        values = iter(torch.stack([t.to(tensors[0].device) for t in tensors]).tolist() if tensors else [])
+        tensors = [v for _, _, v, _ in self._pending if torch.is_tensor(v)]
+        if all(t.device.type == "cpu" for t in tensors):  # reading a host tensor waits for nothing: no stacked copy
+            values = iter([float(t) for t in tensors])
+        else:
+            wide = [t.detach().reshape(()).to(torch.float64) for t in tensors]
+            values = iter(torch.stack([t.to(wide[0].device) for t in wide]).tolist())
         for kind, k, v, weight in self._pending:
             v = next(values) if torch.is_tensor(v) else float(v)
             if kind == "sum":
@@ -295,7 +299,7 @@ class Updater:
                 if self.policy.deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
                     self.acc.gradient_state._set_sync_gradients(last)
                 self.acc.backward(loss)
-            if tl.logp_gap is not None:  # a device scalar: read with the statistics, after the update
+            if measure and tl.logp_gap is not None:  # a device scalar: read with the statistics, after the update
                 gap = torch.as_tensor(tl.logp_gap, dtype=torch.float64)
                 max_diff = gap if max_diff is None else torch.maximum(max_diff, gap.to(max_diff.device))
             stats.add(
@@ -307,7 +311,7 @@ class Updater:
                 clip_frac=tl.clip_frac,
                 ratio_mean=tl.ratio_mean,
             )
-        if measure and max_diff is not None:  # None: the method's loss has no rollout log-prob to match
+        if max_diff is not None:  # None: not measured, or the method's loss has no rollout log-prob to match
             stats.add_max(onpolicy_logp_diff=max_diff)
 
     def check_onpolicy(self, stats: UpdateStats) -> None:

@@ -470,11 +470,14 @@ def run(
 
 
 def _label(row: dict) -> str | None:
-    """The summary column of ``row``: the figures the speed targets name, else None."""
+    """The summary column of ``row``: the figures the speed targets name and the noise floor beside them, else
+    None."""
     if row["what"] == "iteration":
         return f"iteration/bare beta {row['beta']:g}"
     if row["what"] == "iteration_flow_grpo":
         return f"iteration/flow_grpo loop beta {row['beta']:g}"
+    if row["what"] == "iteration_self":
+        return f"iteration/itself beta {row['beta']:g} (noise floor)"
     if row["what"] == "reward_overlap":
         return f"slow reward x{row['slowness']:g} / serial ({row['in_flight']} in flight)"
     return None

@@ -30,6 +30,16 @@ def test_the_summary_names_both_iteration_ratios():
     assert "1.050 (> 1.03)" in text and "0.990 (<= 1.03)" in text
 
 
+def test_the_summary_shows_the_noise_floor_beside_the_targets():
+    rows = [
+        {"size": "tiny", "transformer_params_m": 0.08, "what": w, "beta": 0.0, "ratio": r}
+        for w, r in (("iteration", 1.05), ("iteration_self", 1.001))
+    ]
+    header, _, line = overhead.summary(rows).splitlines()
+    assert header == "| size | iteration/bare beta 0 | iteration/itself beta 0 (noise floor) |"
+    assert line == "| tiny (0.08M) | 1.050 (> 1.03) | 1.001 |"
+
+
 def test_a_target_counts_as_shown_only_where_its_whole_interval_is_below_it():
     row = {"size": "tiny", "transformer_params_m": 0.08, "what": "iteration", "beta": 0.0}
     assert overhead._cell({**row, "ratio": 1.01, "interval": [0.99, 1.02]}) == "1.010 [0.990, 1.020] (<= 1.03)"

@@ -2,6 +2,7 @@
 thread while the next one samples, up to ``train.reward_in_flight`` at once, with the same calls and results as
 in turn."""
 
+import threading
 import time
 
 import pytest
@@ -59,6 +60,20 @@ def test_a_batch_is_scored_in_the_background_while_the_next_one_samples(tmp_path
     assert [n for _, _, n in calls] == [4, 4, 4]  # one call per rollout batch
     assert "MainThread" not in {name for _, name, _ in calls}  # the rewards' background worker (or its watcher)
     assert calls[0][0] < collected[0]  # batch 0's reward began before the rollout ended
+
+
+def test_a_share_of_one_batch_starts_no_reward_thread(tmp_path, one_thread):
+    """Nothing samples while the only batch's reward runs: it is scored in the reward phase, no worker started."""
+
+    def workers():
+        return {t for t in threading.enumerate() if t.name.startswith("flowrl-rewards")}
+
+    tr = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, "sample.prompts_per_iteration=1"]))
+    before = workers()
+    batches, _ = tr.collect(0)
+    assert len(batches) == 1 and batches[0].pending is None
+    assert tr.score(batches).final.shape == (4,)
+    assert workers() == before
 
 
 def test_a_reward_slower_than_a_batch_gives_the_same_metrics_with_several_calls_in_flight(tmp_path, one_thread):

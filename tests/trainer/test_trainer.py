@@ -180,3 +180,17 @@ def test_a_context_is_built_from_adapter_config_and_policy_without_a_trainer():
         pass
     with pytest.raises(RuntimeError, match="asked for the average 'new'"), ctx.weights("new"):
         pass
+
+
+def test_update_statistics_read_host_tensors_as_the_stacked_read_does():
+    """On the host the statistics are read value by value, on a device in one stacked read: the same floats."""
+    from flowrl.update import UpdateStats
+
+    values = [torch.tensor(0.1), torch.tensor([1 / 3]), torch.tensor(2.5, dtype=torch.bfloat16), torch.tensor(True)]
+    stats = UpdateStats()
+    for i, v in enumerate(values):
+        stats.add(2.0, **{f"v{i}": v, "plain": 0.25})
+    stats.add_max(gap=torch.tensor(0.7, dtype=torch.float64))
+    wide = torch.stack([v.reshape(()).to(torch.float64) for v in values]).tolist()
+    assert stats.sums == {**{f"v{i}": w * 2.0 for i, w in enumerate(wide)}, "plain": 2.0}
+    assert stats.maxima == {"gap": 0.7}
