@@ -90,3 +90,17 @@ def test_console_script_train_then_sample(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded LoRA" in done.stdout
     assert len(list((tmp_path / "imgs" / "0001").glob("*.png"))) == 2  # each call writes a new numbered folder
+
+
+def test_train_tears_its_process_group_down_before_exit(tmp_path):
+    """``flowrl train`` ends the process group it ran in (a group left to the interpreter's exit can abort the
+    process in gloo's teardown); with no group it does nothing."""
+    import torch.distributed as dist
+
+    from flowrl.cli import _end_process_group
+
+    _end_process_group()  # no group: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    _end_process_group()
+    assert not dist.is_initialized()
