@@ -153,9 +153,11 @@ class Scoring:
         self.overlap = cfg.train.reward_overlap and bool(rewards) and not self.pairwise
         self._workers: RewardWorkers | None = None
 
-    def submit(self, rb: RolloutBatch) -> None:
-        """Start ``rb``'s reward calls in the background (``train.reward_overlap``; else nothing happens now)."""
-        if not self.overlap:
+    def submit(self, rb: RolloutBatch, alone: bool = False) -> None:
+        """Start ``rb``'s reward calls in the background (``train.reward_overlap``; else nothing happens now).
+        ``alone``: ``rb`` is this process's whole share of the iteration, so no later batch samples while its reward
+        runs; it is scored in ``score`` with no thread to hand it to."""
+        if not self.overlap or alone:
             return
         if self._workers is None:
             self._workers = RewardWorkers("flowrl-rewards", self.cfg.train.reward_in_flight)

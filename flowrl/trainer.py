@@ -263,8 +263,7 @@ class Trainer:
         self, iteration: int, ctx: Context | None = None, turn: seam.Turn | None = None
     ) -> tuple[list[RolloutBatch], torch.Tensor]:
         """Rollout phase: this process's share of the iteration's samples, in rollout batches, each handed to the
-        reward phase as soon as it is decoded (``Scoring.submit``) where a later batch samples meanwhile; a share
-        of one batch is scored in the reward phase, with no thread to hand it to.
+        reward phase as soon as it is decoded (``Scoring.submit``).
 
         All randomness is seeded by (seed, iteration, global sample position), so a sample's noise, SDE
         draws and window do not depend on the number of processes, and a resumed run repeats them.
@@ -301,8 +300,7 @@ class Trainer:
             if self.cfg.train.offload_states:  # kept on the CPU until the update needs them
                 traj = traj.states_to(torch.device("cpu"))
             rb = RolloutBatch(traj, batch.cond, prompts, metadata, media, extra, exp.info)
-            if len(prompt_index) > s.batch_size:  # one batch has no later sampling to overlap: scored in turn
-                self.scoring.submit(rb)
+            self.scoring.submit(rb, alone=len(prompt_index) <= s.batch_size)
             batches.append(rb)
         return batches, samples.group_ids
 
