@@ -30,12 +30,12 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, R
 
 def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.config import resolve_config
-    from flowrl.trainer import Trainer
+    from flowrl.trainer import Trainer, end_process_group
 
     cfg = resolve_config(args.recipe, args.overrides)
     trainer = Trainer(cfg)
     history = trainer.train()
-    _end_process_group()
+    end_process_group()  # the command owns the process; a library caller owns its group
     if not trainer.acc.is_main_process:
         return 0
     if trainer.already_done:
@@ -53,17 +53,6 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"run folder {cfg.output_dir}"
         )
     return 0
-
-
-def _end_process_group() -> None:
-    """Once every process is done, tear the process group down before the interpreter exits (the command owns the
-    process; ``Trainer.train`` leaves the group to a library caller). Left to the interpreter's exit, gloo's threads
-    may be destroyed still running, and the process aborts ("terminate called without an active exception")."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        dist.barrier()
-        dist.destroy_process_group()
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

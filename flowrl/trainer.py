@@ -532,3 +532,15 @@ class Trainer:
         self.start_iteration = int(state["iteration"])
         self.updater.checked_onpolicy = True  # weights are no longer the rollout policy of iteration 0
         logger.info("resumed from %s at iteration %d", path, self.start_iteration)
+
+
+def end_process_group() -> None:
+    """Tear the process group down once every process is done, before the interpreter exits. ``Trainer.train``
+    leaves the group to its caller (``flowrl train`` calls this; so should a script that owns its processes). Left
+    to the interpreter's exit, gloo's threads may be destroyed still running and abort the process ("terminate
+    called without an active exception"). With no group it does nothing."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -97,10 +97,10 @@ def test_train_tears_its_process_group_down_before_exit(tmp_path):
     process in gloo's teardown); with no group it does nothing."""
     import torch.distributed as dist
 
-    from flowrl.cli import _end_process_group
+    from flowrl.trainer import end_process_group
 
-    _end_process_group()  # no group: nothing to do
+    end_process_group()  # no group: nothing to do
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     assert dist.is_initialized()
-    _end_process_group()
+    end_process_group()
     assert not dist.is_initialized()
