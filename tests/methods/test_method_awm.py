@@ -9,7 +9,7 @@ import torch
 
 from flowrl.config import ConfigError, resolve_config
 from flowrl.methods import build_method
-from flowrl.methods.awm import AWM, matching_loss, strata_times, surrogate_log_prob
+from flowrl.methods.awm import AWM, AWMOptions, matching_loss, strata_times, surrogate_log_prob
 from flowrl.methods.forward_process import Endpoints
 from flowrl.trainer import Trainer
 
@@ -73,8 +73,8 @@ class _FixedVelocity:
 def test_the_loss_by_hand():
     """The training loop's loss, one row of two elements: x0 = 0, eps = (1, -1) so u = (1, -1); v = v_old = (1.2, -1.2)
     (on-policy: ratio 1); uniform weighting, t = 1/2; A = 2.5 clipped to 5 and scaled by advantage_max / adv_clip_max
-    = 1/5 to 0.5, so the policy term is max(-0.5, -0.5 clip(1)) = -0.5; v_ref = 0 gives 0.003 x mean(1.44, 1.44)
-    = 0.00432 and v_ema = u gives 1 x 0.04: L = -0.45568. The gradient moves v towards u for A > 0."""
+    = 1/5 to 0.5, so the policy term is max(-0.5, -0.5 clip(1)) = -0.5; v_ref = 0 gives 0.001 x mean(1.44, 1.44)
+    = 0.00144 and v_ema = u gives 1 x 0.04: L = -0.45856. The gradient moves v towards u for A > 0."""
     method = AWM(resolve_config("tiny-cpu", [*SMALL, "method.options.weighting=uniform"]))
     u = torch.tensor([[1.0, -1.0]])
     v_old = torch.tensor([[[1.2, -1.2]]])
@@ -89,7 +89,7 @@ def test_the_loss_by_hand():
     tl = method.transition_loss(_FixedVelocity(v), unit, 0, {}, torch.tensor([2.5]))
     assert float(tl.policy_loss) == pytest.approx(-0.5, rel=1e-6)
     assert float(tl.kl) == pytest.approx(1.44, rel=1e-6)
-    assert float(tl.loss) == pytest.approx(-0.5 + 0.003 * 1.44 + 0.04, rel=1e-6)
+    assert float(tl.loss) == pytest.approx(-0.45856, rel=1e-6)  # -0.5 + 0.001 x 1.44 + 1 x 0.04
     assert float(tl.ratio_mean) == 1.0 and float(tl.clip_frac) == 0.0
     method.options.kl_beta = method.options.ema_kl_beta = 0.0
     method.transition_loss(_FixedVelocity(v), unit, 0, {}, torch.tensor([2.5])).loss.backward()
@@ -190,9 +190,11 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
 def test_the_sd35m_recipe_carries_the_official_config():
     """config/dgx_awm.py geneval_sd3_no_cfg_1node: 512 px, 14 steps (noise 0.4) and 40 to evaluate, guidance 1,
     24 per group, 6 times of discrete_wo_init at fraction 0.9, lr 3e-4, ghuber 0.25, clip 1, advantage_max 1 of
-    adv_clip_max 5, beta 0.003, ema_beta 1 with kl_ema_decay 0.3 linear, model EMA 0.99, one step an iteration."""
+    adv_clip_max 5, beta 0.001 (the authors' be51372, 2026-03-27, lowered it from 0.003), ema_beta 1 with kl_ema_decay
+    0.3 linear, model EMA 0.99, one step an iteration."""
     cfg = resolve_config("sd35m-awm", [])
     o = build_method(cfg).options
+    assert AWMOptions().kl_beta == 0.001  # the option's default is the GenEval config's too
     s, t = cfg.sample, cfg.train
     assert (cfg.model.resolution, s.num_steps, s.eval_num_steps, s.guidance_scale, s.group_size) == (
         512,
@@ -212,7 +214,7 @@ def test_the_sd35m_recipe_carries_the_official_config():
         1.0,
         1.0,
         5.0,
-        0.003,
+        0.001,
         1.0,
         0.4,
     )
