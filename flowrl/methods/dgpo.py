@@ -15,7 +15,7 @@ prompt group and time, shared by its members (``use_shared_noise``). The referen
 and, for the PPO-style clip or ``use_ema_ref``, the old policy's are evaluated once at exploration
 (``forward_process``). A row whose implicit ratio exp(err_old - err) has moved past 1 + clip (A > 0) or below
 1 - clip (A <= 0) has its error detached. KL: kl_beta mean (v_theta - v_ref)^2. The old policy θ_old <- d θ_old +
-(1 - d) θ after each optimizer step, d = min(0.001 s, 0.3) (the authors' ``ema_ref``).
+(1 - d) θ after optimizer step s (from 1), d = min(0.001 (s - 1), 0.3) (the authors' ``ema_ref``).
 
 The README's three modes: (1) rollout CFG 4.5, training without: beta_dpo 100, KL 1e-3, clip 1e-3; (2a) CFG-free,
 frozen reference with CFG 4.5 (``kl_cfg``): beta_dpo 10-100, clip 1e-5; (2b) CFG-free with the old policy as the
@@ -52,8 +52,11 @@ class DGPOOptions(ForwardProcessOptions, GroupZScoreOptions, AdvantageClipOption
     time_law: str = "grid"  # (fixed: points of the grid's head, see trunc_steps)
     endpoint_solver: str = "dpm2"  # the authors' DPM-Solver (use_dpm)
     endpoint_policy: str = "current"  # the authors sample under θ until switch_ema_ref steps, then under θ_old
-    old_decay_rate: float = 0.001  # d = min(0.001 s, 0.3), s the optimizer steps
+    # d = min(0.001 (s - 1), 0.3) at optimizer step s (from 1): the authors' decay reads global_step before its
+    # increment (scripts/train_sd3_dgpo.py:1176), so the first update copies θ (d = 0)
+    old_decay_rate: float = 0.001
     old_decay_max: float = 0.3
+    old_decay_flat: int = 1
     old_decay_unit: str = "optimizer_step"
 
     def __post_init__(self):

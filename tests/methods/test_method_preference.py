@@ -46,6 +46,19 @@ def _nfe(name: str, row: dict) -> float:
     return 2 * 2 * k  # sft: 2 rows x 2 repeats, K noisings each
 
 
+def test_the_dgpo_old_policy_decay_is_the_authors_off_by_one():
+    """Luo-Yihong/DGPO scripts/train_sd3_dgpo.py:1176 (01ceb4b): after each optimizer step, ema_ref_decay =
+    min(0.3, 0.001 * global_step) with global_step still the count before this step (it is incremented after), so
+    optimizer step s (from 1) decays by min(0.001 (s - 1), 0.3): s = 1 -> 0 (θ_old = θ), 2 -> 0.001, 101 -> 0.1,
+    300 -> 0.299, 301 -> 0.3, and 0.3 from there. One optimizer step an iteration: update k is step k; with 2 a
+    step, update k ends at step 2k: k = 1 -> 0.001, k = 151 -> min(0.301, 0.3) = 0.3."""
+    cfg = resolve_config("tiny-cpu", [*RUNS["dgpo"], "train.optimizer_steps_per_iteration=1"])
+    d = build_method(cfg).averages()["old"]
+    assert [d(1), d(2), d(101), d(300), d(301), d(10**4)] == pytest.approx([0.0, 0.001, 0.1, 0.299, 0.3, 0.3])
+    two = build_method(resolve_config("tiny-cpu", [*RUNS["dgpo"], "train.optimizer_steps_per_iteration=2"]))
+    assert [two.averages()["old"](k) for k in (1, 150, 151)] == pytest.approx([0.001, 0.299, 0.3])
+
+
 @pytest.mark.parametrize("name", list(RUNS))
 def test_costs_are_the_formula(tmp_path, one_thread, name):
     tr = _trainer(tmp_path, name, "train.iterations=1")
