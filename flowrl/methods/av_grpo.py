@@ -334,8 +334,9 @@ class AVGRPO(MethodBase):
 
     # ------------------------------------------------------------------ credit
     def modality_credit(self, table: RewardTable) -> Advantages:
-        """The credit part ``modality_zscore``: the phase's rewards per group (``modality_advantages``), with the
-        NaN guard (zero advantages, the phase switched at once)."""
+        """The credit part ``modality_zscore``: the phase's rewards per group (``modality_advantages``), every row
+        kept (a flat group trains at advantage 0, its KL term alone, as the authors' trainer steps on every sample),
+        with the NaN guard (zero advantages, no row kept, the phase switched at once)."""
         o = self.options
         rewards, group_ids = table.columns, table.group_ids
         names = self._phase_rewards(self.phase)
@@ -348,10 +349,14 @@ class AVGRPO(MethodBase):
             out = modality_advantages(metrics, self.phase, o.vq_reward, o.clap_reward, o.vq_floor, o.clap_floor)
             adv[idx] = out.advantages.float()
             fallbacks.append(float(out.fallback))
+        # every row trains, a flat group's at advantage 0 (its KL term alone), as the authors' trainer steps on
+        # every sample; the NaN guard trains none
+        keep = torch.ones(len(group_ids), dtype=torch.bool)
         if not torch.isfinite(adv).all():  # the NaN guard: no update, switch the phase at once
             self.schedule_state.on_nan()
             self._dropped = True
             adv = torch.zeros_like(adv)
+            keep = torch.zeros_like(keep)
         s = self.schedule_state.state
         self._last = {
             "av/phase_video": float(self.phase == "video"),
@@ -359,7 +364,7 @@ class AVGRPO(MethodBase):
             "av/capped_frac": self._capped,
             "av/nan_switches": float(s.nan_switches),
         }
-        return Advantages(adv, metrics=dict(self._last))
+        return Advantages(adv, keep, metrics=dict(self._last))
 
     # ------------------------------------------------------------------ loss
     def weighted_loss(

@@ -152,6 +152,37 @@ def test_a_nan_advantage_drops_the_step_and_switches_the_phase():
     assert state["cycle"] == 0 and state["step_in_phase"] == 0 and state["nan_switches"] == 1
 
 
+def test_a_flat_group_keeps_its_rows_at_advantage_zero_and_a_nan_step_keeps_none():
+    """The authors' trainer takes its optimizer step on every sample, so a prompt group whose rewards are all equal
+    still trains at advantage 0: its loss is the KL term alone. Group 0's rewards 0, 1, 2, 3: population z-scores
+    (x - 1.5) / sqrt(1.25), averaged over one metric and z-scored again with the sample std: (-1.5, -0.5, 0.5, 1.5)
+    / sqrt(5/3) = (-1.162, -0.387, 0.387, 1.162); group 1's are all 5: advantage exactly 0, every row kept. A NaN
+    drops the step: no row kept."""
+    from flowrl.methods.av_grpo import AVGRPO
+
+    method = AVGRPO(resolve_config("tiny-ltx2-av-grpo"))
+    groups = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    rewards = torch.tensor([0.0, 1.0, 2.0, 3.0, 5.0, 5.0, 5.0, 5.0])
+    out = method.credit(RewardTable({"final": rewards, "final/video": rewards}, groups))
+    z = 1.5 / (5 / 3) ** 0.5, 0.5 / (5 / 3) ** 0.5
+    assert out.values.tolist() == pytest.approx([-z[0], -z[1], z[1], z[0], 0.0, 0.0, 0.0, 0.0], abs=1e-6)
+    assert out.keep.tolist() == [True] * 8
+    bad = rewards.clone()
+    bad[2] = float("nan")
+    out = method.credit(RewardTable({"final": bad, "final/video": bad}, groups))
+    assert out.keep.tolist() == [False] * 8 and method.phase == "audio"
+
+
+def test_an_iteration_whose_groups_are_all_flat_takes_its_kl_only_steps(tmp_path, one_thread):
+    """A video reward is flat in the audio phase (the video is pinned to the anchor): every advantage is 0, yet each
+    (member, transition) still takes its optimizer step on the KL term, 4 members x 3 transitions = 12, as the
+    authors' loop steps on every sample (flowrl dropped such rows before: 0 steps)."""
+    tr = _trainer(tmp_path, "method.options.start=audio", "method.options.audio_rewards=[video]")
+    rows = tr.train()
+    assert rows[0]["method/av/phase_video"] == 0.0 and rows[0]["adv/abs_mean"] == 0.0
+    assert rows[0]["cost/optimizer_steps"] == 12
+
+
 def test_refusals_in_one_line():
     with pytest.raises(ConfigError, match="^method av_grpo trains audio_video media; model.pipeline=sd3 makes image$"):
         preflight(resolve_config("tiny-cpu", ["method.name=av_grpo"]))
