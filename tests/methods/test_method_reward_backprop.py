@@ -76,6 +76,17 @@ def test_the_loss_by_hand():
     assert reward_backprop_loss(r, 0.25, torch.tensor([1.0, 0.0])).item() == pytest.approx(-0.025)
 
 
+def test_the_wan_recipe_carries_unirls_optimizer():
+    """UniRL recipes/refl/configs/wan21_t2v_videoalign_refl.yaml, optimizer_cfg: lr 5e-6, betas (0.9, 0.999), eps
+    1e-8, weight decay 0.0 (flowrl's default 1e-4 would pull the LoRA towards 0 by lr x 1e-4 = 5e-10 of each weight
+    a step); 10 linear warm-up steps, gradient clip 1, LoRA 64 / 128, DRaFT-1 with reward weight 0.25 and no KL."""
+    cfg = resolve_config("wan21-t2v-1.3b-refl", [])
+    t, o = cfg.train, cfg.method.options
+    assert (t.learning_rate, t.adam_betas, t.adam_eps, t.weight_decay) == (5e-6, [0.9, 0.999], 1e-8, 0.0)
+    assert (t.lr_warmup_steps, t.max_grad_norm, t.lora.rank, t.lora.alpha) == (10, 1.0, 64, 128)
+    assert (o["mode"], o["grad_steps"], o["reward_weight"], o["kl_weight"]) == ("draft_k", 1, 0.25, 0.0)
+
+
 def test_the_gradient_flows_through_the_conditional_branch_only():
     """UniRL's CFG under grad: v = v_u + w (v_c - v_u) with v_u stopped, so dv/dtheta = w dv_c/dtheta. With
     v_c = theta a (a = 3) and w = 5 the value is the guided one and the gradient 5 * 3 = 15."""
