@@ -38,11 +38,13 @@ CHOSEN = "dpo/chosen"  # the info column of offline rows: 1 the chosen member of
 class NoisingOptions:
     """How a clean sample is noised for a flow-matching loss: K times, t ~ logit-normal (or uniform), shifted."""
 
-    num_noisings: int = 1  # K noisings of each sample (of each pair), each a loss item (Flow-Factory: 1)
+    # K noisings of each sample (of each pair), each a loss item (DPO: Flow-Factory's 1; flow_grpo's int(0.99 N))
+    num_noisings: int = 1
     time_law: str = "logit_normal"  # logit_normal: t = sigmoid(mean + std z) | uniform
-    logit_mean: float = 0.0  # the logit-normal law's mean (Flow-Factory: 0)
-    logit_std: float = 1.0  # the logit-normal law's std (Flow-Factory: 1)
-    # t <- s t / (1 + (s - 1) t): flow_grpo indexes SD3's scheduler (shift 3) with the logit-normal draw
+    logit_mean: float = 0.0  # the logit-normal law's mean (Flow-Factory and flow_grpo: 0)
+    logit_std: float = 1.0  # the logit-normal law's std (Flow-Factory and flow_grpo: 1)
+    # t <- s t / (1 + (s - 1) t): flow_grpo's 3 (its DPO indexes SD3's shift-3 scheduler with the logit-normal
+    # draw); Flow-Factory's DPO default is 1.0 (no shift)
     time_shift: float = 3.0
 
     def __post_init__(self):

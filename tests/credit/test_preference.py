@@ -101,3 +101,27 @@ def test_noising_times_are_shifted():
     t, noise = draw_noisings(o, (1,), torch.Generator().manual_seed(0), "cpu")
     assert float(t.mean()) == pytest.approx(1.5 - 0.75 * math.log(3), abs=2e-3)
     assert noise.shape == (200000, 1)
+
+
+def test_the_dpo_defaults_name_their_peer():
+    """DPOOptions mixes two peers' defaults: beta 2000 and one noising are Flow-Factory's (DPOTrainingArguments),
+    time_shift 3 is flow_grpo's (SD3's shift-3 scheduler indexed by the draw) where Flow-Factory's time_shift is 1.0,
+    no shift. Shift 1 leaves the logit-normal draw as it is; shift 3 maps the same draws by 3t / (1 + 2t): the
+    median draw t = sigmoid(0) = 1/2 goes to 1.5 / 2 = 0.75."""
+    from flowrl.methods.dpo import DPOOptions
+
+    o = DPOOptions()
+    assert (o.beta, o.num_noisings, o.time_law, o.logit_mean, o.logit_std, o.time_shift) == (
+        2000.0,
+        1,
+        "logit_normal",
+        0.0,
+        1.0,
+        3.0,
+    )
+    flat, _ = draw_noisings(
+        NoisingOptions(num_noisings=6, time_shift=1.0), (1,), torch.Generator().manual_seed(3), "cpu"
+    )
+    shifted, _ = draw_noisings(NoisingOptions(num_noisings=6), (1,), torch.Generator().manual_seed(3), "cpu")
+    assert torch.allclose(shifted, 3 * flat / (1 + 2 * flat), atol=1e-6)
+    assert 3 * 0.5 / (1 + 2 * 0.5) == 0.75
