@@ -24,8 +24,13 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 install: $(VENV)/.installed
 
+# one thread per process unless OMP_NUM_THREADS says otherwise: on shared cores a second thread oversubscribes them
+# and the tiny models run about ten times slower (make demo DEMO_THREADS=2 on idle cores)
+DEMO_THREADS ?= $(or $(OMP_NUM_THREADS),1)
+
 demo: install
-	HF_HUB_OFFLINE=1 $(BIN)/flowrl train overwrite=true  # a rerun replaces the previous demo run
+	@echo "make demo: OMP_NUM_THREADS=$(DEMO_THREADS) (torch threads; on shared cores more oversubscribe them, set DEMO_THREADS=N to change)"
+	OMP_NUM_THREADS=$(DEMO_THREADS) HF_HUB_OFFLINE=1 $(BIN)/flowrl train overwrite=true  # a rerun replaces the previous demo run
 
 test: install
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q -m "not slow"

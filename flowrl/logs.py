@@ -107,12 +107,76 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-def progress(iterable, disable: bool):
-    """The run's one progress bar (rank 0)."""
+def progress(iterable, disable: bool, stream=None):
+    """The run's progress (rank 0): tqdm's bar on a terminal; where stderr is not one (nohup, Slurm, a CI log),
+    where a bar would print nothing until the run ends, a plain line every few seconds (``LineProgress``)."""
+    import sys
+
+    stream = sys.stderr if stream is None else stream
+    if disable:
+        return LineProgress(iterable, stream=None)
+    if not stream.isatty():
+        return LineProgress(iterable, stream=stream)
     from tqdm.auto import tqdm
 
-    # disable=None: no bar when stderr is not a terminal (logs of batch jobs, a piped error line)
-    return tqdm(iterable, desc="flowrl", unit="it", disable=True if disable else None, dynamic_ncols=True)
+    return tqdm(iterable, desc="flowrl", unit="it", dynamic_ncols=True, file=stream)
+
+
+def _duration(seconds: float) -> str:
+    """``42s``, ``7m05s``, ``3h12m``."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+class LineProgress:
+    """Progress for a log: after an iteration, one line when ``every_s`` seconds have passed since the last one
+    (and always after the first and the last iteration)::
+
+        flowrl: iteration 12/150 (8%), 3.2 s/it, about 7m22s left; reward=-0.0031 kl=0
+
+    ``stream=None`` prints nothing (the other processes of a launch). ``set_postfix`` as tqdm's."""
+
+    def __init__(self, iterable, stream, every_s: float = 10.0, clock=time.monotonic):
+        self.iterable, self.stream, self.every_s, self.clock = iterable, stream, every_s, clock
+        self.total = len(iterable) if hasattr(iterable, "__len__") else None
+        self.postfix: dict[str, str] = {}
+
+    def set_postfix(self, **values) -> None:
+        self.postfix = {k: str(v) for k, v in values.items()}
+
+    def line(self, done: int, first: int, elapsed: float) -> str:
+        """The line after ``done`` iterations of this run, ``first`` of them done before it started (resume)."""
+        per = elapsed / max(done - first, 1)
+        where = f"iteration {done}"
+        if self.total is not None:
+            end = first + self.total
+            left = f", about {_duration(per * (end - done))} left" if done < end else ""
+            where = f"iteration {done}/{end} ({100 * done // max(end, 1)}%), {per:.3g} s/it{left}"
+        else:
+            where += f", {per:.3g} s/it"
+        extra = " ".join(f"{k}={v}" for k, v in self.postfix.items())
+        return f"flowrl: {where}" + (f"; {extra}" if extra else "")
+
+    def __iter__(self):
+        start = self.clock()
+        last = None  # when the last line was printed
+        first = None
+        for count, item in enumerate(self.iterable):
+            if first is None:
+                first = item if isinstance(item, int) else 0
+            yield item
+            if self.stream is None:
+                continue
+            now = self.clock()
+            done = (item + 1) if isinstance(item, int) else count + 1
+            final = self.total is not None and count + 1 == self.total
+            if last is None or final or now - last >= self.every_s:
+                print(self.line(done, first, now - start), file=self.stream, flush=True)
+                last = now
 
 
 def stop_rule_hit(rules: list[str], metrics: dict[str, float]) -> str | None:

@@ -49,6 +49,8 @@ FLOWRL_OUTPUTS: dict[str, re.Pattern | None] = {
     "trackers": None,
     "checkpoints": re.compile(r"^iter-\d+(\.tmp)?(/.*)?$"),
     "samples": re.compile(r"^(iter|eval)-\d+(\.(png|gif|mp4|wav))?(/.*)?$"),
+    # `flowrl sample RUN`: numbered folders of numbered media, a contact sheet and sample.json (flowrl.sample)
+    "samples_cli": re.compile(r"^\d{4,}(/(\d{4,}\.(png|mp4|wav)|frames\.png|waveforms\.png|sample\.json))?$"),
 }
 
 

@@ -180,7 +180,7 @@ class Trainer:
                         writer.write(metrics)
                         self.tracking.log(metrics, step=iteration)
                         bar.set_postfix(
-                            reward=f"{metrics.get('reward/mean', float('nan')):.4f}",
+                            reward=f"{metrics.get('reward/mean', float('nan')):.4g}",
                             kl=f"{metrics.get('policy/kl', 0):.2g}",
                         )
                         if "skipped" not in metrics:

@@ -44,11 +44,16 @@ def _err(capsys) -> str:
         ("samples/eval-000010/0001.mp4", True),
         ("lora/adapter.safetensors", True),
         ("trackers/wandb-id", True),
+        ("samples_cli/0001/0000.png", True),  # flowrl sample RUN
+        ("samples_cli/0002/frames.png", True),
+        ("samples_cli/0002/sample.json", True),
         ("checkpoints/my_model.ckpt", False),
         ("samples/holiday.png", False),
         ("notes.txt", False),
         (".flowrl-run/x", False),
         ("samples/iter-1-mine.png", False),
+        ("samples_cli/0001/holiday.png", False),
+        ("samples_cli/mine.png", False),
     ],
 )
 def test_what_flowrl_writes(path, ours):
