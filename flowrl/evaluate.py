@@ -81,5 +81,10 @@ class Evaluation:
         for name, v in out.details["components"].items():
             metrics[f"eval/reward/{name}/mean"] = float(acc.gather(v.to(device)).cpu()[:n].mean())
         if acc.is_main_process:
-            save_media(media, self.out / "samples" / f"eval-{iteration:06d}", max_samples=log.num_sample_images)
+            save_media(
+                media,
+                self.out / "samples" / f"eval-{iteration:06d}",
+                max_samples=log.num_sample_images,
+                sources=sources,
+            )
         return metrics

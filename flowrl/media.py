@@ -302,10 +302,34 @@ def _png_path(path: str | Path) -> tuple[Path, Path]:
     return path.parent / (path.name + ".png"), path
 
 
-def save_sheet(media: Any, path: str | Path, frames: int = SHEET_FRAMES, side: int | None = SHEET_SIDE) -> Path:
+def edit_rows(images: torch.Tensor, sources: list[list[torch.Tensor]]) -> torch.Tensor:
+    """Edits beside what they edit: for each image (B, 3, H, W) its source images (each (3, h, w) in [0, 1],
+    resized to H x W), then the image itself; a row with fewer sources than the most is padded with white.
+    Returns (B * (K + 1), 3, H, W) for ``save_image(..., nrow=K + 1)``, K the most sources of a row."""
+    import torch.nn.functional as F
+
+    b, _, h, w = images.shape
+    k = max(len(row) for row in sources)
+    cells = []
+    for i in range(b):
+        row = [F.interpolate(src[None].float().cpu(), size=(h, w), mode="bilinear", align_corners=False)[0]
+               for src in sources[i]]  # fmt: skip
+        row += [torch.ones(3, h, w)] * (k - len(row))
+        cells += [*row, images[i].float().cpu()]
+    return torch.stack(cells).clamp(0, 1)
+
+
+def save_sheet(
+    media: Any,
+    path: str | Path,
+    frames: int = SHEET_FRAMES,
+    side: int | None = SHEET_SIDE,
+    sources: list[list[torch.Tensor]] | None = None,
+) -> Path:
     """One PNG picture of a batch at ``path`` (``.png`` added if missing): images the grid of ``save_grid``;
     video (and audio_video) a frame sheet, one row of ``frames`` uniformly chosen frames per clip; audio one
-    waveform per clip, channels stacked. Returns the path written."""
+    waveform per clip, channels stacked. ``sources``: each image's source images (an edit family), drawn in a row
+    before it (``edit_rows``). Returns the path written."""
     from torchvision.utils import save_image
 
     from flowrl.logs import save_grid
@@ -313,7 +337,9 @@ def save_sheet(media: Any, path: str | Path, frames: int = SHEET_FRAMES, side: i
     png, _ = _png_path(path)
     kind = media_kind(media)
     png.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "image":
+    if kind == "image" and sources is not None and any(sources):
+        save_image(edit_rows(media, sources), str(png), nrow=1 + max(len(row) for row in sources), padding=2)
+    elif kind == "image":
         save_grid(media, png)
     elif kind in ("video", "audio_video"):
         video = video_of(media)[0]
@@ -363,16 +389,19 @@ def save_media(
     max_samples: int | None = None,
     frames: int = SHEET_FRAMES,
     side: int | None = SHEET_SIDE,
+    sources: list[list[torch.Tensor]] | None = None,
 ) -> list[Path]:
     """A batch as the run's ``samples/`` keep it, for ``path`` = ``samples/iter-000010`` (``.png`` optional):
     images ``iter-000010.png`` (the grid); video the frame sheet ``iter-000010.png`` and
     ``iter-000010/0000.mp4``, ...; audio the waveforms ``iter-000010.png`` and ``iter-000010/0000.wav``, ...
     (audio_video: sheet, MP4s and WAVs). ``max_samples``: only the first ones. Returns the paths written, the
-    PNG first (the picture a tracker logs)."""
+    PNG first (the picture a tracker logs). ``sources``: each sample's source images (an edit family), shown
+    before it in the picture."""
     if max_samples is not None:
         media = select_media(media, slice(0, max_samples))
+        sources = None if sources is None else sources[:max_samples]
     png, folder = _png_path(path)
-    written = [save_sheet(media, png, frames, side)]
+    written = [save_sheet(media, png, frames, side, sources)]
     if media_kind(media) != "image":
         written += save_clips(media, folder)
     return written

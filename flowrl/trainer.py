@@ -23,6 +23,7 @@ from flowrl import checkpoint as ckpt
 from flowrl import latents, runs, trackers
 from flowrl.config import Config, dump_config, redact_secrets
 from flowrl.data import (
+    SOURCE_IMAGES_KEY,
     GroupSampler,
     check_source_images,
     item_images,
@@ -244,6 +245,7 @@ class Trainer:
         if self.reward is not None:
             metrics.update(reward_metrics(scored.final, scored.components, group_ids))
         self._last_media = cat_media([b.media for b in batches])
+        self._last_sources = [m.get(SOURCE_IMAGES_KEY, []) for b in batches for m in b.metadata]  # edit families
         if self.cfg.log.monitors:
             local_groups = torch.cat([b.traj.prompt_ids for b in batches])
             metrics.update(self._over_processes(media_monitors(self._last_media, local_groups), "mean"))
@@ -380,7 +382,10 @@ class Trainer:
         log, done = self.cfg.log, iteration + 1
         if done == 1 or done % log.sample_every == 0 or done == self.cfg.train.iterations:
             path = save_media(
-                self._last_media, self.out / "samples" / f"iter-{done:06d}", max_samples=log.num_sample_images
+                self._last_media,
+                self.out / "samples" / f"iter-{done:06d}",
+                max_samples=log.num_sample_images,
+                sources=self._last_sources,
             )[0]
             self.tracking.log_image(path, step=iteration)  # at the step of the metrics of these rollouts
 

@@ -266,3 +266,20 @@ def test_audio_video_mp4s_carry_the_sound_beside_the_wavs(tmp_path):
         assert raw_rate == rate and (raw - tones[i]).abs().max() <= 1.5 / 32767
     with av.open(str(M.save_clips(_video(b=1), tmp_path / "silent")[0])) as container:  # video alone: no track
         assert not container.streams.audio
+
+
+def test_an_edit_sheet_shows_each_source_before_its_edit(tmp_path):
+    from flowrl.media import edit_rows, save_media
+
+    images = torch.stack([torch.zeros(3, 4, 4), torch.full((3, 4, 4), 0.25)])
+    sources = [[torch.full((3, 2, 2), 0.5)], []]  # the second row edits nothing: a white cell holds its place
+    cells = edit_rows(images, sources)
+    assert cells.shape == (4, 3, 4, 4)
+    assert torch.equal(cells[0], torch.full((3, 4, 4), 0.5))  # the 2 x 2 source, resized to the edit's 4 x 4
+    assert torch.equal(cells[1], images[0])
+    assert torch.equal(cells[2], torch.ones(3, 4, 4))
+    assert torch.equal(cells[3], images[1])
+    png = save_media(images, tmp_path / "iter-000001", sources=sources)[0]
+    assert Image.open(png).size == (2 + 2 * (4 + 2), 2 + 2 * (4 + 2))  # 2 columns (source, edit), 2 rows
+    plain = save_media(images, tmp_path / "iter-000002")[0]
+    assert Image.open(plain).size == (2 + 2 * (4 + 2), 2 + 1 * (4 + 2))  # a text-only grid: 2 x 1
