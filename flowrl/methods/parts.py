@@ -218,7 +218,7 @@ for _part in (
         "Flow-DPPO: the unclipped ratio, a row dropped where the exact Gaussian KL to the rollout's step is at least "
         "kl_threshold and the ratio moves with its advantage (plus the KL)",
         requires=frozenset({"log_probs", "gaussian_means"}),
-        reads=("kl_threshold", "beta"),
+        reads=("kl_threshold", "kl_sigma_cap", "beta"),
         kind="policy",
     ),
     Part(

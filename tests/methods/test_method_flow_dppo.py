@@ -78,6 +78,51 @@ def test_the_kl_scale_is_unirl_sigma_t():
     assert float(out.std[0]) == pytest.approx(math.sqrt(0.6 / 0.4) * 0.7 * math.sqrt(0.1), rel=1e-6)
 
 
+def test_unirls_sigma_cap_by_hand():
+    """UniRL's _compute_sigma_t: std = sqrt(s / (1 - min(s, 0.99))) eta sqrt(s - s'); flowrl's flow_sde step
+    substitutes sigma_1 for s = 1 in 1 - s (Flow-GRPO). Grid 1, 0.9, 0.5, 0 at eta 0.7:
+
+    step 0 (s = 1): flowrl g = 0.7 sqrt(1 / 0.1) = 2.2136, std = g sqrt(0.1) = 0.7; UniRL g = 0.7 sqrt(1 / 0.01) = 7,
+           std = 7 sqrt(0.1) = 2.2136: KL_flowrl / KL_UniRL = (2.2136 / 0.7)^2 = 10;
+    step 1 (s = 0.9 < 0.99): both g = 0.7 sqrt(0.9 / 0.1) = 2.1, the std unchanged (factor exactly 1).
+    A pushing row (A = 1, rho = e^0.1 > 1) whose mean moved by (0.07, 0.07) at step 0: KL_flowrl = 0.0049 / (2 x
+    0.49) = 0.005, KL_UniRL = 0.0049 / (2 x 4.9) = 0.0005; at threshold 1e-3 flowrl drops it (loss 0), UniRL keeps
+    it (loss -A rho = -e^0.1 = -1.10517).
+    UniRL's 10-step shift-3 recipe: sigma_1 = 3 x 0.9 / (1 + 2 x 0.9) = 27/28, so at s = 1 flowrl's 1 - s is 1/28
+    and UniRL's 0.01; std^2 goes as 1 / (1 - s) and the KL as 1 / std^2: KL_flowrl / KL_UniRL = (1 / 0.01) / 28 =
+    100 / 28 = 3.5714."""
+    from flowrl.methods.flow_dppo import unirl_kl_std
+    from flowrl.plan import make_plan
+
+    plan = make_plan(torch.tensor([1.0, 0.9, 0.5, 0.0]), "flow_sde", 0.7, timestep_fraction=1.0)
+    x, v = torch.zeros(1, 2), torch.zeros(1, 2)
+    step0 = flow_sde(v, x, 1.0, 0.9, 0.7, sigma_at_one=plan.sigma_at_one)
+    assert float(step0.std[0]) == pytest.approx(0.7, rel=1e-6)
+    capped = unirl_kl_std(step0.std, plan, 0, 0.99)
+    assert float(capped[0]) == pytest.approx(7 * math.sqrt(0.1), rel=1e-6)
+    step1 = flow_sde(v, x, 0.9, 0.5, 0.7, sigma_at_one=plan.sigma_at_one)
+    assert unirl_kl_std(step1.std, plan, 1, 0.99) is step1.std
+    row = {"log_prob": torch.tensor([0.1]), "old_log_prob": torch.zeros(1), "mean": torch.full((1, 2), 0.07)}
+    row.update(old_mean=torch.zeros(1, 2), advantages=torch.ones(1), threshold=1e-3)
+    assert float(dppo_mask_loss(std=step0.std, **row).clip_frac) == 1.0
+    kept = dppo_mask_loss(std=capped, **row)
+    assert float(kept.clip_frac) == 0.0 and float(kept.loss) == pytest.approx(-math.exp(0.1), rel=1e-6)
+    grid = torch.linspace(1, 0, 11)
+    grid = 3 * grid / (1 + 2 * grid)
+    ten = make_plan(grid, "flow_sde", 0.7, timestep_fraction=1.0)
+    s0 = flow_sde(torch.zeros(1, 2), torch.zeros(1, 2), 1.0, float(grid[1]), 0.7, sigma_at_one=ten.sigma_at_one).std
+    ratio = (float(unirl_kl_std(s0, ten, 0, 0.99)[0]) / float(s0[0])) ** 2
+    assert ratio == pytest.approx(100 / 28, rel=1e-5)
+
+
+def test_a_tiny_run_trains_with_unirls_cap(tmp_path, one_thread):
+    """The tiny run with UniRL's cap: the option reaches the loss part and one iteration trains."""
+    tr = _trainer(tmp_path, "train.iterations=1", "method.options.kl_sigma_cap=0.99")
+    assert tr.method.options.kl_sigma_cap == 0.99
+    (row,) = tr.train()
+    assert 0 <= row["policy/clip_frac"] <= 1
+
+
 def test_costs_and_one_iteration(tmp_path, one_thread):
     """N T CFG rollout rows, then per kept row each of its K = int(0.99 T) transitions: the policy's forward and
     (beta > 0) the reference's, both with CFG (2 rows)."""
@@ -99,11 +144,16 @@ def test_costs_and_one_iteration(tmp_path, one_thread):
             "method.options.sde_type=cps",
             "method.options.sde_type: flow_dppo needs a Gaussian step with an exact log-prob for method.loss=dppo_mask",
         ),
+        ("method.options.kl_sigma_cap=1", "method.options.kl_sigma_cap: must be in (0, 1) or null, got 1"),
+        (
+            "method.options.sde_type=dance_sde method.options.kl_sigma_cap=0.99",
+            "method.options.kl_sigma_cap: UniRL's normaliser is the flow_sde std, but method.options.sde_type is",
+        ),
     ],
 )
 def test_bad_options_are_one_line_errors(override, message):
     with pytest.raises(ConfigError) as err:
-        build_method(resolve_config("tiny-cpu", [*SMALL, override]))
+        build_method(resolve_config("tiny-cpu", [*SMALL, *override.split()]))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
