@@ -139,7 +139,9 @@ def make_plan(
       ``int(T * timestep_fraction)`` train (0.99 of 10 -> 9: the last, nearly deterministic step is
       left out).
     * Window: a start is drawn uniformly in ``[lo, hi - size]`` (per call, from ``rng``), or given (``start``, a
-      schedule's: ``window_start``); transitions in the window are stochastic and trained, the others are ODE
+      schedule's: ``window_start``, in ``[lo, hi]``); the window is the transitions ``start .. min(start + size,
+      hi) - 1``, cut at ``hi`` as MixGRPO's ``get_current_timesteps`` cuts it (empty at ``start = hi``: every step
+      an ODE step and none trained). Transitions in the window are stochastic and trained, the others are ODE
       steps: Euler before the window, and after it Euler or (``tail="dpm2"``) the second-order DPM-Solver++,
       which restarts at first order after the window (MixGRPO-Flash's tail).
     """
@@ -153,9 +155,9 @@ def make_plan(
             raise ValueError(f"window of size {window_size} does not fit in range ({lo}, {hi}) of {n} steps")
         if start is None:
             start = (rng or random).randint(lo, hi - window_size)
-        elif not lo <= start <= hi - window_size:
-            raise ValueError(f"window start {start} is outside [{lo}, {hi - window_size}]")
-        sde = [start <= i < start + window_size for i in range(n)]
+        elif not lo <= start <= hi:
+            raise ValueError(f"window start {start} is outside [{lo}, {hi}]")
+        sde = [start <= i < min(start + window_size, hi) for i in range(n)]
         train = list(sde)
     else:
         start = n
@@ -191,10 +193,12 @@ def window_start(
     rng: random.Random | None = None,
 ) -> int | None:
     """The start of an SDE window of ``size`` steps in ``[lo, hi]`` at ``iteration`` (MixGRPO, arXiv 2507.21802;
-    Tencent-Hunyuan/MixGRPO ``fastvideo/utils/grpo_states.py``): ``iteration`` draws one start uniformly in
-    ``[lo, hi - size]`` from ``rng`` (a stream of the seed and the iteration: the same on every process);
-    ``progressive`` starts at ``lo`` and advances by ``size`` every ``every`` iterations, and past the last
-    start that fits (``hi - size``) goes back to ``lo`` (``wrap``, the authors' ``roll_back``) or stays there.
+    Tencent-Hunyuan/MixGRPO ``fastvideo/utils/grpo_states.py`` ``update_iteration``, with ``hi`` its
+    ``max_timesteps``): ``iteration`` draws one start uniformly in ``[lo, hi - size]`` from ``rng`` (a stream of
+    the seed and the iteration: the same on every process); ``progressive`` starts at ``lo`` and advances by
+    ``size`` every ``every`` iterations while the start is at most ``hi``; past ``hi`` it goes back to ``lo``
+    (``wrap``, the authors' ``roll_back``) or stays at ``hi`` (their clip). ``make_plan`` cuts the window at
+    ``hi``: the last position may be short, and a start at ``hi`` trains nothing (the authors' window empties).
     A pure function of the iteration, so a resumed run repeats it. ``batch``: None (each batch draws its own)."""
     last = hi - size
     if not 0 <= lo <= last:
@@ -209,6 +213,6 @@ def window_start(
         raise ValueError(f"a progressive window moves every >= 1 iterations, got {every}")
     moves = iteration // every
     if wrap:
-        positions = (last - lo) // size + 1  # starts lo, lo + size, ... that fit
+        positions = (hi - lo) // size + 1  # starts lo, lo + size, ... up to hi (the last ones cut or empty)
         return lo + (moves % positions) * size
-    return min(lo + moves * size, last)
+    return min(lo + moves * size, hi)

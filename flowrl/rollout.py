@@ -104,7 +104,7 @@ class Trajectory:
         held = list(self.state_index) if self.state_index is not None else list(range(latents.num_slots(self.states)))
         if keep == held:
             return self
-        index = torch.tensor([held.index(i) for i in keep])
+        index = torch.tensor([held.index(i) for i in keep], dtype=torch.long)  # empty: an empty window
         states = latents.tree_map(lambda t: t.index_select(1, index.to(t.device)).contiguous(), self.states)
         return replace(self, states=states, state_index=tuple(keep))
 

@@ -155,6 +155,8 @@ class Updater:
             work = []  # (unit, its transitions this step, which of its rows train)
             for (q, k), mask in named.items():
                 js = trained[q] if k is None else [trained[q][k]]
+                if not js:
+                    continue  # a unit that trains no transition (an empty MixGRPO window): no signal
                 _, start, rows = layout[q]
                 adv = adv_all[start : start + rows]
                 keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)

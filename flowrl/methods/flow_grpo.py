@@ -112,7 +112,9 @@ class FlowGRPO(MethodBase):
         window_range = tuple(s.window_range) if s.window_range is not None else None
         start = None
         if s.window_size > 0 and s.window_schedule != "batch":
-            lo, hi = window_range if window_range is not None else (0, len(sigmas) - 1)
+            # MixGRPO's range by default: max_timesteps = sampling_steps - 2 (its train_grpo_flux.py)
+            lo, hi = window_range if window_range is not None else (0, len(sigmas) - 3)
+            window_range = (lo, hi)
             rng = ctx.rng("window", 0)
             start = window_start(
                 s.window_schedule, ctx.iteration, s.window_size, lo, hi, s.window_every, s.window_wrap, rng

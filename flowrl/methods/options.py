@@ -47,14 +47,17 @@ class SDEOptions:
     sde_type: str = "flow_sde"  # flow_sde | cps | dance_sde
     noise_level: float = 0.7  # a of flow_sde / cps, eta of dance_sde
     window_size: int = 0  # 0: stochastic at every step; k: an SDE window of k steps, ODE elsewhere
-    window_range: list[int] | None = None  # [lo, hi] where the window may start/end; default [0, num_steps]
+    # [lo, hi] where the window may start/end; default [0, num_steps], and [0, num_steps - 2] under the iteration and
+    # progressive schedules (MixGRPO's max_timesteps: their windows are cut at hi)
+    window_range: list[int] | None = None
     timestep_fraction: float = 0.99  # without a window: train the first int(T * fraction) transitions
     # how the window's start is chosen (MixGRPO): batch (each rollout batch draws its own) | iteration (one seeded
     # draw per iteration, the same on every process) | progressive (from lo, advanced by window_size every
     # window_every iterations)
     window_schedule: str = "batch"
     window_every: int = 25  # progressive: iterations at each window position (MixGRPO's iters_per_group)
-    window_wrap: bool = True  # progressive: past the last position go back to lo (MixGRPO's roll_back), else stay
+    # progressive: past hi go back to lo (MixGRPO's roll_back), else stay at hi, where the window is empty
+    window_wrap: bool = True
     ode_tail: str = "euler"  # the ODE steps after the window: euler | dpm2 (MixGRPO-Flash's DPM-Solver++ tail)
 
 
@@ -153,6 +156,12 @@ def check_steps(options: Any, num_steps: int) -> None:
     w = options.window_size
     if w > num_steps:
         raise ConfigError(f"method.options.window_size: {w} exceeds sample.num_steps={num_steps}")
+    mixgrpo = getattr(options, "window_schedule", "batch") != "batch"
+    if w > 0 and mixgrpo and options.window_range is None and w > num_steps - 2:
+        raise ConfigError(
+            f"method.options.window_size: {w} exceeds the window schedule's range [0, num_steps - 2] = "
+            f"[0, {num_steps - 2}] (MixGRPO's max_timesteps); set method.options.window_range"
+        )
     if options.window_range is not None:
         lo_hi = options.window_range
         if len(lo_hi) != 2 or not 0 <= lo_hi[0] <= lo_hi[1] - w or lo_hi[1] > num_steps:
