@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import random
@@ -53,6 +55,17 @@ def _negative_of(value: Any, where: str) -> str | None:
     raise ConfigError(f"{where}: '{NEGATIVE_FIELD}' must be a string, got {type(value).__name__} {value!r:.60}")
 
 
+def _item_of_row(row: dict, at: str, prompt_column: str, base: Path | None) -> PromptItem:
+    """One row of a .jsonl or .csv prompt file (``at``: its file:line): its prompt, which must not be empty, its
+    own negative prompt and source images, and the other fields as metadata."""
+    if not row[prompt_column].strip():
+        raise ConfigError(f"{at}: the prompt ({prompt_column!r}) is empty; give every row a prompt or remove it")
+    negative = _negative_of(row.get(NEGATIVE_FIELD), at)
+    images = _images_of(row, base, at)
+    metadata = {k: v for k, v in row.items() if k not in (prompt_column, NEGATIVE_FIELD, *IMAGE_FIELDS)}
+    return PromptItem(row[prompt_column], metadata, negative, images)
+
+
 def _parse_jsonl(text: str, where: str, prompt_column: str = "prompt", base: Path | None = None) -> list[PromptItem]:
     items = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -64,10 +77,28 @@ def _parse_jsonl(text: str, where: str, prompt_column: str = "prompt", base: Pat
             raise ConfigError(f"{where}:{n}: not valid JSON") from None
         if not isinstance(row, dict) or not isinstance(row.get(prompt_column), str):
             raise ConfigError(f"{where}:{n}: each line needs a string field {prompt_column!r}")
-        negative = _negative_of(row.get(NEGATIVE_FIELD), f"{where}:{n}")
-        images = _images_of(row, base, f"{where}:{n}")
-        metadata = {k: v for k, v in row.items() if k not in (prompt_column, NEGATIVE_FIELD, *IMAGE_FIELDS)}
-        items.append(PromptItem(row[prompt_column], metadata, negative, images))
+        items.append(_item_of_row(row, f"{where}:{n}", prompt_column, base))
+    return items
+
+
+def _parse_csv(text: str, where: str, prompt_column: str = "prompt", base: Path | None = None) -> list[PromptItem]:
+    """A .csv prompt file: a header line naming the columns, one of them ``prompt_column``; each row's other
+    columns are its metadata (text), ``negative_prompt`` and ``image`` as in a .jsonl row."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    columns = reader.fieldnames or []
+    if prompt_column not in columns:
+        shown = ", ".join(repr(c) for c in columns[:6]) or "none"
+        raise ConfigError(
+            f"{where}:1: a .csv prompt file needs a header line naming the prompt's column {prompt_column!r} "
+            f"(its first line's columns: {shown}); add one, or set data.prompt_column"
+        )
+    items = []
+    for row in reader:
+        at = f"{where}:{reader.line_num}"
+        if None in row or None in row.values():
+            raise ConfigError(f"{at}: {len(columns)} columns in the header line, another number in this row")
+        if any(value.strip() for value in row.values()):  # a blank line is no row
+            items.append(_item_of_row(row, at, prompt_column, base))
     return items
 
 
@@ -179,6 +210,8 @@ def _hf_items(spec: str, split: str, prompt_column: str, dataset_config: str | N
                 f"got {type(prompt).__name__} {prompt!r:.60}"
             )
         at = f"{key}: the dataset {where}, row {i}"
+        if not prompt.strip():
+            raise ConfigError(f"{at}: the prompt ({prompt_column!r}) is empty; give every row a prompt or remove it")
         items.append(PromptItem(prompt, meta, _negative_of(negative, at), _images_of(row, base, at)))
     return items
 
@@ -298,7 +331,7 @@ def read_prompt_text(path: Path, spec: str, key: str = "data.prompts") -> str:
         offset = data.index(b"\0")
         raise ConfigError(
             f"{key}: {spec!r} is a binary file, not prompt text (a NUL byte at offset {offset}); "
-            "give a .txt (one prompt a line) or .jsonl file"
+            "give a .txt (one prompt a line), .jsonl or .csv file"
         )
     try:
         return data.decode("utf-8-sig")
@@ -318,7 +351,8 @@ def load_prompts(
     dataset_config: str | None = None,
     key: str = "data.prompts",
 ) -> list[PromptItem]:
-    """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``),
+    """Prompts from a ``.txt`` file (one a line), a ``.jsonl`` file (``{"prompt": ..., **metadata}``), a ``.csv``
+    file (a header line naming its columns, one of them ``prompt_column``; the others metadata),
     ``builtin:NAME`` (a set shipped in ``flowrl/prompts``), a dataset folder laid out as flow_grpo and
     Flow-Factory lay theirs (``train.jsonl``, ``train_metadata.jsonl`` with GenEval's tags, or
     ``train.txt``; ``test.*`` alike, the held-out prompts), or a Hugging Face ``datasets`` dataset
@@ -352,9 +386,11 @@ def load_prompts(
             hint = missing_cache_hint(spec, key)
             raise ConfigError(f"{key}: no such file {spec!r}" + (f"; {hint}" if hint else ""))
         text, where, is_jsonl = read_prompt_text(path, spec, key), spec, path.suffix == ".jsonl"
+    base = None if spec.startswith("builtin:") else Path(spec).expanduser().resolve().parent
     if is_jsonl:
-        base = None if spec.startswith("builtin:") else Path(spec).expanduser().resolve().parent
         items = _parse_jsonl(text, where, prompt_column, base)
+    elif Path(spec).suffix.lower() == ".csv":
+        items = _parse_csv(text, where, prompt_column, base)
     else:
         items = [PromptItem(s.strip()) for s in text.splitlines() if s.strip()]
     if not items:

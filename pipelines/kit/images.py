@@ -25,6 +25,8 @@ def load_image(path: str | Path) -> torch.Tensor:
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
+    if path.is_dir():
+        raise SourceImageError(f"source image {str(path)!r} is a folder, not an image")
     if not path.is_file():
         raise SourceImageError(f"source image {str(path)!r} does not exist")
     try:
@@ -43,6 +45,8 @@ def check_image(path: str | Path) -> tuple[int, int]:
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
+    if path.is_dir():
+        raise SourceImageError(f"source image {str(path)!r} is a folder, not an image")
     if not path.is_file():
         raise SourceImageError(f"source image {str(path)!r} does not exist")
     try:

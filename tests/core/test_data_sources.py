@@ -135,3 +135,22 @@ def test_jsonl_reads_prompt_column_too(tmp_path):
     assert item.prompt == "a cat" and item.metadata == {"tag": "x"}
     with pytest.raises(ConfigError, match=r"p.jsonl:1: each line needs a string field 'prompt'"):
         load_prompts(str(path))
+
+
+def test_csv_reads_a_header_line_and_its_prompt_column(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_text('prompt,seed,negative_prompt\n"a cat, sitting",1,blurry\n\na dog,2,\n')
+    first, second = load_prompts(str(path))
+    assert (first.prompt, first.metadata, first.negative_prompt) == ("a cat, sitting", {"seed": "1"}, "blurry")
+    assert (second.prompt, second.negative_prompt) == ("a dog", "")
+    path.write_text("caption\na red cube\n")
+    assert [it.prompt for it in load_prompts(str(path), prompt_column="caption")] == ["a red cube"]
+    with pytest.raises(ConfigError, match=r"p.csv:1: a .csv prompt file needs a header line naming .* 'prompt'"):
+        load_prompts(str(path))
+
+
+def test_an_empty_prompt_is_refused_naming_its_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"prompt": "a cat"}) + "\n" + json.dumps({"prompt": "  "}) + "\n")
+    with pytest.raises(ConfigError, match=r"p.jsonl:2: the prompt \('prompt'\) is empty"):
+        load_prompts(str(path))
