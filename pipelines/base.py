@@ -30,6 +30,7 @@ encoders). No family imports another's module.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,9 +226,82 @@ def adapter_class(name: str) -> Any:
     return PIPELINES.get(name)
 
 
+def pipeline_classes_of(adapter: Any) -> tuple[str, ...]:
+    """The diffusers pipeline classes (``model_index.json``'s ``_class_name``) a family's adapter loads: its
+    ``pipeline_classes``, else its one ``pipeline_class``; () for a family that declares neither (not checked)."""
+    classes = getattr(adapter, "pipeline_classes", None)
+    if classes is None:
+        single = getattr(adapter, "pipeline_class", None)
+        classes = (single,) if single else ()
+    return tuple(classes)
+
+
+def tiny_paths_of(adapter: Any) -> tuple[str, ...]:
+    """The ``model.path`` values that build a family's offline tiny models (``tiny_paths``; default ``tiny``)."""
+    return tuple(getattr(adapter, "tiny_paths", ("tiny",)))
+
+
+def _families_where(test) -> list[str]:
+    """The registered families whose adapter class passes ``test`` (one that cannot be imported is skipped)."""
+    found = []
+    for name in list_pipelines():
+        try:
+            if test(adapter_class(name)):
+                found.append(name)
+        except (ImportError, ValueError):
+            continue
+    return found
+
+
+def _use_instead(family: str, path: str) -> str:
+    """How to run ``model.path`` with the family it belongs to: its recipe (the family's tiny one as the example)."""
+    recipe = getattr(adapter_class(family), "tiny_recipe", None)
+    return f"use a recipe of family {family}" + (f" (e.g. {recipe} with model.path={path})" if recipe else "")
+
+
+def check_model_family(model_cfg: Any) -> None:
+    """Refuse, before any weight loads, a ``model.path`` of another family than ``model.pipeline``: another
+    family's tiny name (``tiny-plus`` under sd3), or a local folder whose ``model_index.json`` names a pipeline
+    class the family does not load (an SD3 folder under a FLUX recipe). One line naming the path's family."""
+    pipeline, path = model_cfg.pipeline, model_cfg.path
+    adapter = adapter_class(pipeline)
+    own_tiny = tiny_paths_of(adapter)
+    local = Path(path).expanduser()
+    if path in own_tiny:
+        return
+    if not local.exists():
+        owners = _families_where(lambda a: path in tiny_paths_of(a)) if path.startswith("tiny") else []
+        if owners:
+            raise ValueError(
+                f"model.path: {path!r} is a tiny model of family {' and '.join(owners)}, not of model.pipeline="
+                f"{pipeline}, whose tiny models are {', '.join(own_tiny)}; {_use_instead(owners[0], path)}, or set "
+                f"model.path={own_tiny[0]}"
+            )
+        return
+    accepted = pipeline_classes_of(adapter)
+    index = local / "model_index.json"
+    if not accepted or not index.is_file():
+        return
+    try:
+        class_name = json.loads(index.read_text()).get("_class_name")
+    except (OSError, ValueError, AttributeError):  # unreadable: the family's own check says so
+        return
+    if not isinstance(class_name, str) or class_name in accepted:
+        return
+    owners = _families_where(lambda a: class_name in pipeline_classes_of(a))
+    whose = f"family {owners[0]}" if owners else "no flowrl family loads it"
+    fix = _use_instead(owners[0], path) if owners else f"give a {' or '.join(accepted)} folder"
+    raise ValueError(
+        f"model.path: {path!r} holds a {class_name} ({whose}), but model.pipeline is {pipeline}, which loads "
+        f"{' or '.join(accepted)}; {fix}, or give model.path a model of family {pipeline}"
+    )
+
+
 def check_model_path(model_cfg: Any) -> None:
-    """Refuse a ``model.path`` that cannot load, before any model is built (one line naming it): the chosen
-    adapter's ``check_model_path`` where it has one (SD3: ``flowrl.pipelines.sd3.check_model_path``)."""
+    """Refuse a ``model.path`` that cannot load, before any model is built (one line naming it): a path of another
+    family (``check_model_family``), then the chosen adapter's ``check_model_path`` where it has one (SD3:
+    ``flowrl.pipelines.sd3.check_model_path``)."""
+    check_model_family(model_cfg)
     check = getattr(adapter_class(model_cfg.pipeline), "check_model_path", None)
     if check is not None:
         check(model_cfg)

@@ -67,6 +67,8 @@ class Flux2Adapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
     tiny_recipe = "tiny-flux2"
+    pipeline_classes = ("Flux2KleinPipeline",)  # the model_index.json classes it loads
+    tiny_paths = tuple(TINY_PATHS)
 
     def __init__(
         self,

@@ -86,6 +86,7 @@ from flowrl.pipelines.kit.lora import lora_metadata
 from flowrl.pipelines.kit.prompts import cached_rows
 from flowrl.pipelines.ltx2 import layout
 from flowrl.pipelines.ltx2.layout import DEFAULT_FPS, DEFAULT_NUM_FRAMES
+from flowrl.pipelines.ltx2.parallel import AV_PLAN
 
 logger = logging.getLogger(__name__)
 
@@ -226,10 +227,12 @@ class LTX2Adapter:
     its transformer (both towers) is the policy."""
 
     lora_target_modules = LTX2_LORA_TARGETS
+    sequence_parallel_plan = AV_PLAN  # both token streams split (flowrl.mesh; diffusers' own splits video only)
     check_model_path = staticmethod(check_model_path)
     tower_of = staticmethod(tower_of)
     media_kind = "audio_video"
     tiny_recipe = "tiny-ltx2"
+    pipeline_classes = ("LTX2Pipeline",)  # the model_index.json classes it loads
     modalities = MODALITIES
 
     def __init__(

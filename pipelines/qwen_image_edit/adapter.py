@@ -33,9 +33,12 @@ from flowrl.pipelines.qwen_image_edit import layout
 CONDITION_AREA = 384 * 384  # QwenImageEditPlusPipeline: what the VL encoder sees of each source image
 
 
+TINY_PATHS = ("tiny", "tiny-plus")  # model.path values that build an offline tiny Edit / Edit-Plus
+
+
 def check_model_path(model_cfg) -> None:
     """Refuse a ``model.path`` that cannot load as a Qwen-Image-Edit pipeline before any model is built."""
-    if model_cfg.path not in ("tiny", "tiny-plus"):
+    if model_cfg.path not in TINY_PATHS:
         check_folder_or_hub(model_cfg.path, "qwen_image_edit", "Qwen-Image-Edit")
 
 
@@ -60,6 +63,8 @@ class QwenImageEditAdapter(QwenImageCore):
     check_model_path = staticmethod(check_model_path)
     source_images = (1, 3)  # Edit-Plus's; an Edit pipeline's adapter takes (1, 1)
     tiny_recipe = "tiny-qwen-image-edit"
+    pipeline_classes = ("QwenImageEditPipeline", "QwenImageEditPlusPipeline")  # model_index.json classes it loads
+    tiny_paths = TINY_PATHS
 
     def __init__(self, pipe, *args, source_area: int | None = None, **kwargs):
         super().__init__(pipe, *args, **kwargs)
@@ -77,7 +82,7 @@ class QwenImageEditAdapter(QwenImageCore):
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0):
         """Build from ``ModelConfig``: ``path="tiny"`` (Edit) or ``"tiny-plus"`` (Edit-Plus) builds the offline tiny
         model, else the edit pipeline of a hub id or local folder."""
-        if model_cfg.path in ("tiny", "tiny-plus"):
+        if model_cfg.path in TINY_PATHS:
             from flowrl.pipelines.qwen_image_edit.tiny import build_tiny_qwen_image_edit
 
             pipe = build_tiny_qwen_image_edit(seed=seed, plus=model_cfg.path == "tiny-plus")

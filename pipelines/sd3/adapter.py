@@ -42,6 +42,7 @@ class SD3Adapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
     tiny_recipe = "tiny-cpu"
+    pipeline_classes = ("StableDiffusion3Pipeline",)  # the model_index.json classes it loads
 
     def __init__(
         self,

@@ -182,6 +182,8 @@ class StableAudioAdapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "audio"
     tiny_recipe = "tiny-audio"
+    pipeline_classes = ("StableAudio3Pipeline",)  # the model_index.json classes it loads
+    tiny_paths = tuple(TINY_PATHS)
 
     def __init__(
         self,

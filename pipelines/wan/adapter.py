@@ -124,6 +124,8 @@ class WanAdapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "video"
     tiny_recipe = "tiny-wan"
+    pipeline_classes = ("WanPipeline",)  # the model_index.json classes it loads
+    tiny_paths = tuple(TINY_PATHS)
 
     def __init__(
         self,

@@ -97,6 +97,8 @@ class WanI2VAdapter(WanAdapter):
     source_images = (1, 1)  # the first frame
     lora_target_modules = WAN_I2V_LORA_TARGETS
     tiny_recipe = "tiny-wan-i2v"
+    pipeline_classes = ("WanImageToVideoPipeline",)  # the model_index.json classes it loads
+    tiny_paths = tuple(TINY_PATHS)
     check_model_path = staticmethod(check_model_path)
 
     def __init__(self, pipe, *args, **kwargs):

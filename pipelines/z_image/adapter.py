@@ -61,6 +61,7 @@ class ZImageAdapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
     tiny_recipe = "tiny-z-image"
+    pipeline_classes = ("ZImagePipeline",)  # the model_index.json classes it loads
 
     def __init__(
         self,

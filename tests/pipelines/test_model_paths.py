@@ -136,3 +136,19 @@ def test_single_file_keys_reads_only_the_header(single_file):
     root, _, _ = single_file
     keys = single_file_keys(root / "tuned.safetensors")
     assert "model.diffusion_model.joint_blocks.0.x_block.attn.qkv.weight" in keys
+
+
+def test_every_family_names_the_pipeline_classes_and_tiny_models_it_loads():
+    """The family check (``check_model_family``) reads each adapter's pipeline classes and tiny paths: every family
+    declares them, its tiny recipe's model.path is one of its tiny paths, and no two families share a class."""
+    from flowrl.config import resolve_config
+    from flowrl.pipelines.base import adapter_class, list_pipelines, pipeline_classes_of, tiny_paths_of
+
+    owner: dict[str, str] = {}
+    for name in list_pipelines():
+        adapter = adapter_class(name)
+        classes = pipeline_classes_of(adapter)
+        assert classes and all(c.endswith("Pipeline") for c in classes), name
+        for c in classes:
+            assert owner.setdefault(c, name) == name, (c, owner[c], name)
+        assert resolve_config(adapter.tiny_recipe).model.path in tiny_paths_of(adapter), name
