@@ -159,9 +159,26 @@ def save_checkpoint(
     extra: dict[str, Any] | None = None,
 ) -> Path:
     """Single-process ``begin_checkpoint`` + ``write_rng`` + ``finish_checkpoint`` of ``root/iter-NNNNNN``."""
-    tmp = begin_checkpoint(root, iteration)
-    write_rng(tmp, 0)
-    return finish_checkpoint(tmp, iteration, trainable, optimizer_to_tensors(optimizer), ema, extra)
+    try:
+        tmp = begin_checkpoint(root, iteration)
+        write_rng(tmp, 0)
+        return finish_checkpoint(tmp, iteration, trainable, optimizer_to_tensors(optimizer), ema, extra)
+    except OSError as exc:
+        raise write_failed(Path(root), iteration, exc) from None
+
+
+def write_failed(root: Path, iteration: int, exc: OSError) -> CheckpointError:
+    """A checkpoint write that failed (a full disk, a quota, a folder gone): its temporary folder removed, so
+    nothing half-written is left, and one line saying so, what is intact and how to go on."""
+    tmp = root / (checkpoint_name(iteration) + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    why = exc.strerror or str(exc) or type(exc).__name__
+    found = list_checkpoints(root)
+    intact = f"the earlier ones are intact (newest: {found[-1].name})" if found else "no earlier checkpoint exists"
+    return CheckpointError(
+        f"checkpoint {root / checkpoint_name(iteration)}: could not be written ({why}); the partial folder was "
+        f"removed and {intact}; free space under {root} and continue with resume=latest"
+    )
 
 
 def load_checkpoint(path: str | Path, rank: int = 0) -> dict[str, Any]:
@@ -254,6 +271,39 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"checkpoint {path}: {name} is corrupt or truncated (checksum mismatch)")
     _remember_intact(path)
     return state
+
+
+def checkpoint_family(path: str | Path, state: dict[str, Any] | None = None) -> str | None:
+    """The ``model.pipeline`` a checkpoint was trained with: its state's config, else its run's ``config.yaml``
+    (two levels up, ``RUN/checkpoints/iter-N``); None where neither can be read."""
+    path = Path(path)
+    try:
+        state = read_state(path) if state is None else state
+    except CheckpointError:
+        return None
+    config = state.get("config")
+    if not isinstance(config, dict) and (path.parent.parent / "config.yaml").is_file():
+        import yaml
+
+        try:
+            config = yaml.safe_load((path.parent.parent / "config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            return None
+    model = config.get("model") if isinstance(config, dict) else None
+    pipeline = model.get("pipeline", "sd3") if isinstance(model, dict) else None  # sd3: the config's default
+    return pipeline if isinstance(pipeline, str) else None
+
+
+def check_family(path: str | Path, pipeline: str, option: str = "resume", state: dict[str, Any] | None = None) -> None:
+    """Refuse a checkpoint trained with another ``model.pipeline`` than ``pipeline``, naming both families (its
+    tensors would otherwise fail to fit under a name that blames a setting such as ``train.lora.rank``)."""
+    family = checkpoint_family(path, state)
+    if family is not None and family != pipeline:
+        raise CheckpointError(
+            f"{option}: checkpoint {str(path)!r} is of family {family} (it trained model.pipeline={family}), but "
+            f"this config's model.pipeline is {pipeline}; a checkpoint continues only with its own family: give the "
+            f"recipe it was trained with"
+        )
 
 
 def check_trainable_against(
@@ -352,7 +402,15 @@ def save_run(root: Path, iterations_done: int, acc: Any, policy: Any, extra: dic
     """Checkpoint ``iterations_done`` of a run under ``root``: every process's RNG, and the policy's weights,
     optimizer state, EMA and parameter averages as whole tensors (gathered from FSDP shards by every process,
     written by the main one) with ``extra`` (JSON: the run's counters, config and method state); then keep the
-    newest ``keep_last``. Every process calls it."""
+    newest ``keep_last``. Every process calls it. A write that fails (``OSError``: a full disk) leaves no partial
+    folder and raises one ``CheckpointError`` line (``write_failed``)."""
+    try:
+        _save_run(root, iterations_done, acc, policy, extra, keep_last)
+    except OSError as exc:
+        raise write_failed(Path(root), iterations_done, exc) from None
+
+
+def _save_run(root: Path, iterations_done: int, acc: Any, policy: Any, extra: dict[str, Any], keep_last: int) -> None:
     tmp = root / (checkpoint_name(iterations_done) + ".tmp")
     acc.wait_for_everyone()
     if acc.is_main_process:

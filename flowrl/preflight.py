@@ -25,6 +25,7 @@ def preflight(cfg: Config) -> None:
     from flowrl.reward_models import check_reward_args
 
     check_model_path_or_hint(cfg.model)  # a benchmark's cached base model not made yet: names the command
+    check_resume_family(cfg)  # a checkpoint of another family, before its tensors fail to fit the model
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     method = build_method(cfg)  # unknown or mistyped method.options
     check_whole_groups(cfg, method, 1)
@@ -62,6 +63,27 @@ def preflight(cfg: Config) -> None:
             close = difflib.get_close_matches(metric, sorted(logged), n=1, cutoff=0.5)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(f"log.stop_if: {rule!r} names {metric!r}, which this run does not log{hint}")
+
+
+def check_resume_family(cfg: Config) -> None:
+    """``resume=`` naming a checkpoint (or, ``latest``, a run folder whose newest one is) of another family than
+    ``model.pipeline``: one line naming both. A checkpoint that cannot be read is left to the resume's own checks."""
+    from pathlib import Path
+
+    from flowrl import checkpoint as ckpt
+
+    if not cfg.resume:
+        return
+    if cfg.resume == "latest":
+        if cfg.run_name == "auto":
+            return
+        found = ckpt.list_checkpoints(Path(cfg.output_dir, cfg.run_name or "").expanduser() / "checkpoints")
+        if not found:
+            return
+        path = found[-1]
+    else:
+        path = Path(cfg.resume).expanduser()
+    ckpt.check_family(path, cfg.model.pipeline, f"resume={cfg.resume}" if cfg.resume == "latest" else "resume")
 
 
 def check_whole_groups(cfg: Config, method, world: int, pairwise: bool = False) -> None:

@@ -185,3 +185,26 @@ def test_full_weight_mismatches_point_at_the_model_and_lora_switch():
         ckpt.CheckpointError, match="holds full-weight tensors but the model trains LoRA ones; check train.lora.enabled"
     ):
         ckpt.check_trainable_against(full, LORA, "c")
+
+
+def test_a_failed_write_leaves_no_partial_folder_and_says_so(tmp_path, monkeypatch):
+    import errno
+
+    _save(tmp_path, 1)
+    real = ckpt.save_file
+
+    def full(tensors, path, *args, **kwargs):
+        if "optimizer" in str(path):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_file", full)
+    with pytest.raises(ckpt.CheckpointError) as info:
+        _save(tmp_path, 2)
+    assert str(info.value) == (
+        f"checkpoint {tmp_path}/iter-000002: could not be written (No space left on device); the partial folder "
+        f"was removed and the earlier ones are intact (newest: iter-000001); free space under {tmp_path} and "
+        "continue with resume=latest"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter-000001"]
+    ckpt.verify_checkpoint(tmp_path / "iter-000001")
