@@ -105,7 +105,8 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), builtin:NAME, a dataset folder with
+    # .txt (one prompt a line), .jsonl ({"prompt": ..., metadata}), .csv (a header line naming the columns, the
+    # prompt's among them: data.prompt_column; the others metadata), builtin:NAME, a dataset folder with
     # train.jsonl, train_metadata.jsonl (GenEval tags) or train.txt, as flow_grpo and Flow-Factory lay theirs,
     # or a Hugging Face `datasets` dataset: hf:NAME (a hub id or a local folder; `pip install datasets`), or a
     # folder written by save_to_disk (read with load_from_disk)
@@ -115,7 +116,7 @@ class DataConfig:
     eval_prompts: str | None = None
     split: str = "train"  # the split that trains, of a dataset folder or a Hugging Face DatasetDict
     eval_split: str = "test"  # the held-out split, of a dataset folder or a Hugging Face DatasetDict
-    # the column (Hugging Face dataset) or field (.jsonl) holding the prompt; every other one is the row's
+    # the column (Hugging Face dataset, .csv) or field (.jsonl) holding the prompt; every other one is the row's
     # metadata (reward inputs: GenEval tags, OCR targets), except negative_prompt
     prompt_column: str = "prompt"
     dataset_config: str | None = None  # with hf:NAME, the dataset's configuration (subset) name, if it has several
@@ -175,6 +176,9 @@ class LoraConfig:
             raise ConfigError(f"train.lora.dropout: must be in [0, 1), got {self.dropout}")
 
 
+MAX_ITERATIONS = 10**9  # far beyond any run; above it a count is a typo (and overflows the progress bar)
+
+
 @dataclass
 class TrainConfig:
     iterations: int = 100  # sampling + update rounds of the run
@@ -224,7 +228,8 @@ class TrainConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def __post_init__(self):
-        _positive("train.iterations", self.iterations, strict=False)
+        if not 1 <= self.iterations <= MAX_ITERATIONS:  # 0 trains nothing; a huge count is a slip of the keyboard
+            raise ConfigError(f"train.iterations: must be between 1 and {MAX_ITERATIONS:,}, got {self.iterations}")
         _positive("train.learning_rate", self.learning_rate)
         _choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine", "linear"))
         _positive("train.lr_warmup_steps", self.lr_warmup_steps, strict=False)
@@ -316,7 +321,8 @@ class Config:
     # the run folder is output_dir/run_name when set; "auto": a new timestamped name (YYYYmmdd-HHMMSS)
     run_name: str | None = None
     seed: int = 42  # seeds every random stream (prompts, noise, SDE draws, windows)
-    resume: str | None = None  # checkpoint folder, or "latest" (newest intact one in the run folder)
+    # checkpoint folder (or its state.json), or "latest" (newest intact one in the run folder)
+    resume: str | None = None
     resume_allow_changes: bool = False  # resume although settings that change the math differ
     overwrite: bool = False  # train into a folder holding a run: remove its checkpoints and outputs first
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -367,6 +373,8 @@ class Config:
             )
         if self.run_name is not None and (not self.run_name or "/" in self.run_name or self.run_name in (".", "..")):
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
+        if self.resume and self.resume != "latest" and Path(self.resume).name == "state.json":
+            self.resume = str(Path(self.resume).parent)  # the file inside a checkpoint: that checkpoint's folder
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
         from flowrl.methods.options import resolve_knobs
@@ -447,7 +455,7 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
         if dataclasses.is_dataclass(cls):
             names = [f.name for f in dataclasses.fields(cls)]
             if part not in names:
-                raise unknown_key(prefix, part, names)
+                raise unknown_key(prefix, part, names, dotted)
             cls = typing.get_type_hints(cls)[part]
         elif typing.get_origin(cls) is dict or cls is Any:
             cls = typing.get_args(cls)[1] if typing.get_origin(cls) is dict else Any
@@ -458,7 +466,7 @@ def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
             cls = inner[0]
             names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else None
             if names is not None and part not in names:
-                raise unknown_key(prefix, part, names)
+                raise unknown_key(prefix, part, names, dotted)
             cls = typing.get_type_hints(cls)[part] if names is not None else typing.get_args(cls)[1]
         else:
             raise ConfigError(f"{prefix.rstrip('.')}: is not a group of settings; cannot set {dotted!r}")
@@ -560,12 +568,16 @@ def load_recipe(name_or_path: str | None, _seen: tuple[str, ...] = ()) -> dict[s
 
 def _read_recipe(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    names = recipe_names()
+    # a bare name of a shipped recipe is that recipe, even where the working folder holds a folder of that name;
+    # a .yaml/.yml path or an existing file is the user's own recipe file
+    if path.suffix in (".yaml", ".yml") or path.is_file() or (path.is_dir() and name_or_path not in names):
+        if path.is_dir():
+            raise ConfigError(f"recipe {name_or_path!r}: is a folder, not a recipe file (a .yaml file)")
         if not path.is_file():
             raise ConfigError(f"recipe {name_or_path!r}: no such file")
         text = _recipe_text(path, name_or_path)
     else:
-        names = recipe_names()
         if name_or_path not in names:
             close = difflib.get_close_matches(name_or_path, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; shipped: {', '.join(names)}"

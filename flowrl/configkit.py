@@ -1,7 +1,8 @@
 """The typed-settings machinery under flowrl's config, below every module that checks settings: ``ConfigError``, a
 dataclass of settings built from a mapping with one-line errors (``build_section``: the config's sections and every
 method's typed options), the flat dotted view of a settings tree, and ``log.stop_if`` rules. It imports nothing of
-flowrl, so the config, the methods (their options) and the logs all build on it without importing each other."""
+flowrl but the table of other tools' key names (``flowrl.migration``), so the config, the methods (their options)
+and the logs all build on it without importing each other."""
 
 from __future__ import annotations
 
@@ -78,7 +79,15 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     return value
 
 
-def unknown_key(prefix: str, key: str, known: list[str]) -> ConfigError:
+def unknown_key(prefix: str, key: str, known: list[str], given: str | None = None) -> ConfigError:
+    """An unknown key, with its flowrl name where it is flow_grpo's or Flow-Factory's (``given``: the whole dotted
+    key the user wrote, of which ``prefix + key`` is the first unknown part), else the closest known key."""
+    from flowrl.migration import foreign_key_hint  # a table only: configkit builds on nothing else of flowrl
+
+    for name in dict.fromkeys((given or prefix + key, prefix + key)):
+        hint = foreign_key_hint(name)
+        if hint is not None:
+            return ConfigError(f"unknown key {name!r}: {hint}")
     close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     hint = f"; did you mean {prefix}{close[0]!r}?".replace(f"{prefix}'", f"'{prefix}") if close else ""
     return ConfigError(f"unknown key {prefix + key!r}{hint}")
@@ -90,7 +99,8 @@ def build_dataclass(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     kwargs = {}
     for key, value in data.items():
         if key not in names:
-            raise unknown_key(prefix, str(key), names)
+            below = flatten_config(value, f"{prefix}{key}.") if isinstance(value, dict) and value else {}
+            raise unknown_key(prefix, str(key), names, next(iter(below), None))
         kwargs[key] = _coerce(prefix + key, value, hints[key])
     try:
         return cls(**kwargs)

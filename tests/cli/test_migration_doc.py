@@ -67,3 +67,38 @@ def test_the_flow_factory_values_convert_to_values_flowrl_takes():
         "`none` is `[]`",
     ):
         assert written in text, written
+
+
+def test_the_unknown_key_table_is_the_doc_s():
+    """flowrl.migration.FOREIGN_KEYS, which answers an unknown key with its flowrl name, is the doc's tables: every
+    row's other-tool name that flowrl does not take (a list's field, ``name[]``, cannot be written as a key)."""
+    from flowrl.migration import FOREIGN_KEYS
+
+    known = set(re.findall(r"^\| `([^`]+)` \|", reference(), flags=re.MULTILINE))
+    from_doc: dict[str, tuple[list[str], tuple[str, ...]]] = {}
+    for tool, heading in (("flow_grpo's", "## flow_grpo"), ("Flow-Factory's", "## Flow-Factory")):
+        for line in _section(heading).splitlines():
+            if not line.startswith("| `"):
+                continue
+            cells = line.split("|")
+            ours = tuple(re.findall(r"`([^`]+)`", cells[2]))
+            for theirs in re.findall(r"`([^`]+)`", cells[1]):
+                if theirs not in known and "[]" not in theirs:
+                    from_doc.setdefault(theirs, ([], ours))[0].append(tool)
+    assert {k: (" and ".join(w), ours) for k, (w, ours) in from_doc.items()} == FOREIGN_KEYS
+
+
+def test_an_unknown_key_of_flow_grpo_names_its_flowrl_key():
+    import pytest
+
+    from flowrl.config import ConfigError
+
+    for overrides, message in (
+        (["pretrained.model=x"], "unknown key 'pretrained.model': flow_grpo's pretrained.model is model.path here"),
+        (["train.adam_beta1=0.9"], "flow_grpo's train.adam_beta1 is train.adam_betas here"),
+        (["mixed_precision=bf16"], "flow_grpo's and Flow-Factory's mixed_precision is train.mixed_precision here"),
+        (["scheduler={noise_level: 0.7}"], "scheduler is Flow-Factory's section, not flowrl's: scheduler.seed is seed"),
+    ):
+        with pytest.raises(ConfigError) as info:
+            resolve_config("tiny-cpu", overrides)
+        assert message in str(info.value)
