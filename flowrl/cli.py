@@ -32,8 +32,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from flowrl.config import resolve_config
     from flowrl.trainer import Trainer, end_process_group
 
+    args.phase = "start-up"  # a Ctrl-C until the trainer runs: nothing trained, nothing saved (see main)
     cfg = resolve_config(args.recipe, args.overrides)
     trainer = Trainer(cfg)
+    args.phase = "training"  # from here the trainer says what a signal stopped (flowrl.interrupts.Interrupted)
     history = trainer.train()
     end_process_group()  # the command owns the process; a library caller owns its group
     if not trainer.acc.is_main_process:
@@ -126,8 +128,66 @@ class _Subparsers(argparse._SubParsersAction):
         return p
 
 
+class UsageError(ValueError):
+    """A command line argparse refuses (an unknown option, a missing argument): one line, as every input error."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, its errors one line (``UsageError``) instead of the usage text and an exit; an unknown ``--option``
+    is answered with flowrl's form of it (``_dash_hint``)."""
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message}" if self.prog != "flowrl" else message)
+
+    def parse_args(self, args=None, namespace=None):
+        argv = list(sys.argv[1:] if args is None else args)
+        parsed, extras = self.parse_known_args(argv, namespace)
+        if extras:
+            hint = _dash_hint(extras, parsed, argv)
+            self.error(f"unrecognized arguments: {' '.join(extras)}" + (f"; {hint}" if hint else ""))
+        return parsed
+
+
+def _dash_hint(extras: list[str], parsed: argparse.Namespace, argv: list[str]) -> str | None:
+    """flowrl's form of the first unknown ``--option`` where it is a habit of flow_grpo's command line (or another
+    trainer's): ``--recipe X`` (the recipe is the first argument), ``--train.iterations=2`` or
+    ``--config.sample.num_steps 10`` (key=value overrides, under flowrl's name of a flow_grpo key), ``--config
+    config/grpo.py:...`` (a recipe). None for an option of no such form."""
+    from flowrl.migration import FOREIGN_KEYS
+
+    command = getattr(parsed, "command", None)
+    for token in extras:
+        if not token.startswith("--") or token == "--":
+            continue
+        name, sep, value = token[2:].partition("=")
+        if not sep and token in argv:  # `--key value`: the value is the next argument
+            after = argv[argv.index(token) + 1 : argv.index(token) + 2]
+            value = after[0] if after and not after[0].startswith("-") else ""
+        if not hasattr(parsed, "overrides"):  # a command of options only: its --help lists them
+            return None
+        if name == "recipe":
+            return f"the recipe is the first argument, not --recipe: flowrl {command} {value or 'RECIPE'}"
+        if name == "config":  # flow_grpo's --config=config/grpo.py:NAME
+            return (
+                f"flowrl takes a recipe (a shipped name or a .yaml file) as the first argument, not --config: "
+                f"flowrl {command} RECIPE (flowrl ls recipes)"
+            )
+        key = name.removeprefix("config.").replace("-", "_")
+        if not all(part.isidentifier() for part in key.split(".")):
+            return None
+        shown = value or "VALUE"
+        if key in FOREIGN_KEYS:
+            whose, ours = FOREIGN_KEYS[key]
+            return (
+                f"flowrl takes key=value overrides, not --dashes, and {whose} {key} is {ours[0]} here: "
+                f"write {ours[0]}={shown}"
+            )
+        return f"flowrl takes key=value overrides, not --dashes: write {key}={shown}"
+    return None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flowrl", description="Online RL of flow-matching generators.")
+    parser = _Parser(prog="flowrl", description="Online RL of flow-matching generators.")
     parser.add_argument("--debug", action="store_true", help="show tracebacks")
     parser.register("action", "parsers", _Subparsers)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -197,13 +257,23 @@ def _quiet_libraries(debug: bool) -> None:
         pass
 
 
+STARTUP_INTERRUPTED = "interrupted (SIGINT) during start-up: nothing was written"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    _split_recipe(args)
-    level = logging.INFO if args.debug else logging.WARNING
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    _quiet_libraries(args.debug)
+    try:  # the imports of start-up take seconds: a Ctrl-C there is one line too
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        _split_recipe(args)
+        level = logging.INFO if args.debug else logging.WARNING
+        logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+        _quiet_libraries(args.debug)
+    except KeyboardInterrupt:
+        print(f"flowrl: {STARTUP_INTERRUPTED}", file=sys.stderr)
+        return 130
+    except UsageError as exc:
+        print(error_line(exc), file=sys.stderr)
+        return 2
     if not args.debug:  # a setting's warning (a deprecated key, a knob the method lacks) is one line, not a traceback
         warnings.formatwarning = lambda message, category, *_, **__: f"flowrl: {category.__name__}: {message}\n"
     try:
@@ -211,7 +281,15 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         from flowrl.interrupts import Interrupted
 
-        print(f"flowrl: {exc}" if isinstance(exc, Interrupted) else "flowrl: interrupted", file=sys.stderr)
+        if isinstance(exc, Interrupted):  # the trainer's own line: what was saved and how to continue
+            line = str(exc)
+        elif getattr(args, "phase", None) == "start-up":
+            line = "interrupted (SIGINT) during start-up, before the first iteration: no checkpoint was written"
+        else:
+            line = "interrupted"
+        if args.debug:
+            traceback.print_exc()
+        print(f"flowrl: {line}", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head`, which has read enough
         devnull = os.open(os.devnull, os.O_WRONLY)
