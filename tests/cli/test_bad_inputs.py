@@ -1,7 +1,8 @@
 """Table-driven bad input: every case gives one line on stderr, naming the culprit, and exit code 2.
 
 The table is this file's ``CASES`` plus the model-path, checkpoint and sampling cases of
-``bad_inputs_models`` and the reward cases of ``bad_inputs_rewards``; one runner checks them all.
+``bad_inputs_models`` and the reward cases of ``bad_inputs_rewards``; one runner checks them all. A full disk and a
+Ctrl-C (exit 130, the convention for SIGINT) are made by their own tests below the runner.
 """
 
 import logging
@@ -49,6 +50,15 @@ def _files(tmp_path):
     (tmp_path / "toyout" / "toy_eval.json").write_text("{}\n")
     (tmp_path / "toyout" / "toy_av_eval.json").write_text("{}\n")
     (tmp_path / "cache" / "toy" / "default").mkdir(parents=True)  # a toy model made under FLOWRL_CACHE
+    # what a newcomer (often from flow_grpo) writes
+    (tmp_path / "blank.jsonl").write_text('{"prompt": "a cat"}\n{"prompt": ""}\n')
+    (tmp_path / "headerless.csv").write_text("a cat,1\na dog,2\n")
+    (tmp_path / "blank.csv").write_text("prompt,seed\na cat,1\n  ,2\n")
+    (tmp_path / "ragged.csv").write_text("prompt,seed\na cat,1,extra\n")
+    (tmp_path / "recipes.yaml").mkdir()  # a folder named like a recipe file
+    (tmp_path / "flow_grpo.yaml").write_text("pretrained:\n  model: stabilityai/stable-diffusion-3.5-medium\n")
+    (tmp_path / "edit" / "photo.png").mkdir(parents=True)  # a folder where a source image should be
+    (tmp_path / "edit" / "train.jsonl").write_text('{"prompt": "make it red", "image": "photo.png"}\n')
 
 
 V = ["validate", "tiny-cpu"]  # config-level checks: no model is built
@@ -328,6 +338,53 @@ CASES = [
     (V + ["train.max_flat_iterations=0"], "train.max_flat_iterations: must be > 0"),
     (V + ["train.reward_report_s=0"], "train.reward_report_s: must be > 0"),
     (V + ["train.reward_timeout_s=-1"], "train.reward_timeout_s: must be >= 0"),
+    # a newcomer's first runs: counts out of range, empty prompts, CSV files, folders where files belong
+    (V + ["train.iterations=0"], "train.iterations: must be between 1 and 1,000,000,000, got 0"),
+    (V + ["train.iterations=100000000000000000000000"], "train.iterations: must be between 1 and 1,000,000,000"),
+    (["train", "train.iterations=0", "output_dir={tmp}/fresh"], "train.iterations: must be between 1 and"),
+    (V + ["data.prompts={tmp}/blank.jsonl"], "blank.jsonl:2: the prompt ('prompt') is empty"),
+    (V + ["data.prompts={tmp}/blank.csv"], "blank.csv:3: the prompt ('prompt') is empty"),
+    (
+        V + ["data.prompts={tmp}/headerless.csv"],
+        "headerless.csv:1: a .csv prompt file needs a header line naming the prompt's column 'prompt' (its first "
+        "line's columns: 'a cat', '1'); add one, or set data.prompt_column",
+    ),
+    (V + ["data.prompts={tmp}/ragged.csv"], "ragged.csv:2: 2 columns in the header line, another number in this row"),
+    (["validate", "{tmp}/recipes.yaml"], "recipe '{tmp}/recipes.yaml': is a folder, not a recipe file"),
+    (["validate", "notckpt"], "recipe 'notckpt': is a folder, not a recipe file"),  # a folder of the working one
+    (
+        ["validate", "tiny-edit", "data.prompts={tmp}/edit"],
+        "data.prompts: row 1 ('make it red'): source image '{tmp}/edit/photo.png' is a folder, not an image",
+    ),
+    # flow_grpo's keys and command-line habits: flowrl's name for each (docs/migration.md)
+    (V + ["pretrained.model=x"], "unknown key 'pretrained.model': flow_grpo's pretrained.model is model.path here"),
+    (
+        V + ["sample.num_image_per_prompt=4"],
+        "unknown key 'sample.num_image_per_prompt': flow_grpo's sample.num_image_per_prompt is sample.group_size here",
+    ),
+    (V + ["num_epochs=3"], "flow_grpo's num_epochs is train.iterations here"),
+    (V + ["model.model_name_or_path=x"], "Flow-Factory's model.model_name_or_path is model.path here"),
+    (
+        ["validate", "{tmp}/flow_grpo.yaml"],
+        "unknown key 'pretrained.model': flow_grpo's pretrained.model is model.path",
+    ),
+    (
+        ["train", "--recipe", "tiny-cpu"],
+        "unrecognized arguments: --recipe; the recipe is the first argument, not --recipe: flowrl train tiny-cpu",
+    ),  # fmt: skip
+    (
+        ["train", "tiny-cpu", "--train.iterations=2"],
+        "unrecognized arguments: --train.iterations=2; flowrl takes key=value overrides, not --dashes: write "
+        "train.iterations=2",
+    ),
+    (
+        ["validate", "tiny-cpu", "--sample.num_image_per_prompt", "4"],
+        "not --dashes, and flow_grpo's sample.num_image_per_prompt is sample.group_size here: write sample.group_size=4",
+    ),
+    (["train", "--config.pretrained.model=x"], "flow_grpo's pretrained.model is model.path here: write model.path=x"),
+    (["train", "--config", "config/grpo.py:pickscore_sd3"], "not --config: flowrl train RECIPE (flowrl ls recipes)"),
+    (["validate", "--print=yes"], "argument --print: ignored explicit argument 'yes'"),
+    (["nosuchcommand"], "argument COMMAND: invalid choice: 'nosuchcommand'"),
 ]
 
 
@@ -363,6 +420,67 @@ def test_bad_input_is_one_line(argv, message, tmp_path, capsys, monkeypatch):
 
 def test_the_table_is_large_enough():
     assert len(ALL) >= 100
+
+
+# inputs the table's runner cannot make: a full disk, a Ctrl-C, a folder shadowing a recipe's name
+SMALL = ["sample.prompts_per_iteration=1", "sample.group_size=2", "sample.batch_size=2", "log.eval_every=0"]
+
+
+def _error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if not line.startswith("flowrl: iteration ")]  # progress lines
+
+
+def test_a_full_disk_during_a_checkpoint_is_one_line_and_leaves_no_partial_folder(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from flowrl import checkpoint as ckpt
+
+    real = ckpt.save_file
+
+    def fill_up(tensors, path, *args, **kwargs):
+        if "iter-000002" in str(path) and str(path).endswith("trainable.safetensors"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "save_file", fill_up)
+    run = tmp_path / "run"
+    argv = ["train", "tiny-cpu", f"output_dir={run}", "train.iterations=2", "log.save_every=1", *SMALL]
+    assert main(argv) == 2
+    lines = _error_lines(capsys.readouterr().err.strip())
+    assert len(lines) == 1 and lines[0].startswith("flowrl: error: "), lines
+    assert (
+        f"checkpoint {run}/checkpoints/iter-000002: could not be written (No space left on device); the partial "
+        "folder was removed and the earlier ones are intact (newest: iter-000001); free space under"
+    ) in lines[0]
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["iter-000001"]
+    ckpt.verify_checkpoint(run / "checkpoints" / "iter-000001")
+
+
+def test_ctrl_c_during_start_up_is_one_line(tmp_path, capsys, monkeypatch):
+    import flowrl.cli
+    import flowrl.trainer
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flowrl.cli, "_quiet_libraries", interrupted)  # importing diffusers: the slow part
+    assert main(["train", "tiny-cpu", f"output_dir={tmp_path / 'run'}"]) == 130
+    assert capsys.readouterr().err == "flowrl: interrupted (SIGINT) during start-up: nothing was written\n"
+    monkeypatch.undo()
+    monkeypatch.setattr(flowrl.trainer.Trainer, "__init__", interrupted)  # building the model
+    assert main(["train", "tiny-cpu", f"output_dir={tmp_path / 'run'}"]) == 130
+    assert capsys.readouterr().err == (
+        "flowrl: interrupted (SIGINT) during start-up, before the first iteration: no checkpoint was written\n"
+    )
+
+
+def test_a_folder_named_like_a_shipped_recipe_does_not_shadow_it(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny-cpu").mkdir()  # e.g. a run folder
+    assert main(["validate", "tiny-cpu"]) == 0
+    assert "ok: tiny-cpu is valid" in capsys.readouterr().out
+    (tmp_path / "mine").write_text("base: tiny-cpu\ntrain:\n  iterations: 3\n")  # a file is the user's recipe
+    assert main(["validate", "mine"]) == 0
 
 
 # settings changed from their default that this config never reads: a warning line each (the run goes on, since

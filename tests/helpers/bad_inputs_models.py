@@ -20,14 +20,14 @@ RANK = (
 )
 
 
-def _checkpoint(root: Path, iteration: int, tensors: dict, ema: bool = False) -> Path:
+def _checkpoint(root: Path, iteration: int, tensors: dict, ema: bool = False, extra: dict | None = None) -> Path:
     import torch
 
     from flowrl.checkpoint import save_checkpoint
 
     params = {k: torch.nn.Parameter(v) for k, v in tensors.items()}
     opt = torch.optim.AdamW(list(params.values()), lr=1e-3)
-    return save_checkpoint(root, iteration, params, opt, ema=dict(tensors) if ema else None)
+    return save_checkpoint(root, iteration, params, opt, ema=dict(tensors) if ema else None, extra=extra)
 
 
 def _flip_last_byte(path: Path) -> None:
@@ -80,6 +80,13 @@ def prepare(tmp: Path) -> None:
         {"transformer_blocks.0.attn.add_q_proj.lora_A.default.weight": torch.zeros(16, 32)},
     )
     _checkpoint(tmp / "orphan", 1, {f"{Q}.lora_A.default.weight": torch.zeros(16, 32)})
+    flux_run = {"config": resolve_config("tiny-flux").to_dict()}  # a FLUX run's checkpoint, as the trainer saves it
+    _checkpoint(tmp / "fluxrun" / "checkpoints", 1, {f"{Q}.lora_A.default.weight": torch.zeros(16, 32)}, extra=flux_run)
+    # pipeline folders of other families, as far as the family check reads them (before any weight loads)
+    for name, cls in (("sd3folder", "StableDiffusion3Pipeline"), ("fluxfolder", "FluxPipeline"), ("sdxl", "X")):
+        (tmp / name).mkdir()
+        (tmp / name / "model_index.json").write_text(f'{{"_class_name": "{cls}"}}')
+    (tmp / "sdxl" / "model_index.json").write_text('{"_class_name": "StableDiffusionXLPipeline"}')
     _flip_last_byte(
         _checkpoint(tmp / "allbad" / "checkpoints", 1, {"x.lora_A.default.weight": torch.zeros(1)})
         / "optimizer.safetensors"
@@ -138,6 +145,30 @@ MODEL_PATHS = [
         "lacks text_encoder, text_encoder_2, text_encoder_3, vae; set model.config_path",
     ),
     (T + ["model.path=someone/some-sd3-model"], "not a local folder and the hub is offline"),  # a hub id: allowed
+    # a model of another family than the recipe's: refused from model_index.json, before any weight loads
+    (
+        ["validate", "tiny-flux", "model.path={tmp}/sd3folder"],
+        "sd3folder' holds a StableDiffusion3Pipeline (family sd3), but model.pipeline is flux, which loads "
+        "FluxPipeline; use a recipe of family sd3 (e.g. tiny-cpu with model.path=",
+    ),
+    (
+        T + ["model.path={tmp}/fluxfolder"],
+        "fluxfolder' holds a FluxPipeline (family flux), but model.pipeline is sd3, which loads "
+        "StableDiffusion3Pipeline; use a recipe of family flux (e.g. tiny-flux",
+    ),
+    (
+        T + ["model.path={tmp}/sdxl"],
+        "sdxl' holds a StableDiffusionXLPipeline (no flowrl family loads it), but model.pipeline is sd3",
+    ),
+    (["validate", "tiny-qwen-image-edit", "model.path={tmp}/fluxfolder"], "which loads QwenImageEditPipeline or Qwen"),
+    # another family's tiny model: named, not sent to the hub
+    (
+        T + ["model.path=tiny-plus"],
+        "model.path: 'tiny-plus' is a tiny model of family qwen_image_edit, not of model.pipeline=sd3, whose tiny "
+        "models are tiny; use a recipe of family qwen_image_edit (e.g. tiny-qwen-image-edit",
+    ),
+    (["validate", "tiny-wan", "model.path=tiny-base"], "'tiny-base' is a tiny model of family stable_audio"),
+    (["validate", "tiny-flux", "model.path=tiny-a14b"], "'tiny-a14b' is a tiny model of family wan and wan_i2v"),
 ]
 
 RESUME = [
@@ -149,6 +180,20 @@ RESUME = [
     (T + [f"resume={CKPT}/iter-000004"], "iter-000004: optimizer.safetensors is missing"),
     (T + [f"resume={CKPT}/iter-000001"], RANK),
     (T + ["resume={tmp}/full/checkpoints/iter-000001"], "check train.lora.enabled"),
+    # the file inside a checkpoint names its folder: this one then fails as that folder does
+    (T + [f"resume={CKPT}/iter-000001/state.json"], RANK),
+    # a checkpoint of another family: named as such, not as a LoRA rank that does not fit
+    (
+        T + ["resume={tmp}/fluxrun/checkpoints/iter-000001"],
+        "iter-000001' is of family flux (it trained model.pipeline=flux)",
+    ),
+    (
+        T + ["resume={tmp}/fluxrun/checkpoints/iter-000001", "resume_allow_changes=true"],
+        "iter-000001' is of family flux (it trained model.pipeline=flux), but this config's model.pipeline is sd3; "
+        "a checkpoint continues only with its own family",
+    ),
+    (["validate", "resume={tmp}/fluxrun/checkpoints/iter-000001"], "is of family flux"),
+    (T + ["resume=latest", "output_dir={tmp}/fluxrun"], "resume=latest: checkpoint '"),  # its newest checkpoint
 ]
 
 # Trainer._resume_checkpoint logs a warning per corrupt checkpoint before raising when none is intact: two
