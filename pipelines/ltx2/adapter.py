@@ -86,7 +86,6 @@ from flowrl.pipelines.kit.lora import lora_metadata
 from flowrl.pipelines.kit.prompts import cached_rows
 from flowrl.pipelines.ltx2 import layout
 from flowrl.pipelines.ltx2.layout import DEFAULT_FPS, DEFAULT_NUM_FRAMES
-from flowrl.pipelines.ltx2.parallel import AV_PLAN
 
 logger = logging.getLogger(__name__)
 
@@ -227,7 +226,6 @@ class LTX2Adapter:
     its transformer (both towers) is the policy."""
 
     lora_target_modules = LTX2_LORA_TARGETS
-    sequence_parallel_plan = AV_PLAN  # both token streams split (flowrl.mesh; diffusers' own splits video only)
     check_model_path = staticmethod(check_model_path)
     tower_of = staticmethod(tower_of)
     media_kind = "audio_video"
