@@ -200,6 +200,8 @@ class TrainConfig:
     ratio_norm: bool = False  # deprecated: method.loss=ratio_norm
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
     gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
+    # processes that share each sample, the transformer's tokens split over them (Ulysses; docs/scaling.md)
+    sequence_parallel: int = 1
     # keep the rollout's stored states (the latents of the transitions that train) on the CPU until the update
     # moves each rollout batch's back to the device for its own loss: video latents are large
     offload_states: bool = False
@@ -239,6 +241,7 @@ class TrainConfig:
             raise ConfigError(f"train.adam_betas: expected two values in [0, 1), got {self.adam_betas}")
         _positive("train.weight_decay", self.weight_decay, strict=False)
         _positive("train.max_grad_norm", self.max_grad_norm)
+        _positive("train.sequence_parallel", self.sequence_parallel)
         _positive("train.optimizer_steps_per_iteration", self.optimizer_steps_per_iteration)
         _choice("train.mixed_precision", self.mixed_precision, ("no", "fp16", "bf16"))
         if not 0 <= self.ema_decay < 1:
@@ -694,6 +697,7 @@ RESUME_FREE_KEYS = (
     "train.compile",
     "train.compile_mode",
     "train.offload_states",  # where states wait, not what they are
+    "train.sequence_parallel",  # how a sample's tokens are split over processes, not what is computed
 )
 
 

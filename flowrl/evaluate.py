@@ -11,6 +11,7 @@ from flowrl import latents
 from flowrl.data import item_images, with_source_images
 from flowrl.logs import timed
 from flowrl.media import save_media
+from flowrl.mesh import Mesh
 from flowrl.pipelines.kit.images import ImageCache
 from flowrl.reward_models import WeightedReward
 from flowrl.rollout import sample_images
@@ -30,8 +31,10 @@ class Evaluation:
         reward: WeightedReward,
         train_reward: WeightedReward,
         out: Path,
+        mesh: Mesh | None = None,
     ):
         self.cfg, self.acc, self.adapter, self.policy = cfg, acc, adapter, policy
+        self.mesh = mesh or Mesh.of(acc)
         self.prompts, self.reward, self.train_reward, self.out = prompts, reward, train_reward, out
         self.read_images = ImageCache()
 
@@ -57,7 +60,7 @@ class Evaluation:
         cfg, log, acc = self.cfg, self.cfg.log, self.acc
         items = self.prompts[: log.eval_num_prompts]
         items = [it for it in items for _ in range(log.eval_images_per_prompt)]
-        world, rank = acc.num_processes, acc.process_index
+        world, rank, once = self.mesh.data, self.mesh.data_rank, self.mesh.once
         n = len(items)
         items = items + items[-1:] * ((-n) % world)
         share = len(items) // world
@@ -73,13 +76,13 @@ class Evaluation:
         metadata = with_source_images([dict(it.metadata) for it in mine], sources)
         out = self.reward(media, prompts, metadata)
         device = acc.device
-        total = acc.gather(out.scores.to(device)).cpu()[:n]
+        total = once(acc.gather(out.scores.to(device))).cpu()[:n]
         metrics = {"eval/reward/mean": float(total.mean()), "eval/reward/std": float(total.std(unbiased=False))}
         if self.reward is not self.train_reward:  # the trained reward on held-out prompts, for the gap
             trained = self.train_reward(media, prompts, [dict(m) for m in metadata])
-            metrics["eval/train_reward/mean"] = float(acc.gather(trained.scores.to(device)).cpu()[:n].mean())
+            metrics["eval/train_reward/mean"] = float(once(acc.gather(trained.scores.to(device))).cpu()[:n].mean())
         for name, v in out.details["components"].items():
-            metrics[f"eval/reward/{name}/mean"] = float(acc.gather(v.to(device)).cpu()[:n].mean())
+            metrics[f"eval/reward/{name}/mean"] = float(once(acc.gather(v.to(device))).cpu()[:n].mean())
         if acc.is_main_process:
             save_media(
                 media,

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from flowrl import sharding
+from flowrl.mesh import Mesh, enable_sequence_parallel
 
 
 class ParamAverage:
@@ -119,7 +120,15 @@ class Policy:
     name); ``nfe``: transformer forwards counted by their rows (CFG branches are rows) since it was last reset.
     """
 
-    def __init__(self, cfg: Any, adapter: Any, acc: Any, reference: bool, averages: Mapping[str, Callable]):
+    def __init__(
+        self,
+        cfg: Any,
+        adapter: Any,
+        acc: Any,
+        reference: bool,
+        averages: Mapping[str, Callable],
+        mesh: Mesh | None = None,
+    ):
         t = cfg.train
         self.cfg, self.adapter, self.acc = cfg, adapter, acc
         self.device = acc.device
@@ -157,6 +166,11 @@ class Policy:
             weight_decay=t.weight_decay,
             eps=t.adam_eps,
         )
+        mesh = mesh or Mesh.of(acc)
+        if mesh.seq > 1:  # each forward's tokens split over the sequence group (diffusers' context parallelism)
+            for module in (transformer, self.ref_model):
+                if module is not None:
+                    enable_sequence_parallel(module, mesh, acc.device, getattr(adapter, "sequence_parallel_plan", None))
         self.deepspeed = acc.state.deepspeed_plugin is not None
         if self.deepspeed:
             configure_deepspeed(acc.state.deepspeed_plugin, cfg)

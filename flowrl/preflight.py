@@ -11,6 +11,7 @@ from flowrl import trackers
 from flowrl.config import Config, inert_settings
 from flowrl.configkit import ConfigError, parse_stop_rule
 from flowrl.media import monitor_names
+from flowrl.mesh import check_family
 from flowrl.methods import build_method
 from flowrl.pipelines.base import adapter_class
 from flowrl.reward_models.base import reward_target
@@ -29,6 +30,7 @@ def preflight(cfg: Config) -> None:
     trackers.check_trackers(cfg)  # an unknown tracker or its missing package
     method = build_method(cfg)  # unknown or mistyped method.options
     check_whole_groups(cfg, method, 1)
+    check_family(cfg.train.sequence_parallel, cfg.model.pipeline, adapter_class(cfg.model.pipeline))
     kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
     needs = method.needs()
     if needs.dataset is not None:  # every row's media readable, before any weight loads

@@ -22,6 +22,7 @@ import torch
 from flowrl.advantages import zero_std_ratio
 from flowrl.configkit import ConfigError
 from flowrl.media import cat_media, num_samples
+from flowrl.mesh import Mesh
 from flowrl.pipelines.base import adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
 from flowrl.rollout import RolloutBatch
@@ -144,8 +145,9 @@ class Scoring:
     """The reward phase of a run: ``reward`` (a ``WeightedReward``) called on every rollout batch, in the
     background while the rollout goes on (``submit``) or in turn, and ``score`` over an iteration's batches."""
 
-    def __init__(self, cfg: Config, acc: Any, reward: WeightedReward | None):
+    def __init__(self, cfg: Config, acc: Any, reward: WeightedReward | None, mesh: Mesh | None = None):
         self.cfg, self.acc, self.reward = cfg, acc, reward  # None: no reward (a method that needs none)
+        self.mesh = mesh or Mesh.of(acc)
         rewards = reward.rewards if reward is not None else {}
         # the names of the pairwise rewards (their columns are win rates), for credit
         self.pairwise = frozenset(n for n, (r, _) in rewards.items() if getattr(r, "pairwise", False))
@@ -179,6 +181,10 @@ class Scoring:
             jobs[name] = (cat_media([b.extra[name] for b in batches]), extra_k(batches[0], name))
         out = {}
         for name, (media, k) in jobs.items():
+            if not self.mesh.leads:  # a sequence-parallel group's samples are scored once, by its first process
+                zeros = torch.zeros(num_samples(media))
+                out[name] = (zeros, dict.fromkeys(self.reward.rewards, zeros), {})
+                continue
             result = self.reward(media, [p for p in prompts for _ in range(k)], [m for m in metadata for _ in range(k)])
             out[name] = (
                 result.scores,
@@ -232,8 +238,8 @@ class Scoring:
                 return None
             raise error or RewardError("a reward failed on another process")
 
-        def gather(t: torch.Tensor) -> torch.Tensor:
-            return self.acc.gather(t.to(device)).cpu()
+        def gather(t: torch.Tensor) -> torch.Tensor:  # each sample once: its sequence-parallel group's first
+            return self.mesh.once(self.acc.gather(t.to(device))).cpu()
 
         final_scores, final_components = outputs["final"]
         columns = {"final": gather(final_scores)}  # (N,)
@@ -257,7 +263,8 @@ class Scoring:
         """The reward phase without a reward: no call, a zero ``final`` column and the method's info columns,
         gathered over processes in global order."""
         n = sum(len(b.prompts) for b in batches)
-        columns = {"final": self.acc.gather(torch.zeros(n, device=self.acc.device)).cpu()}
+        acc, once = self.acc, self.mesh.once
+        columns = {"final": once(acc.gather(torch.zeros(n, device=acc.device))).cpu()}
         for name in batches[0].info:
-            columns[name] = self.acc.gather(torch.cat([b.info[name] for b in batches]).to(self.acc.device)).cpu()
+            columns[name] = once(acc.gather(torch.cat([b.info[name] for b in batches]).to(acc.device))).cpu()
         return Scores(columns["final"], {}, columns, 0, {})

@@ -37,6 +37,7 @@ from flowrl.interrupts import Interrupted, StopSignals
 from flowrl.logs import MetricsWriter, peak_memory_gib, plot_reward_curve, progress, read_metrics, stop_rule_hit, timed
 from flowrl.media import cat_media, media_monitors, save_media, to_cpu
 from flowrl.media_data import as_targets
+from flowrl.mesh import Mesh
 from flowrl.methods import build_method, seam
 from flowrl.methods.base import PromptBatch
 from flowrl.methods.context import Context
@@ -85,9 +86,11 @@ class Trainer:
         self.read_images = ImageCache()
         # any negative prompt: every rollout batch's conditioning holds each row's negative (else CFG's is "")
         self._own_negatives = uses_negatives(self.prompts)
-        s, world = cfg.sample, self.acc.num_processes
+        # data x sequence: the processes of a sequence-parallel group draw the same samples (flowrl.mesh)
+        self.mesh = Mesh.of(self.acc, cfg.train.sequence_parallel)
+        s, world = cfg.sample, self.mesh.data
         self.sampler = GroupSampler(
-            len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed, world, self.acc.process_index
+            len(self.prompts), s.prompts_per_iteration, s.group_size, cfg.seed, world, self.mesh.data_rank
         )
         self.method = build_method(cfg)  # its typed options are checked before any weights load
         self.needs = self.method.needs()
@@ -101,7 +104,7 @@ class Trainer:
         check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
         self.out, self._run_lock = runs.prepare_run_dir(cfg, self.acc)
         resume_path = runs.resolve_resume(cfg, self.out) if cfg.resume else None
-        self._signals = StopSignals(defer_always=world > 1)
+        self._signals = StopSignals(defer_always=self.acc.num_processes > 1)
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
         # None: no reward configured, which a method whose experience needs none allows (``Needs.rewards``)
@@ -113,12 +116,20 @@ class Trainer:
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = eval_items or self.prompts
         check_whole_groups(cfg, self.method, world, pairwise=self.reward is not None and self.reward.pairwise)
-        self.scoring = Scoring(cfg, self.acc, self.reward)
-        self.policy = Policy(cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages)
+        self.scoring = Scoring(cfg, self.acc, self.reward, self.mesh)
+        self.policy = Policy(cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages, self.mesh)
         self.cost_totals = {"nfe": 0.0, "reward_calls": 0.0}  # cost/*_total, kept in checkpoints
-        self.updater = Updater(cfg, self.acc, self.policy, self.method)
+        self.updater = Updater(cfg, self.acc, self.policy, self.method, self.mesh)
         self.evaluation = Evaluation(
-            cfg, self.acc, self.adapter, self.policy, self.eval_prompts, self.eval_reward, self.reward, self.out
+            cfg,
+            self.acc,
+            self.adapter,
+            self.policy,
+            self.eval_prompts,
+            self.eval_reward,
+            self.reward,
+            self.out,
+            self.mesh,
         )
         self.start_iteration = 0
         if cfg.train.onpolicy_check and self.needs.onpolicy_check is not None:
@@ -358,6 +369,7 @@ class Trainer:
         their running totals (kept in checkpoints) and forwards per second."""
         local = torch.tensor([float(self.policy.nfe), float(reward_calls)], dtype=torch.float64, device=self.acc.device)
         nfe, calls = (self.acc.reduce(local, reduction="sum") if self.acc.num_processes > 1 else local).tolist()
+        nfe /= self.mesh.seq  # a sequence-parallel group runs each forward together: one forward of its rows
         self.cost_totals["nfe"] += nfe
         self.cost_totals["reward_calls"] += calls
         return {

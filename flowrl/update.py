@@ -20,6 +20,7 @@ import torch
 from flowrl import sharding
 from flowrl.lr import lr_factor
 from flowrl.media import select_media
+from flowrl.mesh import Mesh
 from flowrl.methods.context import Context
 from flowrl.rollout import RolloutBatch
 
@@ -100,8 +101,9 @@ class Updater:
     ``optimizer_steps`` counts the run's steps (checkpointed); ``total_optimizer_steps`` is the run's whole count,
     which the learning-rate schedule spans; ``checked_onpolicy``: the on-policy check is done or does not apply."""
 
-    def __init__(self, cfg: Any, acc: Any, policy: Any, method: Any):
+    def __init__(self, cfg: Any, acc: Any, policy: Any, method: Any, mesh: Mesh | None = None):
         self.cfg, self.acc, self.policy, self.method = cfg, acc, policy, method
+        self.mesh = mesh or Mesh.of(acc)  # the units are the data group's; a sequence group's processes share them
         self.optimizer_steps = 0
         num_units = len(self.layout(cfg.sample.prompts_per_iteration * cfg.sample.group_size))
         self.total_optimizer_steps = cfg.train.iterations * len(method.schedule(num_units))
@@ -132,9 +134,9 @@ class Updater:
         Processes run the same number of forward/backward passes (zero-weight passes where one holds
         fewer units) so that DDP and FSDP collectives stay in step.
         """
-        t, world, policy = self.cfg.train, self.acc.num_processes, self.policy
-        layout = self.layout(len(adv_all))  # (rank, global start, rows) per unit, in rank order
-        local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.acc.process_index]
+        t, world, policy = self.cfg.train, self.mesh.data, self.policy
+        layout = self.layout(len(adv_all))  # (data rank, global start, rows) per unit, in rank order
+        local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.mesh.data_rank]
         trained = self.trained_per_unit(batches, local)  # unit -> its trained transitions
         stats = UpdateStats()
         measured = False
@@ -179,7 +181,8 @@ class Updater:
                 pad, adv_pad, _ = self.kept_unit(batches[0], adv_all, layout[local[0]], None, rows=1)
                 units += [((pad, adv_pad, 0.0), trained[local[0]][: len(busy[0][1])])] * (passes - len(units))
             for u, ((b, adv, weight_rows), js) in enumerate(units):
-                scale = weight_rows / step_kept * world  # DDP/FSDP average gradients over processes
+                # DDP/FSDP average gradients over all processes; a sequence group's sum to its samples' gradient
+                scale = weight_rows / step_kept * self.acc.num_processes
                 measure = not measured and weight_rows > 0
                 self.unit(ctx, b, adv, js, scale, u == passes - 1, stats, measure, untrained)
                 if not measured:
@@ -223,12 +226,12 @@ class Updater:
             return mine
         from accelerate.utils import gather_object
 
-        return [js for part in gather_object([mine]) for js in part]
+        return [js for part in self.mesh.once_objects(gather_object([mine])) for js in part]
 
     def layout(self, n: int) -> list[tuple[int, int, int]]:
         """(rank, global start, rows) of every rollout batch of an iteration of ``n`` samples, the batches
         of rank 0 first (``collect`` cuts each process's share into ``sample.batch_size`` rows)."""
-        world, b = self.acc.num_processes, self.cfg.sample.batch_size
+        world, b = self.mesh.data, self.cfg.sample.batch_size
         share = n // world
         return [(r, r * share + s, min(b, share - s)) for r in range(world) for s in range(0, share, b)]
 

@@ -136,6 +136,10 @@ class QwenImageCore:
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     media_kind = "image"
     pipeline_class = "QwenImagePipeline"
+    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
+        "QwenImageTransformer2DModel's plan splits the prompt tokens, whose masked attention does not yet run under "
+        "Ulysses on a padded batch"
+    )
 
     def __init__(
         self,

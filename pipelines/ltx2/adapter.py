@@ -230,6 +230,9 @@ class LTX2Adapter:
     tower_of = staticmethod(tower_of)
     media_kind = "audio_video"
     tiny_recipe = "tiny-ltx2"
+    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
+        "diffusers' plan for LTX2VideoTransformer3DModel splits the video tokens only, and its masked text attention does not yet run under Ulysses with both streams split"
+    )
     pipeline_classes = ("LTX2Pipeline",)  # the model_index.json classes it loads
     modalities = MODALITIES
 

@@ -42,6 +42,9 @@ class SD3Adapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
     tiny_recipe = "tiny-cpu"
+    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
+        "diffusers ships no context-parallel plan for SD3Transformer2DModel"
+    )
     pipeline_classes = ("StableDiffusion3Pipeline",)  # the model_index.json classes it loads
 
     def __init__(

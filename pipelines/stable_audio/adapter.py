@@ -182,6 +182,9 @@ class StableAudioAdapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "audio"
     tiny_recipe = "tiny-audio"
+    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
+        "diffusers ships no context-parallel plan for StableAudioDiTModel"
+    )
     pipeline_classes = ("StableAudio3Pipeline",)  # the model_index.json classes it loads
     tiny_paths = tuple(TINY_PATHS)
 

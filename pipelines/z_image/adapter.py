@@ -61,6 +61,9 @@ class ZImageAdapter:
     check_model_path = staticmethod(check_model_path)
     media_kind = "image"
     tiny_recipe = "tiny-z-image"
+    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
+        "diffusers ships no context-parallel plan for ZImageTransformer2DModel"
+    )
     pipeline_classes = ("ZImagePipeline",)  # the model_index.json classes it loads
 
     def __init__(

@@ -1,0 +1,123 @@
+"""Sequence parallelism (``train.sequence_parallel``, ``flowrl.mesh``): the processes of a group share their samples,
+the transformer's tokens split over them by diffusers' Ulysses engine, and a run logs what one process logs.
+
+The mesh's bookkeeping is checked by hand; the runs are CPU processes over gloo under torchrun: SP 2 against one
+process (tiny-wan, tiny-flux2 and tiny-edit, FLUX.1-Kontext), SP 2 x DP 2 on 4 processes against DP 2, and a
+run saved at SP 2 resumed at SP 1 and the other way. Every value compared is float32 noise apart (1e-5)."""
+
+import sys
+
+import pytest
+import torch
+
+from _processes import ENV, needs_torchrun, torchrun, train_metrics
+from flowrl.benchmarks.perf.strategies import KEYS
+from flowrl.cli import main
+from flowrl.mesh import Mesh
+
+PORT = 29583
+ONE = [sys.executable, "-m", "flowrl", "train"]
+SHORT = ["train.iterations=2", "log.sample_every=1000", "log.eval_every=0"]
+
+
+def assert_same_metrics(a: list[dict], b: list[dict]) -> None:
+    """Every compared value (``strategies.KEYS``) equal within 1e-5, or 1e-6 absolute: a loss is a mean of
+    advantage-weighted ratios that nearly cancel (sizes about 1 for a mean of 1e-5), and the split attention
+    rounds each forward otherwise in float32, which moves a ratio by about 1e-7 (tiny-edit's first loss: 2.7e-7)."""
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        for key in KEYS:
+            assert x[key] == pytest.approx(y[key], rel=1e-5, abs=1e-6), (i, key, x[key], y[key])
+
+
+def _launch(processes: int, port: int = PORT) -> list[str]:
+    return [
+        *torchrun(port)[:-4],
+        "--nproc_per_node",
+        str(processes),
+        "--master_port",
+        str(port),
+        "-m",
+        "flowrl",
+        "train",
+    ]
+
+
+# ------------------------------------------------------------------------------------------ the mesh by hand
+def test_the_mesh_places_each_process():
+    # 4 processes, groups of 2: processes 0, 1 are data group 0, processes 2, 3 data group 1
+    places = [(m.data, m.data_rank, m.seq_rank, m.leads) for m in (Mesh(4, r, 2) for r in range(4))]
+    assert places == [(2, 0, 0, True), (2, 0, 1, False), (2, 1, 0, True), (2, 1, 1, False)]
+    assert (Mesh(4, 3, 1).data, Mesh(4, 3, 1).data_rank) == (4, 3)  # no sequence parallelism: as before
+
+
+def test_a_group_size_that_does_not_divide_the_launch_is_refused():
+    with pytest.raises(ValueError, match="train.sequence_parallel=2 must divide the 3 processes"):
+        Mesh(3, 0, 2)
+
+
+def test_each_group_rows_are_gathered_once():
+    # each process holds 2 rows; processes 0 and 1 (a group) hold the same rows, as do 2 and 3
+    gathered = torch.tensor([10, 11, 10, 11, 20, 21, 20, 21])
+    assert Mesh(4, 0, 2).once(gathered).tolist() == [10, 11, 20, 21]
+    assert Mesh(4, 0, 1).once(gathered).tolist() == gathered.tolist()
+    assert Mesh(4, 2, 2).once_objects(["a", "a", "b", "b"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "recipe, family, why",
+    [
+        ("tiny-cpu", "sd3", "no context-parallel plan for SD3Transformer2DModel"),
+        ("tiny-z-image", "z_image", "no context-parallel plan for ZImageTransformer2DModel"),
+        ("tiny-audio", "stable_audio", "no context-parallel plan for StableAudioDiTModel"),
+        ("tiny-ltx2", "ltx2", "splits the video tokens only"),
+        ("tiny-qwen-image", "qwen_image", "masked attention does not yet run under Ulysses"),
+    ],
+)
+def test_a_family_that_cannot_split_a_sample_is_refused_in_one_line(recipe, family, why, capsys):
+    assert main(["validate", recipe, "train.sequence_parallel=2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"train.sequence_parallel=2: model.pipeline={family} cannot split a sample yet" in err and why in err
+
+
+def test_a_launch_the_group_does_not_divide_is_refused(tmp_path, capsys):
+    assert main(["train", "tiny-wan", "train.sequence_parallel=2", f"output_dir={tmp_path}", *SHORT]) == 2
+    assert "train.sequence_parallel=2 must divide the 1 processes of the launch" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------ runs over gloo
+@pytest.mark.slow
+@needs_torchrun
+@pytest.mark.parametrize("recipe", ["tiny-wan", "tiny-flux2", "tiny-edit"])
+def test_two_processes_splitting_each_sample_log_what_one_process_logs(recipe, tmp_path):
+    one = train_metrics([*ONE, recipe], tmp_path / "one", *SHORT)
+    two = train_metrics([*_launch(2), recipe], tmp_path / "sp2", *SHORT, "train.sequence_parallel=2", env=ENV)
+    assert_same_metrics(one, two)
+    assert [r["cost/nfe"] for r in one] == [r["cost/nfe"] for r in two]  # a group's forward counts once
+    assert [r["cost/reward_calls"] for r in one] == [r["cost/reward_calls"] for r in two]  # scored once
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_sequence_and_data_parallel_on_four_processes_equal_data_parallel(tmp_path):
+    dp2 = train_metrics([*_launch(2, PORT + 1), "tiny-wan"], tmp_path / "dp2", *SHORT)
+    both = train_metrics([*_launch(4, PORT + 1), "tiny-wan"], tmp_path / "sp2dp2", *SHORT, "train.sequence_parallel=2")
+    assert_same_metrics(dp2, both)
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_a_run_saved_split_resumes_whole_and_the_other_way(tmp_path):
+    straight = train_metrics([*ONE, "tiny-wan"], tmp_path / "straight", *SHORT)
+    first = ["train.iterations=1"]
+    # SP 2 for the first iteration, one process for the second
+    train_metrics([*_launch(2, PORT + 2), "tiny-wan"], tmp_path / "a", *SHORT, *first, "train.sequence_parallel=2")
+    a = train_metrics([*ONE, "tiny-wan"], tmp_path / "a", *SHORT, "resume=latest")
+    # one process for the first, SP 2 for the second
+    train_metrics([*ONE, "tiny-wan"], tmp_path / "b", *SHORT, *first)
+    b = train_metrics(
+        [*_launch(2, PORT + 2), "tiny-wan"], tmp_path / "b", *SHORT, "resume=latest", "train.sequence_parallel=2"
+    )
+    assert_same_metrics(straight, a)
+    assert_same_metrics(straight, b)
