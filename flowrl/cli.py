@@ -86,17 +86,37 @@ def cmd_validate(args: argparse.Namespace) -> int:
     check_source_images(items, takes, cfg.model.pipeline)
     check_source_images(load_eval_prompts(cfg.data) or [], takes, cfg.model.pipeline, "data.eval_prompts")
     preflight(cfg)
-    if args.print:
+    if args.json:  # one JSON object on stdout, nothing else
+        args.estimate = True
+    elif args.print:
         print(dump_config(cfg), end="")
-    print(f"ok: {args.recipe or 'tiny-cpu'} is valid")
+    if not args.json:
+        print(f"ok: {args.recipe or 'tiny-cpu'} is valid")
     if args.estimate:
+        import json
+
         import torch
 
-        from flowrl.estimate import estimate, format_estimate, is_tiny
+        from flowrl.estimate import format_estimate, is_tiny
+        from flowrl.estimate.verdict import verdict, verdict_json, verdict_line
 
+        if args.world_size is not None and args.world_size < 1:
+            raise ValueError(f"--world-size: must be >= 1, got {args.world_size}")
+        if args.gpu_memory <= 0:
+            raise ValueError(f"--gpu-memory: must be > 0 GiB, got {args.gpu_memory:g}")
         # the tiny models are CPU recipes; anything else is planned for a GPU even from a machine without one
         device = args.device or ("cuda" if torch.cuda.is_available() or not is_tiny(cfg.model) else "cpu")
-        print(format_estimate(estimate(cfg, world_size=args.world_size, device=device, strategy=args.strategy)))
+        # without --world-size / --strategy: the launch the recipe declares (launch.gpus, launch.strategy)
+        v = verdict(cfg, args.gpu_memory, args.world_size, args.strategy, device)
+        if args.json:
+            print(json.dumps(verdict_json(v, args.recipe or "tiny-cpu")))
+            return 0
+        given = args.world_size is not None or args.strategy is not None
+        print(f"launch: {v.launch.describe(device)}" + (" (as given)" if given else " (the recipe's launch.* keys)"))
+        print(format_estimate(v.estimate))
+        if v.not_available:
+            print(f"note: not modelled, not settings of this version: {', '.join(v.not_available)}")
+        print(verdict_line(v))
     return 0
 
 
@@ -210,12 +230,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*")
     p.add_argument("--print", action="store_true", help="print the resolved config")
     p.add_argument("--estimate", action="store_true", help="also print a pre-flight estimate of peak memory and time")
-    p.add_argument("--world-size", type=int, default=1, help="with --estimate: processes sharing an iteration")
+    p.add_argument(
+        "--world-size", type=int, default=None,
+        help="with --estimate: processes sharing an iteration (default: the recipe's launch.gpus)",
+    )  # fmt: skip
     p.add_argument(
         "--device", choices=["cuda", "cpu"], default=None,
         help="with --estimate (default: cpu for tiny models, else cuda)",
     )  # fmt: skip
-    p.add_argument("--strategy", choices=["ddp", "zero2", "fsdp"], default="ddp", help="with --estimate: sharding")
+    p.add_argument(
+        "--strategy", choices=["ddp", "zero2", "fsdp"], default=None,
+        help="with --estimate: sharding (default: the recipe's launch.strategy)",
+    )  # fmt: skip
+    p.add_argument(
+        "--gpu-memory", type=float, default=80.0, metavar="GIB",
+        help="with --estimate: memory of one GPU, for the verdict (default 80)",
+    )  # fmt: skip
+    p.add_argument(
+        "--json", action="store_true", help="the estimate and verdict as one JSON object (implies --estimate)"
+    )
     p.set_defaults(fn=cmd_validate)
 
     p = sub.add_parser("env", help="print versions and devices")
@@ -245,7 +278,9 @@ def _quiet_libraries(debug: bool) -> None:
     """diffusers/transformers chatter (hub retries, dtype notes) only with --debug."""
     if debug:
         return
-    for name in ("diffusers", "transformers", "huggingface_hub"):
+    # torch.utils._pytree: torchao, which peft imports when it is installed, registers enums with a deprecation
+    # warning on stderr at import
+    for name in ("diffusers", "transformers", "huggingface_hub", "torch.utils._pytree"):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
         from diffusers.utils import logging as dlog

@@ -228,6 +228,10 @@ def cmd_sample(args: argparse.Namespace) -> int:
     else:
         run = _checkpoint_run(checkpoint)
         cfg, _ = _sample_config(str(run))
+    if checkpoint is not None:  # another family's checkpoint: named, before its tensors fail to fit the model
+        from flowrl.checkpoint import check_family
+
+        check_family(checkpoint, cfg.model.pipeline, "--checkpoint", state)
     if checkpoint is not None and args.ema and not (checkpoint / "ema.safetensors").is_file():
         raise ValueError(f"--ema: checkpoint {checkpoint} has no ema.safetensors (the run trained without train.ema)")
     check_model_path_or_hint(cfg.model)  # before the build: a toy recipe names `flowrl eval toy --pretrain`

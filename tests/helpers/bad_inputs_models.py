@@ -193,6 +193,10 @@ RESUME = [
         "a checkpoint continues only with its own family",
     ),
     (["validate", "resume={tmp}/fluxrun/checkpoints/iter-000001"], "is of family flux"),
+    (
+        ["sample", "tiny-cpu", "--checkpoint", "{tmp}/fluxrun/checkpoints/iter-000001", "--prompt", "a cat"],
+        "iter-000001' is of family flux (it trained model.pipeline=flux), but this config's model.pipeline is sd3",
+    ),
     (T + ["resume=latest", "output_dir={tmp}/fluxrun"], "resume=latest: checkpoint '"),  # its newest checkpoint
 ]
 
