@@ -13,7 +13,7 @@ from flowrl.logs import timed
 from flowrl.media import save_media
 from flowrl.mesh import Mesh
 from flowrl.pipelines.kit.images import ImageCache
-from flowrl.reward_models import WeightedReward
+from flowrl.reward_models import RewardOutput, WeightedReward
 from flowrl.rollout import sample_images
 from flowrl.seeds import seed_of
 
@@ -74,12 +74,12 @@ class Evaluation:
                                   negative_prompts=[it.negative_prompt for it in mine], images=sources)  # fmt: skip
         prompts = [it.prompt for it in mine]
         metadata = with_source_images([dict(it.metadata) for it in mine], sources)
-        out = self.reward(media, prompts, metadata)
+        out = self._score(self.reward, media, prompts, metadata)
         device = acc.device
         total = once(acc.gather(out.scores.to(device))).cpu()[:n]
         metrics = {"eval/reward/mean": float(total.mean()), "eval/reward/std": float(total.std(unbiased=False))}
         if self.reward is not self.train_reward:  # the trained reward on held-out prompts, for the gap
-            trained = self.train_reward(media, prompts, [dict(m) for m in metadata])
+            trained = self._score(self.train_reward, media, prompts, [dict(m) for m in metadata])
             metrics["eval/train_reward/mean"] = float(once(acc.gather(trained.scores.to(device))).cpu()[:n].mean())
         for name, v in out.details["components"].items():
             metrics[f"eval/reward/{name}/mean"] = float(once(acc.gather(v.to(device))).cpu()[:n].mean())
@@ -91,3 +91,11 @@ class Evaluation:
                 sources=sources,
             )
         return metrics
+
+    def _score(self, reward: WeightedReward, media: Any, prompts: list[str], metadata: list[dict]) -> RewardOutput:
+        """``reward`` of the samples, called once per sample: under sequence parallelism by a group's first
+        process only (the others' zeros are dropped when gathered, ``Mesh.once``)."""
+        if self.mesh.leads:
+            return reward(media, prompts, metadata)
+        zeros = torch.zeros(len(prompts))
+        return RewardOutput(zeros, {"components": dict.fromkeys(reward.rewards, zeros)})
