@@ -121,3 +121,10 @@ def enable_sequence_parallel(
     check_heads(mesh.seq, transformer)
     transformer._resolve_parallel_config = resolve
     transformer.enable_parallelism(config=config, cp_plan=plan)
+
+
+def sequence_degree(transformer: torch.nn.Module) -> int:
+    """How many processes split ``transformer``'s tokens (``enable_sequence_parallel``'s Ulysses degree; 1 when
+    the transformer runs whole). An adapter asks it before a forward whose token counts it must make divide."""
+    config = getattr(getattr(transformer, "_parallel_config", None), "context_parallel_config", None)
+    return int(getattr(config, "ulysses_degree", 1) or 1) if config is not None else 1

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.lora import lora_metadata
@@ -136,10 +137,6 @@ class QwenImageCore:
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     media_kind = "image"
     pipeline_class = "QwenImagePipeline"
-    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
-        "QwenImageTransformer2DModel's plan splits the prompt tokens, whose masked attention does not yet run under "
-        "Ulysses on a padded batch"
-    )
 
     def __init__(
         self,
@@ -342,15 +339,39 @@ class QwenImageCore:
         timestep = (
             timestep.expand(n) if timestep.numel() == 1 else torch.cat([timestep.reshape(-1)] * (n // x.shape[0]))
         )
+        embeds, mask = self._split_text(inputs["prompt_embeds"], inputs.get("prompt_embeds_mask"), tokens.shape[1])
         out = model(
             hidden_states=tokens,
             timestep=timestep,
-            encoder_hidden_states=inputs["prompt_embeds"],
-            encoder_hidden_states_mask=inputs.get("prompt_embeds_mask"),
+            encoder_hidden_states=embeds,
+            encoder_hidden_states_mask=mask,
             img_shapes=self.img_shapes(n),
             return_dict=False,
         )[0]
         return out[:, : x.shape[1]].float()
+
+    def _split_text(
+        self, embeds: torch.Tensor, mask: torch.Tensor | None, image_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Under sequence parallelism (``train.sequence_parallel`` = S), the prompt and its mask padded with masked
+        tokens to a multiple of S: diffusers' plan splits the image tokens and the prompt tokens over the S
+        processes, each joint attention all-gathers the (B, 1, 1, T) mask along its keys, and a masked key weighs
+        exactly 0, so the padding changes nothing but the rounding. The image tokens (``model.resolution``, and
+        an edit's source tokens) cannot be padded: S must divide them. Unchanged when the transformer runs whole."""
+        seq = sequence_degree(self.transformer)
+        if seq == 1:
+            return embeds, mask
+        if image_tokens % seq:
+            raise ValueError(
+                f"train.sequence_parallel={seq} does not divide the transformer's {image_tokens} image tokens "
+                f"(model.resolution {self.height}x{self.width})"
+            )
+        length = -(-embeds.shape[1] // seq) * seq
+        if length == embeds.shape[1]:
+            return embeds, mask
+        if mask is None:
+            mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+        return pad_to(embeds, mask, length)
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 the transformer's tokens split over them by diffusers' Ulysses engine, and a run logs what one process logs.
 
 The mesh's bookkeeping is checked by hand; the runs are CPU processes over gloo under torchrun: SP 2 against one
-process (tiny-wan, tiny-flux2 and tiny-edit, FLUX.1-Kontext), SP 2 x DP 2 on 4 processes against DP 2, and a
+process (tiny-wan, tiny-flux2, tiny-edit (FLUX.1-Kontext), tiny-qwen-image and tiny-qwen-image-edit), SP 2 x DP 2 on 4 processes against DP 2, and a
 run saved at SP 2 resumed at SP 1 and the other way. Every value compared is float32 noise apart (1e-5)."""
 
 import sys
@@ -71,7 +71,6 @@ def test_each_group_rows_are_gathered_once():
         ("tiny-z-image", "z_image", "no context-parallel plan for ZImageTransformer2DModel"),
         ("tiny-audio", "stable_audio", "no context-parallel plan for StableAudioDiTModel"),
         ("tiny-ltx2", "ltx2", "splits the video tokens only"),
-        ("tiny-qwen-image", "qwen_image", "masked attention does not yet run under Ulysses"),
     ],
 )
 def test_a_family_that_cannot_split_a_sample_is_refused_in_one_line(recipe, family, why, capsys):
@@ -81,18 +80,55 @@ def test_a_family_that_cannot_split_a_sample_is_refused_in_one_line(recipe, fami
     assert f"train.sequence_parallel=2: model.pipeline={family} cannot split a sample yet" in err and why in err
 
 
+def test_qwen_image_pads_the_prompt_to_the_group_and_refuses_image_tokens_it_does_not_divide():
+    from types import SimpleNamespace
+
+    from flowrl.config import resolve_config
+    from flowrl.pipelines.qwen_image import QwenImageAdapter
+
+    adapter = QwenImageAdapter.from_config(resolve_config("tiny-qwen-image").model)
+    embeds, mask = torch.ones(2, 5, 3), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    assert adapter._split_text(embeds, None, 4) == (embeds, None)  # whole: unchanged
+    adapter.transformer._parallel_config = SimpleNamespace(context_parallel_config=SimpleNamespace(ulysses_degree=2))
+    padded, padded_mask = adapter._split_text(embeds, None, 4)  # every token real: a mask for the padding
+    assert padded.shape == (2, 6, 3) and padded[:, 5].abs().sum() == 0
+    assert padded_mask.tolist() == [[1, 1, 1, 1, 1, 0]] * 2
+    assert adapter._split_text(embeds, mask, 4)[1].tolist() == [[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]]
+    assert adapter._split_text(embeds[:, :4], None, 4)[1] is None  # divides already
+    with pytest.raises(ValueError, match=r"train.sequence_parallel=2 does not divide the transformer's 9 image tokens"):
+        adapter._split_text(embeds, mask, 9)
+
+
 def test_a_launch_the_group_does_not_divide_is_refused(tmp_path, capsys):
     assert main(["train", "tiny-wan", "train.sequence_parallel=2", f"output_dir={tmp_path}", *SHORT]) == 2
     assert "train.sequence_parallel=2 must divide the 1 processes of the launch" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ runs over gloo
+# Qwen-Image's last block computes a text stream the model drops, so DDP (two processes) waits forever for the
+# gradient of a LoRA on its text-only projections (attn.add_q_proj, attn.to_add_out, txt_mlp): the runs adapt
+# the projections the image tokens reach
+QWEN_IMAGE_PATH = "attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_k_proj,attn.add_v_proj"
+QWEN_LORA = f"train.lora.target_modules=[{QWEN_IMAGE_PATH}]"
+
+
 @pytest.mark.slow
 @needs_torchrun
-@pytest.mark.parametrize("recipe", ["tiny-wan", "tiny-flux2", "tiny-edit"])
-def test_two_processes_splitting_each_sample_log_what_one_process_logs(recipe, tmp_path):
-    one = train_metrics([*ONE, recipe], tmp_path / "one", *SHORT)
-    two = train_metrics([*_launch(2), recipe], tmp_path / "sp2", *SHORT, "train.sequence_parallel=2", env=ENV)
+@pytest.mark.parametrize(
+    "recipe, overrides",
+    [
+        ("tiny-wan", []),
+        ("tiny-flux2", []),
+        ("tiny-edit", []),
+        ("tiny-qwen-image", [QWEN_LORA]),  # prompts padded to even lengths, masked (QwenImageCore._split_text)
+        ("tiny-qwen-image-edit", [QWEN_LORA]),  # 4 noisy and 4 source tokens
+    ],
+)
+def test_two_processes_splitting_each_sample_log_what_one_process_logs(recipe, overrides, tmp_path):
+    one = train_metrics([*ONE, recipe], tmp_path / "one", *SHORT, *overrides)
+    two = train_metrics(
+        [*_launch(2), recipe], tmp_path / "sp2", *SHORT, *overrides, "train.sequence_parallel=2", env=ENV
+    )
     assert_same_metrics(one, two)
     assert [r["cost/nfe"] for r in one] == [r["cost/nfe"] for r in two]  # a group's forward counts once
     assert [r["cost/reward_calls"] for r in one] == [r["cost/reward_calls"] for r in two]  # scored once
