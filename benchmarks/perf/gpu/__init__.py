@@ -17,6 +17,7 @@ from flowrl.benchmarks.perf.gpu.families import (
 from flowrl.benchmarks.perf.gpu.methods import METHOD_OVERRIDES, bench_methods
 from flowrl.benchmarks.perf.gpu.runner import environment, main, markdown
 from flowrl.benchmarks.perf.gpu.sd35m import bench_sd35m, build_sd35m
+from flowrl.benchmarks.perf.gpu.sp import SP_DEGREES, SP_FAMILIES, bench_sp, sp_plan
 from flowrl.benchmarks.perf.gpu.wan import WAN21_1_3B, bench_wan, wan_latent
 
 __all__ = [
@@ -27,6 +28,8 @@ __all__ = [
     "GIB",
     "METHOD_OVERRIDES",
     "SMOKE",
+    "SP_DEGREES",
+    "SP_FAMILIES",
     "WAN21_1_3B",
     "Clock",
     "Scale",
@@ -34,6 +37,7 @@ __all__ = [
     "bench_family",
     "bench_methods",
     "bench_sd35m",
+    "bench_sp",
     "bench_wan",
     "build_family",
     "build_sd35m",
@@ -42,5 +46,6 @@ __all__ = [
     "main",
     "markdown",
     "save_family_configs",
+    "sp_plan",
     "wan_latent",
 ]

@@ -68,12 +68,21 @@ three stages below):
   compiled variants use torch.compile's ``aot_eager`` backend (graph capture, no kernel builds), so that
   the stage runs in seconds on a CPU: it checks the code path, not the speed.
 
+* **Sequence parallelism on one GPU** (``--what sp``, not in the default): per video family with a published
+  recipe (wan21-t2v-1.3b, wan22-ti2v-5b-pickscore, wan22-a14b, wan21-i2v-pickscore, ltx2-flow-grpo) the transformer
+  at its published config, LoRA of the recipe, checkpointing as the recipe; one row's forward+backward on 1/S of
+  its tokens for S in 1, 2, 4, 8 (a sequence-parallel process's share, emulated on a token slice through
+  diffusers' context-parallel plan), at the recipe's clip and at the model's native clip: peak GiB beside the
+  estimate's, seconds, and the smallest S within 80 GB (``sp``'s docstring says what the slice approximates).
+  ``--what sp --max-seconds 540`` fits one device call; ``--sp-plan`` prints what it would build, from the configs
+  on the meta device, and exits. On a CPU it needs ``--smoke`` (the tiny models at a few dozen tokens).
+
 Stages that would overrun ``--max-seconds`` are skipped with a note, so the script ends in time.
 
 One module a stage, sharing one runner: ``runner`` (arguments, the stage order, the tables), ``common`` (the
 sizes, the time budget, device peaks, the timed iteration loop), ``sd35m`` (the SD3.5-M pipeline, its
 iteration and the overhead ratios), ``methods``, ``attention``, ``wan`` (the transformer alone) and
-``families`` (FLUX, Wan, SA3 and LTX-2 through the Trainer).
+``families`` (FLUX, Wan, SA3 and LTX-2 through the Trainer) and ``sp`` (sequence parallelism's share of a sample).
 """
 
 from __future__ import annotations
@@ -93,6 +102,7 @@ from flowrl.benchmarks.perf.gpu.common import FULL, GIB, SMOKE, Clock, Scale
 from flowrl.benchmarks.perf.gpu.families import bench_family
 from flowrl.benchmarks.perf.gpu.methods import bench_methods
 from flowrl.benchmarks.perf.gpu.sd35m import bench_sd35m
+from flowrl.benchmarks.perf.gpu.sp import SP_FAMILY_KEYS, bench_sp, sp_markdown, sp_plan
 from flowrl.benchmarks.perf.gpu.wan import bench_wan
 
 
@@ -135,6 +145,38 @@ def _family(name: str) -> Callable[[Run], list[dict]]:
     return lambda r: bench_family(name, r.scale, r.device, r.args.iterations, r.clock, r.precision("bf16"))
 
 
+def _sp_families(text: str) -> tuple[str, ...]:
+    families = tuple(text.split(","))
+    unknown = sorted(set(families) - set(SP_FAMILY_KEYS))
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown family {unknown[0]!r}; choose from {', '.join(SP_FAMILY_KEYS)}")
+    return families
+
+
+def _sp_degrees(text: str) -> tuple[int, ...]:
+    try:
+        degrees = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        degrees = ()
+    if not degrees or min(degrees) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of positive integers")
+    return degrees
+
+
+def _sp(r: Run) -> list[dict]:
+    families, degrees = r.args.sp_families, r.args.sp_degrees
+    if r.args.sp_plan:
+        for p in sp_plan(r.args.smoke, families, degrees):
+            r.clock.say(
+                f"{p['family']} ({p['recipe']}) {p['shape']} {p['video']}: {p['transformer']} "
+                f"{p['params'] / 1e9:.2f}B x {p['experts']}, {p['heads']} heads, {p['tokens']} tokens "
+                f"({'x'.join(map(str, p['grid']))} latent), "
+                + ", ".join(f"S={s}: {v}" for s, v in p["degrees"].items())
+            )
+        return []
+    return bench_sp(r.device, r.clock, r.precision("bf16"), r.args.smoke, families, degrees)
+
+
 # --what name -> its stage, in the order they run (SD3.5-M in fp16 as its recipe, the other families in bf16)
 STAGES: dict[str, Callable[[Run], list[dict]]] = {
     "sd35m": _sd35m,
@@ -150,6 +192,7 @@ STAGES: dict[str, Callable[[Run], list[dict]]] = {
     "qwen_image": _family("qwen_image"),
     "flux_kontext": _family("flux_kontext"),
     "qwen_image_edit": _family("qwen_image_edit"),
+    "sp": _sp,
 }
 
 
@@ -162,7 +205,7 @@ def markdown(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        if "ratio" in r or "nfe" in r or "vs_today" in r:
+        if "ratio" in r or "nfe" in r or "vs_today" in r or "sp" in r:
             continue
         lines.append(
             f"| {r['model']} | {r['setting']} | {num(r['seconds'], 3)} | {num(r['images_per_s'])} | "
@@ -201,6 +244,7 @@ def markdown(rows: list[dict]) -> str:
             f"{'yes' if r['meets_target'] else 'no'} |"
             for r in attention
         ]
+    lines += sp_markdown(rows)
     return "\n".join(lines)
 
 
@@ -220,7 +264,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         "--what",
         default="sd35m,wan",
         help="comma-separated: sd35m, wan (the transformer alone, then an iteration), flux, audio, "
-        "ltx2 (one AV-GRPO step), methods, attention",
+        "ltx2 (one AV-GRPO step), methods, attention, sp (sequence parallelism's share of a sample on one GPU)",
     )
     p.add_argument(
         "--attention-backends",
@@ -241,6 +285,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="model and autocast dtype (auto: on a GPU fp16 for SD3.5-M as its recipe, bf16 for Wan, FLUX and SA3; "
         "fp32 on a CPU)",
     )
+    p.add_argument(
+        "--sp-families",
+        type=_sp_families,
+        default=SP_FAMILY_KEYS,
+        help=f"comma-separated, for --what sp (default: {','.join(SP_FAMILY_KEYS)})",
+    )
+    p.add_argument("--sp-degrees", type=_sp_degrees, default=(1, 2, 4, 8), help="comma-separated S, for --what sp")
+    p.add_argument("--sp-plan", action="store_true", help="--what sp: print what it would build and run, then exit")
     p.add_argument("--shallow-text-encoders", action="store_true", help="1-2 layer text encoders at real widths")
     p.add_argument("--max-seconds", type=float, default=270.0, help="skip stages that would run past this")
     p.add_argument("--json", default=None, help="also write the rows as JSON")
