@@ -23,6 +23,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
+from flowrl.memory import is_8bit_state, join_8bit_state, requantize_state, split_8bit_state
 from flowrl.sharding import is_sharded, shard_like, whole_on_main
 
 logger = logging.getLogger(__name__)
@@ -46,13 +47,21 @@ def optimizer_to_tensors(
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
+    quantized: dict[str, dict[str, Any]] = {}  # train.optimizer=adamw_8bit: its 8-bit moments, saved as their parts
     for idx, state in sd["state"].items():
         for key, value in state.items():
-            if torch.is_tensor(value):
+            if is_8bit_state(value):
+                split_8bit_state(f"{idx}.{key}", value, tensors, quantized)
+            elif torch.is_tensor(value):
                 tensors[f"{idx}.{key}"] = value
             else:
                 scalars.setdefault(str(idx), {})[key] = value
-    return whole_on_main(tensors, main), {"param_groups": sd["param_groups"], "scalars": scalars}
+    # torchao's optimizers hold each group's learning rate as a tensor
+    groups = [
+        {k: float(v) if k == "lr" and torch.is_tensor(v) else v for k, v in g.items()} for g in sd["param_groups"]
+    ]
+    meta = {"param_groups": groups, "scalars": scalars, **({"quantized": quantized} if quantized else {})}
+    return whole_on_main(tensors, main), meta
 
 
 def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, torch.Tensor], meta: dict) -> None:
@@ -60,6 +69,12 @@ def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, 
     FSDP shard where it has one."""
     params = [p for group in optimizer.param_groups for p in group["params"]]
     state: dict[int, dict[str, Any]] = {}
+    tensors = dict(tensors)
+    for name, info in meta.get("quantized", {}).items():  # 8-bit moments, saved as their parts
+        idx, key = name.split(".", 1)
+        param = params[int(idx)]
+        value = join_8bit_state(name, tensors, info, param)
+        state.setdefault(int(idx), {})[key] = shard_like(value, param) if is_sharded(param) else value
     for name, value in tensors.items():
         idx, key = name.split(".", 1)
         param = params[int(idx)] if int(idx) < len(params) else None
@@ -69,6 +84,7 @@ def optimizer_from_tensors(optimizer: torch.optim.Optimizer, tensors: dict[str, 
     for idx, extra in meta["scalars"].items():
         state.setdefault(int(idx), {}).update(extra)
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    requantize_state(optimizer)  # adamw_8bit: moments saved as fp32 values back in 8 bits, learning rates as tensors
 
 
 # ------------------------------------------------------------------------------------------ RNG

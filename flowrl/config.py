@@ -183,6 +183,9 @@ MAX_ITERATIONS = 10**9  # far beyond any run; above it a count is a typo (and ov
 class TrainConfig:
     iterations: int = 100  # sampling + update rounds of the run
     learning_rate: float = 3e-4  # AdamW base learning rate (see lr_schedule)
+    # adamw (torch's) | adamw_8bit (torchao's AdamW8bit: both moments of every tensor of 4096+ values in 8 bits,
+    # about a quarter of adamw's state; `pip install flowrl-toolkit[memory]`)
+    optimizer: str = "adamw"
     lr_schedule: str = "constant"  # constant | cosine | linear, over the run's optimizer steps (flowrl.lr)
     lr_warmup_steps: int = 0  # optimizer steps of linear warm-up from 0 before the schedule
     lr_min_ratio: float = 0.0  # cosine / linear end at this fraction of learning_rate
@@ -234,6 +237,7 @@ class TrainConfig:
             raise ConfigError(f"train.iterations: must be between 1 and {MAX_ITERATIONS:,}, got {self.iterations}")
         _positive("train.learning_rate", self.learning_rate)
         _choice("train.lr_schedule", self.lr_schedule, ("constant", "cosine", "linear"))
+        _choice("train.optimizer", self.optimizer, ("adamw", "adamw_8bit"))
         _positive("train.lr_warmup_steps", self.lr_warmup_steps, strict=False)
         if not 0 <= self.lr_min_ratio <= 1:
             raise ConfigError(f"train.lr_min_ratio: must be in [0, 1], got {self.lr_min_ratio}")

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from flowrl import sharding
+from flowrl.memory import build_optimizer
 from flowrl.mesh import Mesh, enable_sequence_parallel
 
 
@@ -114,7 +115,7 @@ class Policy:
     """The adapter's transformer as the run trains it.
 
     ``model``: the transformer wrapped for the launch's strategy (what rollouts and updates call);
-    ``optimizer``: AdamW over ``trainable`` (name -> parameter, FSDP2 shards where sharded);
+    ``optimizer``: AdamW (``train.optimizer``) over ``trainable`` (name -> parameter, FSDP2 shards where sharded);
     ``ref_model``: the frozen copy full fine-tuning keeps when the method reads the reference (else None: LoRA's
     reference is the base with its adapters off); ``ema`` (``train.ema``) and ``averages`` (the method's, by
     name); ``nfe``: transformer forwards counted by their rows (CFG branches are rows) since it was last reset.
@@ -159,13 +160,7 @@ class Policy:
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError("train.lora.target_modules matched no module: nothing to train")
-        optimizer = torch.optim.AdamW(
-            list(self.trainable.values()),
-            lr=t.learning_rate,
-            betas=tuple(t.adam_betas),
-            weight_decay=t.weight_decay,
-            eps=t.adam_eps,
-        )
+        optimizer = build_optimizer(list(self.trainable.values()), t)  # train.optimizer: adamw | adamw_8bit
         mesh = mesh or Mesh.of(acc)
         if mesh.seq > 1:  # each forward's tokens split over the sequence group (diffusers' context parallelism)
             for module in (transformer, self.ref_model):

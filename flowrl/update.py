@@ -20,6 +20,7 @@ import torch
 from flowrl import sharding
 from flowrl.lr import lr_factor
 from flowrl.media import select_media
+from flowrl.memory import set_lr
 from flowrl.mesh import Mesh
 from flowrl.methods.context import Context
 from flowrl.rollout import RolloutBatch
@@ -202,7 +203,7 @@ class Updater:
             )
             lr = self.method.learning_rate(scheduled, self.optimizer_steps)
             for group in policy.optimizer.param_groups:
-                group["lr"] = lr
+                set_lr(group, lr)
             policy.optimizer.step()
             policy.optimizer.zero_grad(set_to_none=True)
             self.optimizer_steps += 1

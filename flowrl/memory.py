@@ -1,0 +1,129 @@
+"""Memory savers, each optional: an 8-bit AdamW (``train.optimizer=adamw_8bit``, torchao's; ``pip install
+flowrl-toolkit[memory]``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def require_torchao(setting: str) -> None:
+    """One line naming the extra when torchao is missing."""
+    try:
+        import torchao.optim  # noqa: F401
+        import torchao.quantization  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"{setting} needs torchao, which is not installed ({exc}): pip install 'flowrl-toolkit[memory]'"
+        ) from None
+
+
+def build_optimizer(params: list[torch.Tensor], t: Any) -> torch.optim.Optimizer:
+    """``train.optimizer``'s AdamW over ``params``: torch's, or torchao's ``AdamW8bit`` (moments of every tensor of
+    at least 4096 values kept as 8-bit codes with an fp32 scale per block of 256; smaller ones in fp32)."""
+    kwargs = {"lr": t.learning_rate, "betas": tuple(t.adam_betas), "weight_decay": t.weight_decay, "eps": t.adam_eps}
+    if t.optimizer == "adamw":
+        return torch.optim.AdamW(params, **kwargs)
+    require_torchao(f"train.optimizer={t.optimizer}")
+    from torchao.optim import AdamW8bit
+
+    return AdamW8bit(params, **kwargs)
+
+
+def set_lr(group: dict[str, Any], lr: float) -> None:
+    """Set a parameter group's learning rate; torchao's optimizers hold it as a tensor, filled in place."""
+    if torch.is_tensor(group["lr"]):
+        group["lr"].fill_(lr)
+    else:
+        group["lr"] = lr
+
+
+def tensor_bytes(tensor: torch.Tensor) -> int:
+    """Bytes a tensor holds: a torchao tensor subclass (quantized weights, 8-bit optimizer state) its parts', a
+    DTensor its local shard's."""
+    from flowrl.sharding import is_sharded
+
+    if is_sharded(tensor):
+        tensor = tensor.to_local()
+    if hasattr(tensor, "__tensor_flatten__") and type(tensor) is not torch.Tensor:
+        names, _ = tensor.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(tensor, name)) for name in names if getattr(tensor, name) is not None)
+    return tensor.numel() * tensor.element_size()
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of an optimizer's state tensors (the step counters included)."""
+    return sum(tensor_bytes(v) for state in optimizer.state.values() for v in state.values() if torch.is_tensor(v))
+
+
+# ------------------------------------------------------------------------------------------ 8-bit state in checkpoints
+def is_8bit_state(value: Any) -> bool:
+    """Is ``value`` (or a DTensor's local piece) a torchao 8-bit optimizer state tensor?"""
+    from flowrl.sharding import is_sharded
+
+    local = value.to_local() if torch.is_tensor(value) and is_sharded(value) else value
+    return type(local).__name__ == "OptimState8bit"
+
+
+def split_8bit_state(name: str, value: torch.Tensor, tensors: dict, quantized: dict) -> None:
+    """An 8-bit state tensor as plain tensors for safetensors: on one process its parts (``name.codes``,
+    ``name.scale``, ``name.qmap``; ``quantized[name]`` its signedness), which load back bit for bit; as an FSDP2
+    shard its values (``name``, fp32 and sharded like the parameter, gathered whole with the rest), which load
+    back re-quantized."""
+    from flowrl.sharding import is_sharded
+
+    if is_sharded(value):
+        from torch.distributed.tensor import DTensor
+
+        tensors[name] = DTensor.from_local(
+            value.to_local().dequantize(),
+            value.device_mesh,
+            value.placements,
+            run_check=False,
+            shape=value.shape,
+            stride=value.stride(),
+        )
+        return
+    for part in ("codes", "scale", "qmap"):
+        tensors[f"{name}.{part}"] = getattr(value, part)
+    quantized[name] = {"signed": bool(value.signed)}
+
+
+def join_8bit_state(name: str, tensors: dict, info: dict, like: torch.Tensor) -> torch.Tensor:
+    """The 8-bit state ``split_8bit_state`` wrote as parts, for the parameter ``like``; its fp32 values where
+    ``like`` is an FSDP2 shard (re-quantized by ``requantize_state``)."""
+    from torchao.optim.subclass_8bit import OptimState8bit
+
+    from flowrl.sharding import is_sharded
+
+    state = OptimState8bit(
+        tensors.pop(f"{name}.codes"),
+        tensors.pop(f"{name}.scale"),
+        tensors.pop(f"{name}.qmap"),
+        info["signed"],
+        dtype=like.dtype,
+    )
+    return state.dequantize(torch.float32) if is_sharded(like) else state.to(like.device)
+
+
+def requantize_state(optimizer: torch.optim.Optimizer) -> None:
+    """After ``load_state_dict``: a torchao optimizer's moments that came back in fp32 (a checkpoint saved under
+    FSDP2, or loaded into one) quantized again into the buffers the optimizer makes itself, so a resumed run keeps
+    the 8-bit state; its learning rates back to the tensors it steps with."""
+    if not hasattr(optimizer, "_new_buffer"):
+        return
+    for group in optimizer.param_groups:
+        if not torch.is_tensor(group["lr"]):
+            group["lr"] = torch.tensor(group["lr"], dtype=torch.float32)
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, signed in (("exp_avg", True), ("exp_avg_sq", False), ("max_exp_avg_sq", False)):
+                value = state.get(key)
+                if value is None or is_8bit_state(value):
+                    continue
+                buffer = optimizer._new_buffer(p, signed)
+                if is_8bit_state(buffer):
+                    buffer.copy_(value)
+                    state[key] = buffer
