@@ -146,3 +146,13 @@ def test_smoke_runs_the_tiny_models_end_to_end(tmp_path, capsys):
     assert "| sequence parallelism (one row, 1/S of its tokens) |" in printed
     assert "Wan2.2-T2V-A14B: 0.00B frozen (both experts resident)" in printed
     assert [r["sp"] for r in json.loads(out.read_text())] == [r["sp"] for r in rows]
+
+
+def test_smoke_in_bf16_autocast():
+    """The GPU run's dtypes (bf16 weights, fp32 LoRA, bf16 autocast, Wan's fp32-kept modules) on the CPU, through
+    TI2V-5B's tiny model (the Wan 2.2 VAE's 16x: 16 tokens a row)."""
+    from flowrl.benchmarks.perf.gpu.common import Clock
+
+    rows = sp.bench_sp(torch.device("cpu"), Clock(60), "bf16", smoke=True, families=("wan22-5b",), degrees=(1, 2))
+    assert [(r["sp"], r["tokens"], r["refused"]) for r in rows] == [(1, 16, None), (2, 8, None)]
+    assert all(r["seconds"] > 0 and "bf16" in r["setting"] for r in rows)

@@ -429,9 +429,8 @@ def bench_sp(
                         torch.cuda.empty_cache()
                     row.update(peak_gib=peak, seconds=seconds, peak_ratio=peak / est)
                     clock.say(
-                        f"{family.label} {shape} S={s}: {row['tokens']} tokens, peak "
-                        f"{'OOM' if math.isinf(peak) else f'{peak:.2f} GiB'}, estimate {est:.2f} GiB "
-                        f"(ratio {peak / est:.2f}), {seconds:.2f} s; iteration estimate {est_iter:.2f} GiB"
+                        f"{family.label} {shape} S={s}: {row['tokens']} tokens, peak {_gib(peak)}, estimate "
+                        f"{_gib(est)} (ratio {peak / est:.2f}), {seconds:.2f} s; iteration estimate {_gib(est_iter)}"
                     )
                 fam_rows.append(row)
             fam_rows.sort(key=lambda r: r["sp"])
@@ -449,6 +448,14 @@ def bench_sp(
         del model, resident
         reset_peak(device)
     return rows
+
+
+def _gib(v: float) -> str:
+    if math.isinf(v):
+        return "OOM"
+    if math.isnan(v):
+        return "- (no CUDA allocator here)"
+    return f"{v:.2f} GiB" if v >= 0.1 else f"{v:.2g} GiB"
 
 
 def sp_markdown(rows: list[dict]) -> list[str]:
