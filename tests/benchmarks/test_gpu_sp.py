@@ -156,3 +156,23 @@ def test_smoke_in_bf16_autocast():
     rows = sp.bench_sp(torch.device("cpu"), Clock(60), "bf16", smoke=True, families=("wan22-5b",), degrees=(1, 2))
     assert [(r["sp"], r["tokens"], r["refused"]) for r in rows] == [(1, 16, None), (2, 8, None)]
     assert all(r["seconds"] > 0 and "bf16" in r["setting"] for r in rows)
+
+
+def test_the_slice_saves_a_share_of_the_activations():
+    """What the slice keeps for backward (without checkpointing, the tiny Wan at 4 x 8 x 8 latent): the bytes that
+    grow with the tokens fall with S as 1/S (the text context and the whole input the slices view stay)."""
+    from flowrl.estimate.meta import saved_bytes
+
+    family = sp.SP_FAMILIES[0]
+    cfg = sp.sp_config(family, "recipe", smoke=True, precision="fp32")
+    model, _ = sp.build_sp_transformer(cfg, torch.device("cpu"), torch.float32)
+    model.disable_gradient_checkpointing()
+    profile, parts, geo = sp._parts(cfg)
+    inputs = profile.inputs(model.config, geo.grid, geo.text_tokens, torch.device("cpu"), torch.float32)
+    saved = {}
+    for s in (1, 2, 4):
+        remove = sp._slice_hooks(model, s, []) if s > 1 else (lambda: None)
+        saved[s] = saved_bytes(model, inputs, None)
+        remove()
+    assert saved[1] > saved[2] > saved[4]
+    assert (saved[1] - saved[2]) / (saved[2] - saved[4]) == pytest.approx(2.0, rel=0.05)
