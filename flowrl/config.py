@@ -203,6 +203,9 @@ class TrainConfig:
     ratio_norm: bool = False  # deprecated: method.loss=ratio_norm
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
     gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
+    # the update forward's saved activations wait on the host (pinned) until the backward reads them: the same
+    # numbers, device memory for host memory and copies
+    activation_offload: bool = False
     # processes that share each sample, the transformer's tokens split over them (Ulysses; docs/scaling.md)
     sequence_parallel: int = 1
     # keep the rollout's stored states (the latents of the transitions that train) on the CPU until the update
@@ -701,6 +704,7 @@ RESUME_FREE_KEYS = (
     "train.compile",
     "train.compile_mode",
     "train.offload_states",  # where states wait, not what they are
+    "train.activation_offload",  # where the update's activations wait, not what they are
     "train.sequence_parallel",  # how a sample's tokens are split over processes, not what is computed
 )
 

@@ -1,9 +1,10 @@
 """Memory savers, each optional: an 8-bit AdamW (``train.optimizer=adamw_8bit``, torchao's; ``pip install
-flowrl-toolkit[memory]``).
+flowrl-toolkit[memory]``) and the update's saved activations kept on the host (``train.activation_offload``).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -127,3 +128,47 @@ def requantize_state(optimizer: torch.optim.Optimizer) -> None:
                 if is_8bit_state(buffer):
                     buffer.copy_(value)
                     state[key] = buffer
+
+
+# ------------------------------------------------------------------------------------------------- activation offload
+def _offloads(tensor: torch.Tensor) -> bool:
+    """An activation on an accelerator: not a parameter or a view of one (the weights stay where they are, and a
+    quantized weight is a tensor subclass, which stays too), not already on the host."""
+    if type(tensor) not in (torch.Tensor, torch.nn.Parameter) or isinstance(tensor, torch.nn.Parameter):
+        return False
+    if isinstance(getattr(tensor, "_base", None), torch.nn.Parameter):
+        return False
+    return tensor.device.type != "cpu"
+
+
+class ActivationOffload(torch.autograd.graph.saved_tensors_hooks):
+    """The tensors the forward saves for the backward, copied to the host (pinned memory on a GPU, the copy
+    asynchronous) and back to their device when the backward reads them: the same values, so the same
+    gradients. ``moved``: bytes copied to the host since the context opened."""
+
+    def __init__(self, pin_memory: bool):
+        self.moved = 0
+
+        def pack(tensor: torch.Tensor):
+            if not _offloads(tensor):
+                return tensor
+            host = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout, pin_memory=pin_memory)
+            host.copy_(tensor, non_blocking=pin_memory)
+            self.moved += tensor.numel() * tensor.element_size()
+            return tensor.device, host
+
+        def unpack(packed):
+            if torch.is_tensor(packed):
+                return packed
+            device, host = packed
+            return host.to(device, non_blocking=pin_memory)
+
+        super().__init__(pack, unpack)
+
+
+def activation_offload(enabled: bool, device: torch.device):
+    """``train.activation_offload``: the context under which the update's forward saves the tensors its backward
+    reads on the host, each copied back when the backward needs it (``ActivationOffload``); else nothing."""
+    if not enabled:
+        return nullcontext()
+    return ActivationOffload(pin_memory=device.type == "cuda")

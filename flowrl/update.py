@@ -20,7 +20,7 @@ import torch
 from flowrl import sharding
 from flowrl.lr import lr_factor
 from flowrl.media import select_media
-from flowrl.memory import set_lr
+from flowrl.memory import activation_offload, set_lr
 from flowrl.mesh import Mesh
 from flowrl.methods.context import Context
 from flowrl.rollout import RolloutBatch
@@ -297,7 +297,7 @@ class Updater:
                 unit, adv_j = traj.select(idx), adv_j[idx.to(adv_j.device)]
                 cond = {key: v.index_select(0, idx.to(v.device)) for key, v in b.cond.items()}
                 rows = float(len(idx)) if weight > 0 else 0.0
-            with sync_ctx:
+            with sync_ctx, activation_offload(self.cfg.train.activation_offload, self.acc.device):
                 tl = self.method.transition_loss(ctx, unit, j, cond, adv_j)
                 loss = tl.loss * weight
                 if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``update``)

@@ -1,4 +1,4 @@
-"""The memory savers, each optional: ``train.optimizer=adamw_8bit``
+"""The memory savers, each optional: ``train.optimizer=adamw_8bit`` and ``train.activation_offload``
 (docs/scaling.md, "Memory savers")."""
 
 import sys
@@ -97,3 +97,49 @@ def test_adamw_8bit_state_is_a_quarter_and_resumes_exactly(tmp_path):
     plain.train()
     assert optimizer_state_bytes(plain.policy.optimizer.optimizer) / params == pytest.approx(8.0, abs=0.01)
     assert "quantized" not in read_state(tmp_path / "adamw" / "checkpoints" / "iter-000001")["optimizer"]
+
+
+# ------------------------------------------------------------------------------------------ train.activation_offload
+def test_activation_offload_does_not_change_the_math():
+    assert _math_changes("train.activation_offload=true") == []  # where activations wait: a resume may change it
+
+
+def test_only_activations_on_an_accelerator_are_offloaded():
+    from flowrl.memory import _offloads
+
+    weight = torch.nn.Parameter(torch.zeros(2, 2, device="meta"))
+    assert _offloads(torch.zeros(2, device="meta"))  # an activation on a device
+    assert not _offloads(weight) and not _offloads(weight.t())  # a weight, or a view of it, stays
+    assert not _offloads(torch.zeros(2))  # already on the host
+
+
+def test_activation_offload_trains_bit_for_bit_the_same(tmp_path, monkeypatch):
+    """The saved activations make the round trip to the host and back (on this CPU-only run every saved
+    activation is copied, as a GPU run's would be), and the two iterations train exactly as without."""
+    import flowrl.memory as memory
+
+    moved = []
+    real = memory.ActivationOffload
+
+    class Counted(real):
+        def __exit__(self, *args):
+            moved.append(self.moved)
+            return super().__exit__(*args)
+
+    monkeypatch.setattr(memory, "ActivationOffload", Counted)
+    monkeypatch.setattr(
+        memory, "_offloads", lambda t: type(t) is torch.Tensor and not isinstance(t._base, torch.nn.Parameter)
+    )
+    runs = {}
+    for offload in (False, True):
+        tr = Trainer(
+            _cfg(tmp_path / str(offload), "train.iterations=2", f"train.activation_offload={str(offload).lower()}")
+        )
+        rows = tr.train()
+        runs[offload] = (rows, {n: p.detach().clone() for n, p in tr.trainable.items()})
+    assert moved and min(moved) > 0  # every forward's activations went to the host copy
+    (rows_a, weights_a), (rows_b, weights_b) = runs[False], runs[True]
+    assert all(torch.equal(weights_a[n], weights_b[n]) for n in weights_a)
+    for a, b in zip(rows_a, rows_b):
+        for key in ("policy/loss", "policy/grad_norm", "reward/mean", "policy/onpolicy_logp_diff"):
+            assert a[key] == b[key], key
