@@ -70,9 +70,14 @@ class ModelConfig:
     # so not sage); null: diffusers' default processor. Refused when the model is built where its package or
     # hardware is missing
     attention_backend: str | None = None
+    # a LoRA run's frozen base Linear weights quantized, weight only (torchao; `pip install flowrl-toolkit[memory]`):
+    # none | int8 (a quarter of fp32's bytes, half of bf16's) | float8 (e4m3, int8's bytes); rollouts, updates and
+    # the KL reference all run the quantized base, the adapters train in fp32; refused with full fine-tuning
+    base_quantization: str = "none"
 
     def __post_init__(self):
         _choice("model.dtype", self.dtype, ("fp32", "fp16", "bf16"))
+        _choice("model.base_quantization", self.base_quantization, ("none", "int8", "float8"))
         if self.prompt_cache < 0:
             raise ConfigError(f"model.prompt_cache: must be >= 0, got {self.prompt_cache}")
         _choice("model.tiny_size", self.tiny_size, ("tiny", "small", "70m"))
@@ -385,6 +390,11 @@ class Config:
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.resume and self.resume != "latest" and Path(self.resume).name == "state.json":
             self.resume = str(Path(self.resume).parent)  # the file inside a checkpoint: that checkpoint's folder
+        if self.model.base_quantization != "none" and not self.train.lora.enabled:
+            raise ConfigError(
+                f"model.base_quantization={self.model.base_quantization}: full fine-tuning "
+                "(train.lora.enabled=false) trains the base weights, which cannot be quantized; set it to none"
+            )
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
         from flowrl.methods.options import resolve_knobs

@@ -1,9 +1,11 @@
-"""Memory savers, each optional: an 8-bit AdamW (``train.optimizer=adamw_8bit``, torchao's; ``pip install
-flowrl-toolkit[memory]``) and the update's saved activations kept on the host (``train.activation_offload``).
+"""Memory savers, each optional: an 8-bit AdamW (``train.optimizer=adamw_8bit``), the update's saved activations
+kept on the host (``train.activation_offload``) and a LoRA run's frozen base weights quantized
+(``model.base_quantization``). The first and the last use torchao (``pip install flowrl-toolkit[memory]``).
 """
 
 from __future__ import annotations
 
+import warnings
 from contextlib import nullcontext
 from typing import Any
 
@@ -172,3 +174,29 @@ def activation_offload(enabled: bool, device: torch.device):
     if not enabled:
         return nullcontext()
     return ActivationOffload(pin_memory=device.type == "cuda")
+
+
+# -------------------------------------------------------------------------------------- frozen base weights quantized
+def quantize_base(transformer: torch.nn.Module, mode: str) -> None:
+    """``model.base_quantization``: every frozen ``nn.Linear`` weight of ``transformer`` quantized in place, weight
+    only (int8: per-row int8 with an fp32 scale; float8: e4m3 with a scale per row); called before the LoRA
+    adapters are added, which peft then wraps around the quantized layers (``TorchaoLoraLinear``)."""
+    if mode == "none":
+        return
+    require_torchao(f"model.base_quantization={mode}")
+    from torchao.quantization import Float8WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+
+    config = Int8WeightOnlyConfig() if mode == "int8" else Float8WeightOnlyConfig()
+
+    def frozen_linear(module: torch.nn.Module, name: str) -> bool:
+        return isinstance(module, torch.nn.Linear) and not module.weight.requires_grad
+
+    quantize_(transformer, config, filter_fn=frozen_linear)
+
+
+def add_adapter_quiet(transformer: torch.nn.Module, config: Any) -> None:
+    """``transformer.add_adapter(config)`` without peft's warning, for each quantized base layer, that merging
+    needs the quantization recipe: flowrl never merges (it exports the adapter itself)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*instantiated without `get_apply_tensor_subclass`")
+        transformer.add_adapter(config)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from flowrl import sharding
-from flowrl.memory import build_optimizer
+from flowrl.memory import add_adapter_quiet, build_optimizer, quantize_base
 from flowrl.mesh import Mesh, enable_sequence_parallel
 
 
@@ -141,8 +141,9 @@ class Policy:
             )
         transformer.requires_grad_(False)
         self.ref_model = None
-        if t.lora.enabled:
-            transformer.add_adapter(lora_config(t.lora, adapter.lora_target_modules))
+        if t.lora.enabled:  # the frozen base quantized first (model.base_quantization), peft's LoRA wraps it
+            quantize_base(transformer, cfg.model.base_quantization)
+            add_adapter_quiet(transformer, lora_config(t.lora, adapter.lora_target_modules))
         else:
             transformer.requires_grad_(True)
             if reference:  # full fine-tuning keeps a frozen copy as the reference

@@ -1,6 +1,7 @@
-"""The memory savers, each optional: ``train.optimizer=adamw_8bit`` and ``train.activation_offload``
-(docs/scaling.md, "Memory savers")."""
+"""The memory savers, each optional: ``train.optimizer=adamw_8bit``, ``train.activation_offload`` and
+``model.base_quantization`` (docs/scaling.md, "Memory savers")."""
 
+import math
 import sys
 
 import pytest
@@ -143,3 +144,57 @@ def test_activation_offload_trains_bit_for_bit_the_same(tmp_path, monkeypatch):
     for a, b in zip(rows_a, rows_b):
         for key in ("policy/loss", "policy/grad_norm", "reward/mean", "policy/onpolicy_logp_diff"):
             assert a[key] == b[key], key
+
+
+# ------------------------------------------------------------------------------------------ model.base_quantization
+def test_the_base_quantization_setting_is_checked_in_one_line_and_changes_the_math(monkeypatch):
+    from flowrl.memory import quantize_base
+
+    _refused("model.base_quantization=int4", "model.base_quantization: 'int4' is not one of none, int8, float8")
+    with pytest.raises(ConfigError, match=r"^model.base_quantization=int8: full fine-tuning .*; set it to none$"):
+        resolve_config("tiny-cpu", ["model.base_quantization=int8", "train.lora.enabled=false"])
+    assert _math_changes("model.base_quantization=int8") == ["model.base_quantization ('none' -> 'int8')"]
+    _without_torchao(monkeypatch)
+    with pytest.raises(ImportError, match=r"^model.base_quantization=int8 needs torchao.*flowrl-toolkit\[memory\]'$"):
+        quantize_base(torch.nn.Linear(2, 2), "int8")
+    quantize_base(torch.nn.Linear(2, 2), "none")  # nothing to import
+
+
+def _base_linears(transformer):
+    return [m for n, m in transformer.named_modules() if isinstance(m, torch.nn.Linear) and "lora_" not in n]
+
+
+@pytest.mark.parametrize("mode, tolerance", [("int8", 0.02), ("float8", 0.1)])
+def test_a_lora_run_trains_on_a_quantized_base(tmp_path, mode, tolerance):
+    """The frozen base Linears in int8 / float8 (a quarter of their fp32 bytes), the LoRA around them in fp32: the
+    run trains, rollout and update use the same quantized weights (the on-policy gap is 0), and the
+    transformer's prediction stays within ``tolerance`` (relative) of the unquantized one's."""
+    pytest.importorskip("torchao")
+    from flowrl.memory import tensor_bytes
+
+    plain = Trainer(_cfg(tmp_path / "none", "train.iterations=1"))
+    tr = Trainer(_cfg(tmp_path / mode, "train.iterations=2", f"model.base_quantization={mode}"))
+    transformer = tr.policy.transformer
+    base = _base_linears(transformer)
+    assert base and all(type(m.weight).__name__ in ("Int8Tensor", "Float8Tensor") for m in base)
+    fp32 = sum(tensor_bytes(m.weight) for m in _base_linears(plain.policy.transformer))
+    ratio = sum(tensor_bytes(m.weight) for m in base) / fp32
+    assert 0.25 <= ratio < 0.3, ratio  # a byte a weight, plus a scale per output row
+    torch.manual_seed(0)
+    inputs = {
+        "hidden_states": torch.randn(2, transformer.config.in_channels, 4, 4),
+        "encoder_hidden_states": torch.randn(2, 5, transformer.config.joint_attention_dim),
+        "pooled_projections": torch.randn(2, transformer.config.pooled_projection_dim),
+        "timestep": torch.tensor([500.0, 100.0]),
+    }
+    with torch.no_grad(), tr.policy.weights("reference"), plain.policy.weights("reference"):
+        want = plain.policy.transformer(**inputs).sample
+        got = transformer(**inputs).sample
+    error = float((got - want).norm() / want.norm())
+    assert error < tolerance, error
+    before = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    rows = tr.train()
+    assert all(math.isfinite(r[k]) for r in rows for k in ("policy/loss", "policy/grad_norm", "reward/mean"))
+    assert rows[0]["policy/onpolicy_logp_diff"] == 0.0
+    assert all(not torch.equal(p, before[n]) for n, p in tr.trainable.items())
+    assert (tmp_path / mode / "lora" / "pytorch_lora_weights.safetensors").is_file()
