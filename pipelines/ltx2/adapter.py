@@ -79,6 +79,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
@@ -230,9 +231,6 @@ class LTX2Adapter:
     tower_of = staticmethod(tower_of)
     media_kind = "audio_video"
     tiny_recipe = "tiny-ltx2"
-    sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
-        "diffusers' plan for LTX2VideoTransformer3DModel splits the video tokens only, and its masked text attention does not yet run under Ulysses with both streams split"
-    )
     pipeline_classes = ("LTX2Pipeline",)  # the model_index.json classes it loads
     modalities = MODALITIES
 
@@ -402,6 +400,33 @@ class LTX2Adapter:
     def transformer(self) -> torch.nn.Module:
         return self.pipe.transformer
 
+    @property
+    def sequence_parallel_plan(self) -> dict:
+        """The context-parallel plan that splits both towers' tokens (``ltx2.parallel``; diffusers' own splits
+        the video tokens only)."""
+        from flowrl.pipelines.ltx2.parallel import av_plan
+
+        return av_plan(self.transformer.config.rope_type)
+
+    def _split_inputs(self, model: torch.nn.Module, xv: torch.Tensor, xa: torch.Tensor, inputs: Conditioning) -> None:
+        """Under sequence parallelism (``train.sequence_parallel`` = S): check that S divides every token count
+        the plan splits, and give ``model``'s cross-attentions their gathered keys (``ltx2.parallel``), once.
+        Nothing to do when the transformer runs whole."""
+        seq = sequence_degree(self.transformer)
+        if seq == 1:
+            return
+        counts = {
+            "video tokens (model.resolution, model.num_frames)": xv.shape[1],
+            "audio latent frames (model.num_frames, model.fps)": xa.shape[1],
+            "prompt tokens (model.max_sequence_length)": inputs["prompt_embeds"].shape[1],
+        }
+        for what, count in counts.items():
+            if count % seq:
+                raise ValueError(f"train.sequence_parallel={seq} does not divide LTX-2's {count} {what}")
+        from flowrl.pipelines.ltx2.parallel import gather_cross_attention_keys
+
+        gather_cross_attention_keys(model)
+
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG (one batched forward) when ``scale != 1``, plus the STG rows and the modality pass the
         adapter was built with (each +1 row a sample); one pass, the conditional velocity, at 1."""
@@ -550,6 +575,7 @@ class LTX2Adapter:
 
     def _forward(self, model, xv, xa, inputs, t_video, t_audio, isolate=False, perturbation_mask=None):
         stg = perturbation_mask is not None
+        self._split_inputs(model, xv, xa, inputs)
         out = model(
             hidden_states=xv.to(self.compute_dtype),
             audio_hidden_states=xa.to(self.compute_dtype),

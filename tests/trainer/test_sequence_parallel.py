@@ -2,8 +2,9 @@
 the transformer's tokens split over them by diffusers' Ulysses engine, and a run logs what one process logs.
 
 The mesh's bookkeeping is checked by hand; the runs are CPU processes over gloo under torchrun: SP 2 against one
-process (tiny-wan, tiny-flux2, tiny-edit (FLUX.1-Kontext), tiny-qwen-image and tiny-qwen-image-edit), SP 2 x DP 2 on 4 processes against DP 2, and a
-run saved at SP 2 resumed at SP 1 and the other way. Every value compared is float32 noise apart (1e-5)."""
+process (tiny-wan, tiny-flux2, tiny-edit (FLUX.1-Kontext), tiny-qwen-image, tiny-qwen-image-edit and tiny-ltx2),
+SP 2 x DP 2 on 4 processes against DP 2, and a run saved at SP 2 resumed at SP 1 and the other way. Every value
+compared is float32 noise apart (1e-5)."""
 
 import sys
 
@@ -70,7 +71,6 @@ def test_each_group_rows_are_gathered_once():
         ("tiny-cpu", "sd3", "no context-parallel plan for SD3Transformer2DModel"),
         ("tiny-z-image", "z_image", "no context-parallel plan for ZImageTransformer2DModel"),
         ("tiny-audio", "stable_audio", "no context-parallel plan for StableAudioDiTModel"),
-        ("tiny-ltx2", "ltx2", "splits the video tokens only"),
     ],
 )
 def test_a_family_that_cannot_split_a_sample_is_refused_in_one_line(recipe, family, why, capsys):
@@ -99,6 +99,22 @@ def test_qwen_image_pads_the_prompt_to_the_group_and_refuses_image_tokens_it_doe
         adapter._split_text(embeds, mask, 9)
 
 
+def test_ltx2_refuses_a_token_count_the_group_does_not_divide():
+    from types import SimpleNamespace
+
+    from flowrl.config import resolve_config
+    from flowrl.pipelines.ltx2 import LTX2Adapter
+
+    adapter = LTX2Adapter.from_config(resolve_config("tiny-ltx2").model)
+    assert set(adapter.sequence_parallel_plan[""]) >= {"hidden_states", "audio_hidden_states"}  # both towers split
+    xv, xa = torch.zeros(1, adapter.video_seq_len, 128), torch.zeros(1, adapter.audio_frames, 128)
+    inputs = {"prompt_embeds": torch.zeros(1, 128, 32)}
+    adapter._split_inputs(adapter.transformer, xv, xa, inputs)  # whole: nothing to check
+    adapter.transformer._parallel_config = SimpleNamespace(context_parallel_config=SimpleNamespace(ulysses_degree=2))
+    with pytest.raises(ValueError, match=r"train.sequence_parallel=2 does not divide LTX-2's 9 audio latent frames"):
+        adapter._split_inputs(adapter.transformer, xv, xa, inputs)
+
+
 def test_a_launch_the_group_does_not_divide_is_refused(tmp_path, capsys):
     assert main(["train", "tiny-wan", "train.sequence_parallel=2", f"output_dir={tmp_path}", *SHORT]) == 2
     assert "train.sequence_parallel=2 must divide the 1 processes of the launch" in capsys.readouterr().err
@@ -122,6 +138,10 @@ QWEN_LORA = f"train.lora.target_modules=[{QWEN_IMAGE_PATH}]"
         ("tiny-edit", []),
         ("tiny-qwen-image", [QWEN_LORA]),  # prompts padded to even lengths, masked (QwenImageCore._split_text)
         ("tiny-qwen-image-edit", [QWEN_LORA]),  # 4 noisy and 4 source tokens
+        # 25 frames: 4 video tokens, 26 audio latent frames (9 frames, the recipe's, give 9: refused); a smooth
+        # reward, since a JPEG's byte count flips with float32 noise and the recipe's per-group std (1e-5)
+        # turns one byte into a different advantage
+        ("tiny-ltx2", ["model.num_frames=25", "reward_args.video.reward=smoothness"]),
     ],
 )
 def test_two_processes_splitting_each_sample_log_what_one_process_logs(recipe, overrides, tmp_path):
@@ -132,6 +152,21 @@ def test_two_processes_splitting_each_sample_log_what_one_process_logs(recipe, o
     assert_same_metrics(one, two)
     assert [r["cost/nfe"] for r in one] == [r["cost/nfe"] for r in two]  # a group's forward counts once
     assert [r["cost/reward_calls"] for r in one] == [r["cost/reward_calls"] for r in two]  # scored once
+
+
+@pytest.mark.slow
+@needs_torchrun
+def test_ltx2_split_over_two_processes_is_the_whole_transformer_in_float64():
+    # both rotary layouts, a padded prompt: float64 rounding apart (1e-12), forward and summed gradients
+    import subprocess
+    from pathlib import Path
+
+    script = Path(__file__).parents[1] / "helpers" / "_ltx2_split.py"
+    done = subprocess.run([*torchrun(PORT + 3), str(script)], env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in done.stdout.splitlines()}
+    assert set(rows) == {"split", "interleaved"}
+    assert all(forward < 1e-12 and gradient < 1e-12 for forward, gradient in rows.values()), rows
 
 
 @pytest.mark.slow
