@@ -330,6 +330,23 @@ class LogConfig:
         _positive("log.num_sample_images", self.num_sample_images)
 
 
+LAUNCH_STRATEGIES = ("ddp", "zero2", "fsdp")
+
+
+@dataclass
+class LaunchConfig:
+    """The launch a recipe is sized for: plain data that `flowrl validate --estimate` assumes and the recipe's
+    header repeats. The processes themselves are accelerate's (docs/scaling.md)."""
+
+    gpus: int | None = None  # processes (GPUs) over all machines; null: train.sequence_parallel's (1 without SP)
+    strategy: str = "ddp"  # ddp | zero2 | fsdp: the config in flowrl/recipes/accelerate/ to launch with
+
+    def __post_init__(self):
+        if self.gpus is not None and (isinstance(self.gpus, bool) or self.gpus < 1):
+            raise ConfigError(f"launch.gpus: must be >= 1, got {self.gpus}")
+        _choice("launch.strategy", self.strategy, LAUNCH_STRATEGIES)
+
+
 @dataclass
 class Config:
     output_dir: str = "runs/flowrl"  # the run folder (checkpoints, metrics.jsonl, samples, the LoRA)
@@ -350,8 +367,14 @@ class Config:
     reward_args: dict[str, dict[str, Any]] = field(default_factory=dict)  # per-reward constructor kwargs
     eval_reward: dict[str, float] | None = None  # rewards scored at evaluation (default: `reward`), not trained on
     log: LogConfig = field(default_factory=LogConfig)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)  # the launch the recipe is sized for
 
     def __post_init__(self):
+        if self.launch.gpus is not None and self.launch.gpus % self.train.sequence_parallel:
+            raise ConfigError(
+                f"launch.gpus: {self.launch.gpus} is not a multiple of train.sequence_parallel="
+                f"{self.train.sequence_parallel} (each data group is that many processes)"
+            )
         from flowrl.reward_models import check_reward_name
 
         for name, weight in self.reward.items():
@@ -716,6 +739,7 @@ RESUME_FREE_KEYS = (
     "train.offload_states",  # where states wait, not what they are
     "train.activation_offload",  # where the update's activations wait, not what they are
     "train.sequence_parallel",  # how a sample's tokens are split over processes, not what is computed
+    "launch.",  # the launch a recipe is sized for: what the estimate assumes, not what is computed
 )
 
 
