@@ -100,6 +100,50 @@ def test_adamw_8bit_state_is_a_quarter_and_resumes_exactly(tmp_path):
     assert "quantized" not in read_state(tmp_path / "adamw" / "checkpoints" / "iter-000001")["optimizer"]
 
 
+@pytest.mark.slow
+def test_a_sharded_8bit_moment_is_saved_whole_and_loads_back_in_8_bits(monkeypatch):
+    """Under FSDP2 (a DTensor moment; one gloo process here) the checkpoint holds each 8-bit moment's fp32 values,
+    whole; loading quantizes them again into 8-bit buffers: exp_avg_sq comes back bit for bit, exp_avg to within
+    its 8-bit step (a block whose largest value is negative gets a slightly smaller scale)."""
+    pytest.importorskip("torchao")
+    import socket
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    from torchao.optim import AdamW8bit
+
+    from flowrl.checkpoint import optimizer_from_tensors, optimizer_to_tensors
+    from flowrl.memory import is_8bit_state
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(distribute_tensor(torch.randn(64, 128), mesh, [Shard(0)])) for _ in range(2)]
+        saved, loaded = AdamW8bit([params[0]], lr=1e-2), AdamW8bit([params[1]], lr=1e-2)
+        for _ in range(2):
+            params[0].grad = distribute_tensor(torch.randn(64, 128), mesh, [Shard(0)])
+            saved.step()
+        tensors, meta = optimizer_to_tensors(saved)
+        assert "quantized" not in meta and tensors["0.exp_avg"].dtype == torch.float32
+        assert not any(type(t) is not torch.Tensor for t in tensors.values())  # whole plain tensors
+        optimizer_from_tensors(loaded, tensors, meta)
+        a, b = saved.state[params[0]], loaded.state[params[1]]
+        assert is_8bit_state(b["exp_avg"]) and is_8bit_state(b["exp_avg_sq"])
+        assert torch.equal(a["exp_avg_sq"].to_local().codes, b["exp_avg_sq"].to_local().codes)
+        before, after = a["exp_avg"].to_local().dequantize(), b["exp_avg"].to_local().dequantize()
+        assert float((before - after).abs().max()) <= 0.02 * float(before.abs().max())
+        assert torch.is_tensor(loaded.param_groups[0]["lr"])
+    finally:
+        dist.destroy_process_group()
+
+
 # ------------------------------------------------------------------------------------------ train.activation_offload
 def test_activation_offload_does_not_change_the_math():
     assert _math_changes("train.activation_offload=true") == []  # where activations wait: a resume may change it
