@@ -23,13 +23,39 @@ def require_torchao(setting: str) -> None:
         ) from None
 
 
-def build_optimizer(params: list[torch.Tensor], t: Any) -> torch.optim.Optimizer:
-    """``train.optimizer``'s AdamW over ``params``: torch's, or torchao's ``AdamW8bit`` (moments of every tensor of
-    at least 4096 values kept as 8-bit codes with an fp32 scale per block of 256; smaller ones in fp32)."""
+def check_step_compiler(setting: str, device: torch.device) -> None:
+    """torchao's optimizers ``torch.compile`` their step: refuse in one line where inductor cannot build kernels (a
+    C++ compiler on a CPU, Triton on a GPU)."""
+    if device.type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            raise RuntimeError(
+                f"{setting}: torchao compiles its optimizer step, which needs Triton on a GPU (pip install triton); "
+                "or set train.optimizer=adamw"
+            )
+    elif device.type == "cpu":
+        from torch._inductor.cpp_builder import get_cpp_compiler
+
+        try:
+            get_cpp_compiler()
+        except Exception as exc:  # noqa: BLE001 -- torch raises InvalidCxxCompiler
+            raise RuntimeError(
+                f"{setting}: torchao compiles its optimizer step, which on a CPU needs a C++ compiler (g++ or "
+                f"clang++, or $CXX) ({type(exc).__name__}); install one, or set train.optimizer=adamw"
+            ) from None
+
+
+def build_optimizer(params: list[torch.Tensor], t: Any, device: torch.device | None = None) -> torch.optim.Optimizer:
+    """``train.optimizer``'s AdamW over ``params`` (on ``device``): torch's, or torchao's ``AdamW8bit`` (moments of
+    every tensor of at least 4096 values kept as 8-bit codes with an fp32 scale per block of 256; smaller ones in
+    fp32; the step ``torch.compile``d, once per parameter shape)."""
     kwargs = {"lr": t.learning_rate, "betas": tuple(t.adam_betas), "weight_decay": t.weight_decay, "eps": t.adam_eps}
     if t.optimizer == "adamw":
         return torch.optim.AdamW(params, **kwargs)
     require_torchao(f"train.optimizer={t.optimizer}")
+    if device is not None:
+        check_step_compiler(f"train.optimizer={t.optimizer}", device)
     from torchao.optim import AdamW8bit
 
     return AdamW8bit(params, **kwargs)

@@ -161,7 +161,7 @@ class Policy:
         self.trainable = {n: p for n, p in transformer.named_parameters() if p.requires_grad}
         if not self.trainable:
             raise ValueError("train.lora.target_modules matched no module: nothing to train")
-        optimizer = build_optimizer(list(self.trainable.values()), t)  # train.optimizer: adamw | adamw_8bit
+        optimizer = build_optimizer(list(self.trainable.values()), t, acc.device)  # train.optimizer: adamw | adamw_8bit
         mesh = mesh or Mesh.of(acc)
         if mesh.seq > 1:  # each forward's tokens split over the sequence group (diffusers' context parallelism)
             for module in (transformer, self.ref_model):

@@ -57,6 +57,22 @@ def test_a_missing_torchao_is_one_line_naming_the_extra(monkeypatch):
     assert isinstance(build_optimizer([torch.nn.Parameter(torch.zeros(2))], t), torch.optim.AdamW)  # no torchao
 
 
+def test_a_missing_cpp_compiler_is_one_line(monkeypatch):
+    """torchao compiles its optimizer step: on a CPU without a C++ compiler, one line before anything trains."""
+    pytest.importorskip("torchao")
+    import torch._inductor.cpp_builder as cpp_builder
+
+    from flowrl.memory import build_optimizer
+
+    def missing():
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(cpp_builder, "get_cpp_compiler", missing)
+    t = resolve_config("tiny-cpu", ["train.optimizer=adamw_8bit"]).train
+    with pytest.raises(RuntimeError, match=r"^train.optimizer=adamw_8bit: torchao compiles .* C\+\+ compiler"):
+        build_optimizer([torch.nn.Parameter(torch.zeros(2))], t, torch.device("cpu"))
+
+
 @pytest.mark.slow
 def test_adamw_8bit_state_is_a_quarter_and_resumes_exactly(tmp_path):
     """torchao's AdamW8bit (rank 128 on the tiny model, so that each LoRA tensor is 4096+ values and quantized):
