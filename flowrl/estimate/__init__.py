@@ -33,7 +33,21 @@ counted there.
   Gradient checkpointing keeps each block's two input streams (``b * D * L * N`` bytes) plus one
   block's activations;
 * sharding (``strategy``): ``zero2`` divides the AdamW moments and gradients by the number of
-  processes, ``fsdp`` also the transformer's weights (plus two gathered blocks); DDP divides nothing;
+  processes; ``fsdp`` (FSDP2) also every parameter of the wrapped transformer, frozen base included, and the
+  LoRA and the EMA (kept as shards), plus two gathered blocks, and counts the start-up when each process
+  holds the whole transformer it built before sharding it (a phase); DDP divides nothing. Not sharded: the text
+  encoders, the VAE, a frozen second expert and full fine-tuning's KL reference copy;
+* sequence parallelism (``sequence_parallel`` = S, Ulysses): the W / S data groups share the samples, so a
+  process holds its group's; the token-proportional activations, the backward transient and the rollout
+  forward's working set are 1/S a process (attention's head split holds the same bytes a process), and so
+  are a forward's FLOPs; the weights stay whole unless FSDP shards them over all W processes. Refused where
+  the family's adapter cannot split a sample (``sequence_parallel_refusal``) or S does not divide the heads
+  or the tokens;
+* memory savers, modelled only where this version's config has their key (``model.SAVERS``):
+  ``train.optimizer=adamw_8bit`` (2 bytes of moments a parameter for 8), ``train.activation_offload`` (one
+  block's activations on the device), ``model.base_quantization=int8|float8`` (the frozen base in 1 byte a
+  weight), ``model.text_encoders=offload|cache`` (off the device, but on it while encoding: a phase; cache
+  also keeps the prompts' embeddings in host memory, not on the device);
 * transients: the backward of one block, a no-grad forward of one block during the rollout, and the VAE
   decode of a batch (about 5 tensors of C0 x H x W floats alive per image at full resolution).
 
@@ -96,8 +110,12 @@ predicted for 80 measured, 14 GiB with gradient checkpointing for 9.5 (the probe
 autocast, which may keep more in fp32 than CUDA's; the two-block backward transient is generous with
 checkpointing); the no-grad forward's working set 1.5 GiB for 1.7. The estimate errs high there.
 
+The verdict (``verdict``): the estimate at the recipe's declared launch (``launch.gpus``, ``launch.strategy``,
+``train.sequence_parallel``), whether it fits 95 % of a card's memory, and the settings that would make it fit
+(``flowrl validate RECIPE --estimate [--gpu-memory GIB] [--json]``).
+
 The package: ``model`` (the memory and time formulas, ``estimate``, ``format_estimate``, and ``MODEL_SIZES``, the
-estimator of each ``model.pipeline``), ``sd3`` (SD3/SD3.5 by formula), ``families`` (every other family by its
+estimator of each ``model.pipeline``), ``verdict`` (fits or not, and what would), ``sd3`` (SD3/SD3.5 by formula), ``families`` (every other family by its
 profile: ``PROFILES``), ``flux`` / ``wan`` / ``stable_audio`` / ``ltx2`` (one profile each: layout, width,
 inputs, probe copy, decode), ``profile`` (what a profile holds), ``meta`` (counting and measuring on the meta
 device, the probe machinery), ``published`` (the published architectures), ``base`` (the results).

@@ -47,6 +47,7 @@ class ModelSize:
     all_states: bool = False  # every sample keeps all T + 1 states (AV-GRPO trains every transition; SD3 counts them)
     anchor_rollouts: bool = False  # AV-GRPO: one extra deterministic joint rollout per prompt group, states cached
     kl_reference: bool | None = None  # the update's KL reference (forward, and a frozen copy for full FT); None: beta
+    heads: int | None = None  # attention heads of the transformer (Ulysses splits them over the SP processes)
 
 
 @dataclass
@@ -66,6 +67,7 @@ class Estimate:
     device: str
     strategy: str
     model: ModelSize
+    sequence_parallel: int = 1  # processes that split each sample's tokens (train.sequence_parallel)
     notes: list[str] = field(default_factory=list)
 
 

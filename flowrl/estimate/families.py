@@ -440,4 +440,5 @@ def family_model_size(cfg: Config) -> ModelSize:
         all_states=av,
         anchor_rollouts=av,
         kl_reference=kl_reference(cfg),
+        heads=tc.get("num_attention_heads"),
     )

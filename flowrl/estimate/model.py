@@ -23,6 +23,10 @@ BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 # project's CI machine (Linux x86_64): 0.66 GiB after `import flowrl.trainer`, 0.98 GiB after building
 # the tiny-cpu Trainer (diffusers and transformers import their model modules lazily).
 CPU_RUNTIME_GIB = 0.95
+# What a process of a multi-process launch adds on the CPU: torch.distributed's gloo group and its threads. Measured
+# with benchmarks/perf/parallel_memory.py (2 processes, 2026-12-07): 1.04 GiB after building the tiny Trainer, against
+# 0.98 for one process.
+CPU_DISTRIBUTED_GIB = 0.06
 
 # Sustained FLOP/s assumed for CUDA when no GPU is here to measure: an H100-class GPU at about 20 % of
 # its dense 16-bit peak (989 TFLOP/s), as measured below, and 45 % of its 67 TFLOP/s fp32 (not measured).
@@ -132,42 +136,80 @@ def _reference(cfg: Config, m: ModelSize) -> bool:
     return m.kl_reference if m.kl_reference is not None else flow_knobs(cfg).beta > 0
 
 
-def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str) -> tuple[dict, list[str]]:
+# the memory savers of other settings: modelled only where this version's config has the key (the estimate does
+# not pretend a setting is available before it is); each key -> (section, default when absent)
+SAVERS = {
+    "model.text_encoders": "device",  # device | offload (on the device only while encoding) | cache (freed)
+    "train.optimizer": "adamw",  # adamw | adamw_8bit (two 1-byte moments a parameter)
+    "train.activation_offload": False,  # saved activations wait in host memory
+    "model.base_quantization": "none",  # none | int8 | float8: the frozen base's weights in 1 byte
+}
+# bytes a parameter of AdamW's two moments: fp32, or bitsandbytes' 8-bit blocks (1 byte each, a small absmax per
+# block of 256 neglected)
+MOMENT_BYTES = {"adamw": 8, "adamw_8bit": 2}
+QUANT_BYTES = {"int8": 1, "float8": 1}
+
+
+def available_settings(cfg: Config) -> dict:
+    """The memory savers (``SAVERS``) this version's config has, with their values in ``cfg``."""
+    out = {}
+    for key in SAVERS:
+        section, name = key.split(".")
+        holder = getattr(cfg, section)
+        if hasattr(holder, name):
+            out[key] = getattr(holder, name)
+    return out
+
+
+def _setting(cfg: Config, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name, SAVERS[key])
+
+
+def _memory(
+    cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str, seq: int = 1
+) -> tuple[dict, list[str]]:
     """Per-process bytes by item (see the package docstring, ``flowrl.estimate``)."""
     s, t = cfg.sample, cfg.train
     notes = []
     bw = BYTES[cfg.model.dtype]
+    qb = QUANT_BYTES.get(_setting(cfg, "model.base_quantization"), bw)  # a frozen base weight's bytes
+    moments = MOMENT_BYTES.get(_setting(cfg, "train.optimizer"), 8)
+    encoders = _setting(cfg, "model.text_encoders")
     full = not t.lora.enabled
-    n_local = s.prompts_per_iteration * s.group_size // world_size
+    n_local = s.prompts_per_iteration * s.group_size // (world_size // seq)  # a data group's samples
     rows = min(s.batch_size, n_local) * _passes(cfg, m)
     shard = world_size if strategy in ("zero2", "fsdp") else 1
+    fsdp = world_size if strategy == "fsdp" else 1  # FSDP2 shards every parameter of the wrapped transformer
     trained_weights = m.trained_weights if m.trained_weights is not None else m.transformer_params
     expert = m.expert_params or m.transformer_params
+    gathered = 2 * expert / m.layers if strategy == "fsdp" else 0  # one gathered block (plus the next, prefetched)
+    sharded = f", 1/{world_size} each" if fsdp > 1 else ""
     mem: dict[str, float] = {}
     if full:
-        weights = 4 * trained_weights / (world_size if strategy == "fsdp" else 1)
-        if strategy == "fsdp":  # one gathered block at a time (plus the next one prefetched)
-            weights += 2 * 4 * expert / m.layers
-        mem["transformer (trainable, fp32)"] = weights
+        mem[f"transformer (trainable, fp32{sharded})"] = 4 * (trained_weights / fsdp + gathered)
         if m.transformer_params > trained_weights:
-            mem["frozen expert"] = bw * (m.transformer_params - trained_weights)
+            mem["frozen expert"] = qb * (m.transformer_params - trained_weights)
         if _reference(cfg, m):
             mem["KL reference copy"] = bw * trained_weights
     else:
-        mem["transformer (frozen)" if m.experts == 1 else f"{m.experts} experts (frozen)"] = bw * m.transformer_params
-        mem["LoRA (fp32)"] = 4 * m.trainable_params
-    mem["text encoders"] = bw * m.text_encoder_params
+        # the wrapped transformer (the trained experts) holds the frozen base; another expert stays whole
+        base = qb * (trained_weights / fsdp + gathered) + qb * (m.transformer_params - trained_weights)
+        mem[("transformer (frozen" if m.experts == 1 else f"{m.experts} experts (frozen") + f"{sharded})"] = base
+        mem[f"LoRA (fp32{sharded})"] = 4 * m.trainable_params / fsdp
+    if encoders == "device":
+        mem["text encoders"] = bw * m.text_encoder_params
     mem["VAE (fp32)"] = 4 * m.vae_params
-    mem["AdamW moments"] = 8 * m.trainable_params / shard
+    mem["AdamW moments" if moments == 8 else "AdamW moments (8-bit)"] = moments * m.trainable_params / shard
     if t.ema:
-        mem["EMA"] = 4 * m.trainable_params
+        mem[f"EMA{' (1/' + str(world_size) + ')' if fsdp > 1 else ''}"] = 4 * m.trainable_params / fsdp
     states = _kept_states(cfg, m) * m.latent_elems * 4
     offload = t.offload_states and device == "cuda"
     mem["rollout buffers"] = n_local * ((0 if offload else states) + m.cond_elems * bw)
     if m.anchor_rollouts:  # each local group's anchor trajectory, every state cached (fp32), on the device
         mem["anchor trajectories"] = (n_local // s.group_size) * (s.num_steps + 1) * m.latent_elems * 4
     n_prompts = _prompt_count(cfg)
-    if n_prompts:
+    if n_prompts and encoders != "cache":  # cache: the prompts' rows wait in host memory, moved per batch
         cached = min(n_prompts, cfg.model.prompt_cache)
         mem["prompt-embedding cache"] = cached * m.cond_elems * bw
         if cached * m.cond_elems * bw > GIB:
@@ -180,51 +222,62 @@ def _memory(cfg: Config, m: ModelSize, world_size: int, device: str, strategy: s
         mem["decoded images" if m.media == "image" else f"decoded {m.media}"] = n_local * (
             media + (states if offload else 0)
         )
-        mem["runtime (Python, torch, ...)"] = CPU_RUNTIME_GIB * GIB
+        mem["runtime (Python, torch, ...)"] = (CPU_RUNTIME_GIB + (CPU_DISTRIBUTED_GIB if world_size > 1 else 0)) * GIB
     elif m.media != "image" and n_local * media > GIB:
         notes.append(
             f"the decoded {m.media} of {n_local} samples wait for the rewards in host memory "
             f"({n_local * media / GIB:.1f} GiB)"
         )
-    # phases: training forward+backward, rollout forward, VAE decode
+    # phases: training forward+backward, rollout forward, VAE decode (and the text encoders' visit)
     grads = 4 * m.trainable_params / shard
     if world_size > 1 and strategy == "ddp":
         grads += 4 * m.trainable_params  # DDP's gradient buckets
-    act = (m.ckpt_bytes_per_row if t.gradient_checkpointing else m.act_bytes_per_row) * rows
-    train = act + 2 * m.block_bytes_per_row * rows + grads
+    # Ulysses: each process keeps the activations of its 1/S of a row's tokens (attention's head split holds the
+    # same bytes a process); activation offload keeps one block's on the device, the rest in host memory
+    block = m.block_bytes_per_row * rows / seq
+    if _setting(cfg, "train.activation_offload"):
+        act = block
+    else:
+        act = (m.ckpt_bytes_per_row if t.gradient_checkpointing else m.act_bytes_per_row) * rows / seq
+    train = act + 2 * block + grads
     if full and t.mixed_precision != "no":
-        train += 2 * trained_weights / (world_size if strategy == "fsdp" else 1)  # autocast weight cache
+        train += 2 * trained_weights / fsdp  # autocast weight cache
     batch = min(s.batch_size, n_local)
     # the batch being sampled holds its whole chain until trained_only drops the untrained states
     chain = batch * max(0, s.num_steps + 1 - _kept_states(cfg, m)) * m.latent_elems * 4
-    rollout = m.rollout_bytes_per_row * rows + chain
+    rollout = m.rollout_bytes_per_row * rows / seq + chain
     if m.decode_rows is None:
         decode = m.vae_decode_bytes * batch
     else:  # one clip at a time (Wan), the decoded ones gathered on the device until the batch is done
         decode = m.vae_decode_bytes * m.decode_rows + 2 * batch * media
-    phase = max(
+    phases = [
         ("training activations + gradients", train),
         ("rollout forward", rollout),
         ("VAE decode", decode),
-        key=lambda kv: kv[1],
-    )
+    ]
+    if fsdp > 1:  # every process builds the whole model from the same seed, then shards it (fsdp.yaml)
+        width = 4 if full else qb
+        phases.append(("whole transformer before sharding", width * (trained_weights * (1 - 1 / fsdp) - gathered)))
+    if encoders != "device":  # offload: moved in for each encoding; cache: once, before the run's first rollout
+        phases.append(("text encoders on the device", bw * m.text_encoder_params))
+    phase = max(phases, key=lambda kv: kv[1])
     mem[f"peak phase: {phase[0]}"] = phase[1]
     return mem, notes
 
 
-def _time(cfg: Config, m: ModelSize, world_size: int, device: str, rate: float) -> tuple[dict, float]:
+def _time(cfg: Config, m: ModelSize, world_size: int, device: str, rate: float, seq: int = 1) -> tuple[dict, float]:
     s, t = cfg.sample, cfg.train
-    n_local = s.prompts_per_iteration * s.group_size // world_size
+    n_local = s.prompts_per_iteration * s.group_size // (world_size // seq)
     passes = _passes(cfg, m)
     batches = -(-n_local // s.batch_size)
     trained = m.trained_transitions if m.trained_transitions is not None else trained_transitions(cfg)
-    f_row = m.flops_per_row
+    f_row = m.flops_per_row / seq  # Ulysses: each process computes its 1/S of the tokens (and of attention's heads)
     fwd_bwd = (3 if not t.lora.enabled else 2) + (1 if t.gradient_checkpointing else 0)
     ref = 1 if _reference(cfg, m) else 0
     groups = n_local // s.group_size if m.anchor_rollouts else 0
     flops = {
         "rollout": (n_local + groups) * s.num_steps * passes * f_row,
-        "decode": n_local * m.vae_decode_flops,
+        "decode": n_local * m.vae_decode_flops,  # every process of a sequence group decodes the group's samples
         "update": n_local * passes * f_row * (trained * (fwd_bwd + ref) + m.forward_only_transitions * (1 + ref)),
     }
     fixed, per_layer = OVERHEAD_S[device]
@@ -239,12 +292,34 @@ def _time(cfg: Config, m: ModelSize, world_size: int, device: str, rate: float) 
     return seconds, sum(flops.values())
 
 
+def check_sequence_parallel(cfg: Config, m: ModelSize, seq: int) -> str | None:
+    """Why ``seq`` processes cannot split this model's samples (None: they can): the family's refusal (its
+    adapter's ``sequence_parallel_refusal``), or heads or tokens ``seq`` does not divide."""
+    if seq == 1:
+        return None
+    from flowrl.pipelines.base import adapter_class
+
+    try:
+        reason = getattr(adapter_class(cfg.model.pipeline), "sequence_parallel_refusal", None)
+    except (ValueError, ImportError):
+        reason = None
+    if reason:
+        return f"model.pipeline={cfg.model.pipeline} cannot split a sample yet: {reason}"
+    if m.heads and m.heads % seq:
+        return f"{seq} does not divide the transformer's {m.heads} attention heads"
+    if m.image_tokens % seq:
+        return f"{seq} does not divide a row's {m.image_tokens} {m.media} tokens"
+    return None
+
+
 def estimate(
     cfg: Config,
     world_size: int = 1,
     device: str = "cuda",
     flops: float | None = None,
     strategy: str = "ddp",
+    sequence_parallel: int | None = None,
+    model: ModelSize | None = None,
 ) -> Estimate:
     """Peak memory (GiB) and seconds per iteration of one process of a run of ``cfg``, before running it.
 
@@ -253,7 +328,10 @@ def estimate(
     sustained FLOP/s of one device (default: measured here, or an H100-class constant for an absent
     GPU). ``strategy``: ``ddp`` (every process holds everything), ``zero2`` (AdamW moments and gradients
     sharded over processes), ``fsdp`` (FULL_SHARD: the transformer's weights too; needs rollouts routed
-    through the wrapped model). Formulas: the package docstring (``flowrl.estimate``).
+    through the wrapped model). ``sequence_parallel``: processes that split each sample's tokens (default:
+    ``train.sequence_parallel``); the ``world_size / sequence_parallel`` data groups share the samples.
+    ``model``: the ``model_size(cfg)`` already computed (the verdict's alternatives reuse it). Formulas: the
+    package docstring (``flowrl.estimate``).
     """
     if device not in ("cuda", "cpu"):
         raise ValueError(f"device: {device!r} is not one of cuda, cpu")
@@ -261,14 +339,24 @@ def estimate(
         raise ValueError(f"strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
     if world_size < 1:
         raise ValueError(f"world_size: must be >= 1, got {world_size}")
+    seq = cfg.train.sequence_parallel if sequence_parallel is None else sequence_parallel
+    if seq < 1 or world_size % seq:
+        raise ValueError(f"sequence parallelism {seq} does not divide the {world_size} processes")
     s = cfg.sample
     n_total = s.prompts_per_iteration * s.group_size
-    if n_total % world_size:
-        raise ValueError(f"{n_total} samples per iteration do not split evenly over {world_size} processes")
-    m = model_size(cfg)
+    data = world_size // seq
+    if n_total % data:
+        raise ValueError(
+            f"{n_total} samples per iteration do not split evenly over {data} "
+            + ("processes" if seq == 1 else f"data groups ({world_size} processes, sequence parallelism {seq})")
+        )
+    m = model or model_size(cfg)
+    refusal = check_sequence_parallel(cfg, m, seq)
+    if refusal:
+        raise ValueError(f"sequence parallelism {seq}: {refusal}")
     rate, source = (float(flops), "given") if flops else _flops(cfg, device)
-    mem, notes = _memory(cfg, m, world_size, device, strategy)
-    seconds, total_flops = _time(cfg, m, world_size, device, rate)
+    mem, notes = _memory(cfg, m, world_size, device, strategy, seq)
+    seconds, total_flops = _time(cfg, m, world_size, device, rate, seq)
     iteration = sum(seconds.values())
     if device == "cuda":
         notes.append("CUDA context (~0.5 GiB) and allocator fragmentation are not in max_memory_allocated")
@@ -282,12 +370,13 @@ def estimate(
         flops_per_iteration=total_flops,
         flops_per_s=rate,
         flops_source=source,
-        samples_per_process=n_total // world_size,
+        samples_per_process=n_total // data,
         world_size=world_size,
         device=device,
         strategy=strategy,
         model=m,
         notes=notes,
+        sequence_parallel=seq,
     )
 
 
@@ -312,7 +401,9 @@ def format_estimate(est: Estimate) -> str:
             f"tokens per row: {m.image_tokens} {m.media} + {m.text_tokens} text; {m.flops_per_row / 1e9:,.1f} GFLOP "
             f"per forward row; activations {m.act_bytes_per_row / 2**20:,.1f} MiB per training row"
         ),
-        f"per process ({est.world_size} x {est.device}, {est.strategy}): {est.samples_per_process} samples/iteration",
+        f"per process ({est.world_size} x {est.device}, {est.strategy}"
+        + (f", sequence parallelism {est.sequence_parallel}" if est.sequence_parallel > 1 else "")
+        + f"): {est.samples_per_process} samples/iteration",
         f"peak memory: {est.peak_gib:,.2f} GiB",
     ]
     lines += [f"  {k:<46s} {v:9.3f} GiB" for k, v in est.memory_gib.items()]

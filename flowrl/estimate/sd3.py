@@ -308,4 +308,5 @@ def sd3_model_size(cfg: Config) -> ModelSize:
         block_bytes_per_row=act / layers,
         rollout_bytes_per_row=ROLLOUT_BLOCK_UNITS * d * (n_img + n_txt) * el,
         all_states=True,  # SD3 counts all T + 1 states kept, as its published figures do
+        heads=tc.num_attention_heads,
     )
