@@ -171,6 +171,12 @@ class Policy:
         if self.deepspeed:
             configure_deepspeed(acc.state.deepspeed_plugin, cfg)
         self.model, self.optimizer = self.wrap(transformer, optimizer)
+        fsdp = sharding.fsdp_settings(transformer)
+        if fsdp is not None:
+            # every forward gathers the root unit's shards afresh: an average swapped into them reaches it
+            transformer.set_reshard_after_forward(True, recurse=False)
+            if self.ref_model is not None:  # the frozen copy sharded as the transformer: 1/N each
+                sharding.shard_frozen(self.ref_model, fsdp)
         if t.compile:  # inside accelerate's wrapper, so rollout, update and evaluation all run the compiled forward
             compile_forward(transformer, t.compile_mode, acc.device)
             if self.ref_model is not None:

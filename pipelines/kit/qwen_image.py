@@ -29,6 +29,8 @@ from __future__ import annotations
 import copy
 import logging
 from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -128,6 +130,25 @@ def pad_to(embeds: torch.Tensor, mask: torch.Tensor, length: int) -> tuple[torch
         torch.cat([embeds, embeds.new_zeros(embeds.shape[0], extra, embeds.shape[2])], 1),
         torch.cat([mask, mask.new_zeros(mask.shape[0], extra)], 1),
     )
+
+
+@contextmanager
+def _last_text_stream(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Under DDP with gradients on, the text stream the transformer's last block computes and the model drops
+    (a list holding it after the forward; empty otherwise). DDP, without ``find_unused_parameters``, waits in
+    every backward for a gradient of each parameter it wraps: a LoRA on the last block's text-only projections
+    (``attn.add_q_proj``, ``attn.to_add_out``, ``txt_mlp``, some of them default targets) gets one only if that
+    stream joins the output, at weight 0. One process, FSDP and sampling are left as they were."""
+    text: list[torch.Tensor] = []
+    if not (isinstance(model, torch.nn.parallel.DistributedDataParallel) and torch.is_grad_enabled()):
+        yield text
+        return
+    inner = getattr(model.module, "_orig_mod", model.module)
+    handle = inner.transformer_blocks[-1].register_forward_hook(lambda module, args, out: text.append(out[0]))
+    try:
+        yield text
+    finally:
+        handle.remove()
 
 
 class QwenImageCore:
@@ -340,14 +361,17 @@ class QwenImageCore:
             timestep.expand(n) if timestep.numel() == 1 else torch.cat([timestep.reshape(-1)] * (n // x.shape[0]))
         )
         embeds, mask = self._split_text(inputs["prompt_embeds"], inputs.get("prompt_embeds_mask"), tokens.shape[1])
-        out = model(
-            hidden_states=tokens,
-            timestep=timestep,
-            encoder_hidden_states=embeds,
-            encoder_hidden_states_mask=mask,
-            img_shapes=self.img_shapes(n),
-            return_dict=False,
-        )[0]
+        with _last_text_stream(model) as text:
+            out = model(
+                hidden_states=tokens,
+                timestep=timestep,
+                encoder_hidden_states=embeds,
+                encoder_hidden_states_mask=mask,
+                img_shapes=self.img_shapes(n),
+                return_dict=False,
+            )[0]
+        if text:  # weight 0: DDP's gradient for the parameters only the dropped text stream reaches
+            out = out + 0.0 * text[0].sum().to(out.dtype)
         return out[:, : x.shape[1]].float()
 
     def _split_text(

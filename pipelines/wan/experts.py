@@ -8,6 +8,11 @@ from pathlib import Path
 
 import torch
 
+try:
+    from torch.distributed.tensor import DTensor
+except ImportError:  # a torch without distributed
+    DTensor = ()
+
 EXPERTS = ("high_noise", "low_noise")
 
 
@@ -25,7 +30,9 @@ class WanExperts(torch.nn.Module):
     and a transition sampled by a frozen expert still has a differentiable (zero-gradient) loss.
     """
 
-    _no_split_modules = ("WanTransformerBlock",)  # FSDP auto-wrap: the experts' blocks
+    # FSDP auto-wrap: the experts' blocks, then each expert as a unit of its own, so that a frozen expert the
+    # full fine-tune's reference copy shares (``__deepcopy__``) gathers its own weights wherever it is called
+    _no_split_modules = ("WanTransformerBlock", "WanTransformer3DModel")
 
     def __init__(
         self,
@@ -157,12 +164,12 @@ class WanExperts(torch.nn.Module):
             order = torch.cat([index for index, _ in parts])
             out = torch.cat([o for _, o in parts]).index_select(0, torch.argsort(order))
         if torch.is_grad_enabled():
-            anchors = [
-                p.reshape(-1)[:1].float().sum()
+            anchors = [  # an FSDP2 shard (a DTensor: the unused expert's weights stay sharded) anchors its local piece
+                (p.to_local() if isinstance(p.data, DTensor) else p).reshape(-1)[:1].float().sum()
                 for name, expert in self.experts(trained=True)
                 if name not in used
                 for p in expert.parameters()
-                if p.requires_grad and type(p.data) is torch.Tensor
+                if p.requires_grad and (type(p.data) is torch.Tensor or isinstance(p.data, DTensor))
             ]
             if anchors:
                 out = out + (torch.stack(anchors).sum() * 0.0).to(out.dtype)
