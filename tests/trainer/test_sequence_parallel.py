@@ -152,7 +152,7 @@ def test_two_processes_splitting_each_sample_log_what_one_process_logs(recipe, o
 @pytest.mark.slow
 @needs_torchrun
 def test_ltx2_split_over_two_processes_is_the_whole_transformer_in_float64():
-    # both rotary layouts, a padded prompt: float64 rounding apart (1e-12), forward and summed gradients
+    # both rotary layouts, a padded prompt, STG rows, isolated modalities: float64 rounding apart (1e-12)
     import subprocess
     from pathlib import Path
 
@@ -160,7 +160,7 @@ def test_ltx2_split_over_two_processes_is_the_whole_transformer_in_float64():
     done = subprocess.run([*torchrun(PORT + 3), str(script)], env=ENV, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in done.stdout.splitlines()}
-    assert set(rows) == {"split", "interleaved"}
+    assert set(rows) == {"split-plain", "interleaved-plain", "split-stg", "split-isolated"}
     assert all(forward < 1e-12 and gradient < 1e-12 for forward, gradient in rows.values()), rows
 
 
