@@ -65,6 +65,11 @@ class ModelConfig:
     max_sequence_length: int = 128  # T5 tokens
     # distinct prompts whose embeddings stay on the device (least recently used dropped); 0: none kept
     prompt_cache: int = 1024
+    # where the text encoders live during training: device (on the device throughout) | offload (on the CPU
+    # between uses, moved to the device for each encode of prompts the prompt cache lacks) | cache (every
+    # training and evaluation prompt encoded before training, the rows kept on the host and moved per batch, the
+    # encoders then freed); `flowrl sample` loads them as usual
+    text_encoders: str = "device"
     # the transformer's attention kernel, a backend of diffusers' attention dispatcher: native, flash, _flash_3,
     # _native_cudnn, _native_flash, _native_efficient, xformers, ... (training needs one with a backward pass,
     # so not sage); null: diffusers' default processor. Refused when the model is built where its package or
@@ -77,6 +82,7 @@ class ModelConfig:
 
     def __post_init__(self):
         _choice("model.dtype", self.dtype, ("fp32", "fp16", "bf16"))
+        _choice("model.text_encoders", self.text_encoders, ("device", "offload", "cache"))
         _choice("model.base_quantization", self.base_quantization, ("none", "int8", "float8"))
         if self.prompt_cache < 0:
             raise ConfigError(f"model.prompt_cache: must be >= 0, got {self.prompt_cache}")
@@ -721,6 +727,7 @@ RESUME_FREE_KEYS = (
     "data.eval_prompts",
     "eval_reward",
     "model.prompt_cache",
+    "model.text_encoders",
     "train.reward_timeout_s",
     "train.reward_report_s",
     "train.reward_overlap",

@@ -115,6 +115,7 @@ class Trainer:
         )
         self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
         self.eval_prompts = eval_items or self.prompts
+        self._place_text_encoders(cfg.model.text_encoders)
         check_whole_groups(cfg, self.method, world, pairwise=self.reward is not None and self.reward.pairwise)
         self.scoring = Scoring(cfg, self.acc, self.reward, self.mesh)
         self.policy = Policy(cfg, self.adapter, self.acc, self.needs.reference, self.needs.averages, self.mesh)
@@ -141,6 +142,28 @@ class Trainer:
             )
         if resume_path is not None:
             self._resume(resume_path)
+
+    def _place_text_encoders(self, mode: str) -> None:
+        """``model.text_encoders`` (``flowrl.pipelines.kit.text_encoders``): ``offload`` hooks them onto the
+        device for each encode; ``cache`` encodes every training and evaluation prompt now, through the calls the
+        rollouts and evaluations make, and frees them."""
+        from flowrl.pipelines.kit import text_encoders
+
+        if mode == "offload":
+            text_encoders.offload(self.adapter)
+        elif mode == "cache":
+
+            def encode_all() -> None:
+                size = self.cfg.sample.batch_size
+                for items in (self.prompts, self.eval_prompts):
+                    own = uses_negatives(items)
+                    for start in range(0, len(items), size):
+                        chunk = items[start : start + size]
+                        negatives = [it.negative_prompt for it in chunk] if own else None
+                        sources = item_images(chunk, self.read_images)
+                        encode_rows(self.adapter, [it.prompt for it in chunk], negatives, sources)
+
+            text_encoders.cache_and_free(self.adapter, encode_all)
 
     # the policy's and the update's parts, as callers read them
     model = property(lambda self: self.policy.model)

@@ -24,6 +24,12 @@ def cached_rows(cache: OrderedDict, capacity: int, prompts: list[str], encode, i
         keys = [(p, images_key(row)) for p, row in zip(prompts, images)]
     missing = sorted({k for k in keys if k not in cache})
     found = {k: cache[k] for k in keys if k in cache}
+    if missing and getattr(cache, "closed", False):  # model.text_encoders=cache (kit.text_encoders.HostCache)
+        first = missing[0] if images is None else missing[0][0]
+        raise RuntimeError(
+            f"model.text_encoders=cache: prompt {first[:60]!r} was not encoded before training and the text "
+            "encoders are freed; use model.text_encoders=offload"
+        )
     if missing:
         if images is None:
             fresh = encode(missing)
