@@ -120,3 +120,36 @@ def test_each_mode_trains_as_device_bit_for_bit(tmp_path, recipe):
     assert cache == device
     assert text_encoders.encoder_bytes(trainer.adapter) == 0
     assert all(getattr(trainer.adapter.pipe, n, None) is None for n in text_encoders.TEXT_ENCODERS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "recipe",
+    ["tiny-qwen-image", "tiny-ltx2", "tiny-z-image", "tiny-flux2", "tiny-audio", "tiny-wan-i2v", "tiny-edit",
+     "tiny-qwen-image-edit"],
+)  # fmt: skip
+def test_cache_serves_every_other_family(recipe):
+    """The other tiny families (Qwen-Image's VL encoder, LTX-2's Gemma and connectors, the source-image families'
+    rows keyed by their images): their first training rows come back from the cache bit for bit once the encoders
+    are freed and collected."""
+    from flowrl.data import item_images, load_train_prompts
+    from flowrl.pipelines.kit.images import ImageCache
+
+    cfg = resolve_config(recipe, [])
+    items, read = load_train_prompts(cfg.data)[:3], ImageCache()
+
+    def encode(adapter):
+        return encode_rows(adapter, [it.prompt for it in items], None, item_images(items, read))
+
+    reference = encode(_adapter(recipe))
+    adapter = _adapter(recipe)
+    names = text_encoders.encoder_names(adapter)
+    assert names and ("connectors" in names) == (recipe == "tiny-ltx2")
+    alive = [weakref.ref(getattr(adapter.pipe, n)) for n in names]
+    text_encoders.cache_and_free(adapter, lambda: encode(adapter))
+    gc.collect()
+    assert all(ref() is None for ref in alive)
+    rows = encode(adapter)
+    assert rows.keys() == reference.keys()
+    for key in rows:
+        assert torch.equal(rows[key], reference[key]), key
