@@ -222,7 +222,12 @@ def quantize_base(transformer: torch.nn.Module, mode: str) -> None:
 
 def add_adapter_quiet(transformer: torch.nn.Module, config: Any) -> None:
     """``transformer.add_adapter(config)`` without peft's warning, for each quantized base layer, that merging
-    needs the quantization recipe: flowrl never merges (it exports the adapter itself)."""
+    needs the quantization recipe: flowrl never merges (it exports the adapter itself). Then the quantized
+    weights are kept out of DDP's start-up broadcast, which cannot send torchao's tensors: every process built the
+    same frozen base, and DDP reduces no gradient of a frozen weight anyway."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*instantiated without `get_apply_tensor_subclass`")
         transformer.add_adapter(config)
+    quantized = [n for n, p in transformer.named_parameters() if type(p) not in (torch.Tensor, torch.nn.Parameter)]
+    if quantized:
+        torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(transformer, quantized)

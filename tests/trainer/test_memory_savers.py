@@ -258,3 +258,19 @@ def test_a_lora_run_trains_on_a_quantized_base(tmp_path, mode, tolerance):
     assert rows[0]["policy/onpolicy_logp_diff"] == 0.0
     assert all(not torch.equal(p, before[n]) for n, p in tr.trainable.items())
     assert (tmp_path / mode / "lora" / "pytorch_lora_weights.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_a_quantized_base_trains_on_two_processes_as_on_one(tmp_path):
+    """DDP over 2 gloo processes: the quantized weights stay out of DDP's start-up broadcast (which cannot send
+    torchao's tensors), and the two processes give one process's metrics."""
+    pytest.importorskip("torchao")
+    from _processes import ONE_PROCESS, assert_same_metrics, needs_torchrun, torchrun, train_metrics
+
+    if needs_torchrun.args[0]:
+        pytest.skip(needs_torchrun.kwargs["reason"])
+    extra = [*SMALL, "train.iterations=2", "model.base_quantization=int8"]
+    one = train_metrics(ONE_PROCESS, tmp_path / "one", *extra, timeout=600)
+    two = train_metrics([*torchrun(29587), "-m", "flowrl", "train"], tmp_path / "two", *extra, timeout=600)
+    assert all(r["policy/onpolicy_logp_diff"] == 0.0 for r in two[:1])
+    assert_same_metrics(one, two)
