@@ -79,6 +79,11 @@ class Trainer:
                 "accelerate FSDP1 is not supported (it flattens each block into one tensor of one dtype): set "
                 "fsdp_version: 2 in the accelerate config, as flowrl/recipes/accelerate/fsdp.yaml does"
             )
+        if self.acc.distributed_type.value == "FSDP" and cfg.model.base_quantization != "none":
+            raise ValueError(
+                f"model.base_quantization={cfg.model.base_quantization}: FSDP2 cannot shard torchao's quantized "
+                "weights; launch with DDP (flowrl/recipes/accelerate/ddp.yaml), or set it to none"
+            )
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
         torch.manual_seed(seed_of(cfg.seed, "init", 0))
         self.prompts = load_train_prompts(cfg.data)

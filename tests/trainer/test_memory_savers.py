@@ -220,6 +220,15 @@ def test_the_base_quantization_setting_is_checked_in_one_line_and_changes_the_ma
     quantize_base(torch.nn.Linear(2, 2), "none")  # nothing to import
 
 
+def test_a_quantized_base_is_refused_under_fsdp_in_one_line(tmp_path):
+    """FSDP2 cannot shard torchao's quantized weights: refused before any weight loads."""
+    from types import SimpleNamespace
+
+    fsdp = SimpleNamespace(distributed_type=SimpleNamespace(value="FSDP"), is_fsdp2=True)
+    with pytest.raises(ValueError, match=r"^model.base_quantization=int8: FSDP2 cannot shard .*set it to none$"):
+        Trainer(_cfg(tmp_path, "model.base_quantization=int8"), accelerator=fsdp)
+
+
 def _base_linears(transformer):
     return [m for n, m in transformer.named_modules() if isinstance(m, torch.nn.Linear) and "lora_" not in n]
 
