@@ -247,6 +247,23 @@ def test_estimate_matches_measured_cpu_peak(tmp_path):
     assert 1 / 1.3 < predicted / grown < 1.3, (predicted, grown)
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the peak RSS from /proc (Linux)")
+def test_estimate_matches_two_cpu_processes():
+    """FSDP2 over 2 gloo processes (tiny-cpu with LoRA, the 70m preset fully fine-tuned) and sequence parallelism 2
+    (tiny-wan): each process's peak RSS after its iterations within 20 % of the estimate at world size 2.
+
+    Measured on the CI machine (2 shared cores), 2026-12-07: estimate / measured 0.93, 0.83 and 0.91
+    (docs/scaling.md, "Checked against 2 CPU processes")."""
+    from flowrl.benchmarks.perf.parallel_memory import CASES, measure
+
+    for i, case in enumerate(CASES):
+        r = measure(case, 2, 29641 + i)
+        print(json.dumps(r))
+        assert "skipped" not in r, r
+        assert 0.8 <= r["ratio"] <= 1.2, r
+
+
 def test_validate_estimate_cli(capsys):
     from flowrl.cli import main
 
@@ -706,8 +723,158 @@ def test_ltx2_published_sizes():
 
 
 # ----------------------------------------------------------------------------------------------------
-# every shipped recipe's estimate, held equal to the text recorded before the estimate became a package of
-# family profiles (tests/assets/estimate_golden.txt; the toy recipes' model folders are made on first use)
+# the launch, sequence parallelism, the memory savers and the verdict
+
+
+def test_sequence_parallel_splits_the_token_activations_and_the_flops():
+    """Ulysses over S processes: a data group's S processes hold the group's samples, the token-proportional
+    activations and working sets and the FLOPs of each forward 1/S each; the weights whole under DDP."""
+    cfg = resolve_config("tiny-wan", [])
+    one = estimate(cfg, 1, "cuda", 1e13)
+    sp = estimate(cfg, 2, "cuda", 1e13, "ddp", 2)
+    assert sp.samples_per_process == one.samples_per_process  # one data group of 2 processes
+    assert sp.sequence_parallel == 2 and "sequence parallelism 2" in format_estimate(sp)
+    for key in ("transformer (frozen)", "text encoders", "rollout buffers"):
+        assert sp.memory_gib[key] == pytest.approx(one.memory_gib[key])
+    m = one.model
+    rows = min(cfg.sample.batch_size, one.samples_per_process) * 2  # CFG
+    act = (m.ckpt_bytes_per_row if cfg.train.gradient_checkpointing else m.act_bytes_per_row) * rows
+    train = lambda e: e.memory_gib.get("peak phase: training activations + gradients")  # noqa: E731
+    if train(one) is not None and train(sp) is not None:
+        assert train(one) - train(sp) == pytest.approx((act + 2 * m.block_bytes_per_row * rows) / 2 / GIB, rel=1e-6)
+    assert sp.time_s["update"] < one.time_s["update"]
+    decode = one.samples_per_process * m.vae_decode_flops  # every process of a group decodes the group's samples
+    assert sp.flops_per_iteration - decode == pytest.approx((one.flops_per_iteration - decode) / 2)
+    # 4 processes in 2 groups of 2: each group draws half the samples
+    assert estimate(cfg, 4, "cuda", 1e13, "ddp", 2).samples_per_process == one.samples_per_process // 2
+
+
+def test_sequence_parallel_refusals_are_one_line():
+    with pytest.raises(ValueError, match="sequence parallelism 2: model.pipeline=sd3 cannot split a sample yet"):
+        estimate(resolve_config("tiny-cpu", []), 2, "cpu", 1e9, "ddp", 2)
+    with pytest.raises(ValueError, match="sequence parallelism 4 does not divide the 2 processes"):
+        estimate(resolve_config("tiny-wan", []), 2, "cpu", 1e9, "ddp", 4)
+    with pytest.raises(ValueError, match="3 does not divide the transformer's 40 attention heads"):
+        estimate(resolve_config("wan21-t2v-14b", []), 3, "cuda", 1e13, "fsdp", 3)
+
+
+def test_fsdp_shards_the_wrapped_transformer_lora_and_ema():
+    """FSDP2 shards every parameter of the wrapped transformer (the frozen base with the LoRA), and the EMA is
+    kept as shards; the text encoders and the VAE stay whole."""
+    cfg = resolve_config("wan21-t2v-1.3b", [])
+    ddp, fsdp = estimate(cfg, 8, "cuda", 1e13, "ddp", 1), estimate(cfg, 8, "cuda", 1e13, "fsdp", 1)
+    m = ddp.model
+    block = 2 * m.transformer_params / m.layers * 2 / GIB  # two gathered blocks, bf16
+    assert fsdp.memory_gib["transformer (frozen, 1/8 each)"] == pytest.approx(
+        ddp.memory_gib["transformer (frozen)"] / 8 + block
+    )
+    assert fsdp.memory_gib["LoRA (fp32, 1/8 each)"] == pytest.approx(ddp.memory_gib["LoRA (fp32)"] / 8)
+    assert fsdp.memory_gib["EMA (1/8)"] == pytest.approx(ddp.memory_gib["EMA"] / 8)
+    assert fsdp.memory_gib["text encoders"] == ddp.memory_gib["text encoders"]
+
+
+def test_memory_savers_are_modelled_only_where_the_config_has_them():
+    from flowrl.estimate.model import SAVERS, available_settings
+
+    cfg = resolve_config("flux2-klein-9b-pickscore", [])
+    have = available_settings(cfg)
+    assert set(have) <= set(SAVERS)
+    base = estimate(cfg, 2, "cuda", 1e13, "fsdp", 2)
+    if "train.optimizer" in have:
+        eight = estimate(
+            resolve_config("flux2-klein-9b-pickscore", ["train.optimizer=adamw_8bit"]), 2, "cuda", 1e13, "fsdp", 2
+        )
+        assert eight.memory_gib["AdamW moments (8-bit)"] == pytest.approx(base.memory_gib["AdamW moments"] / 4)
+    if "model.base_quantization" in have:
+        q = estimate(
+            resolve_config("flux2-klein-9b-pickscore", ["model.base_quantization=int8"]), 2, "cuda", 1e13, "fsdp", 2
+        )
+        key = "transformer (frozen, 1/2 each)"
+        assert q.memory_gib[key] == pytest.approx(base.memory_gib[key] / 2)  # 1 byte for bf16's 2
+    if "train.activation_offload" in have:
+        off = estimate(
+            resolve_config("flux2-klein-9b-pickscore", ["train.activation_offload=true"]), 2, "cuda", 1e13, "fsdp", 2
+        )
+        assert off.peak_gib < base.peak_gib
+    if "model.text_encoders" in have:
+        cached = estimate(
+            resolve_config("flux2-klein-9b-pickscore", ["model.text_encoders=cache"]), 2, "cuda", 1e13, "fsdp", 2
+        )
+        assert "text encoders" not in cached.memory_gib and cached.peak_gib < base.peak_gib
+
+
+def test_launch_keys_are_checked_in_one_line():
+    with pytest.raises(ConfigError, match="launch.strategy: 'deepspeed' is not one of ddp, zero2, fsdp"):
+        resolve_config("tiny-cpu", ["launch.strategy=deepspeed"])
+    with pytest.raises(ConfigError, match="launch.gpus: must be >= 1, got 0"):
+        resolve_config("tiny-cpu", ["launch.gpus=0"])
+    with pytest.raises(ConfigError, match="launch.gpus: 6 is not a multiple of train.sequence_parallel=4"):
+        resolve_config("tiny-wan", ["launch.gpus=6", "train.sequence_parallel=4"])
+
+
+def test_validate_estimate_uses_the_declared_launch_and_ends_with_the_verdict(capsys):
+    from flowrl.cli import main
+
+    assert main(["validate", "wan21-t2v-14b", "--estimate"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[1] == "launch: 4 GPUs, fsdp, sequence parallelism 4 (the recipe's launch.* keys)"
+    assert "per process (4 x cuda, fsdp, sequence parallelism 4): 16 samples/iteration" in out
+    assert out[-1].startswith("verdict: fits: ") and "of 80 GiB" in out[-1]
+    # a launch that does not fit: the settings that would, each with its peak, in the one last line
+    assert main(["validate", "flux2-klein-9b-pickscore", "train.sequence_parallel=1", "--estimate", "--world-size",
+                 "8", "--strategy", "ddp"]) == 0  # fmt: skip
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("verdict: does not fit: ") and "; would fit: " in last
+    assert "train.sequence_parallel=2 (" in last and "train.gradient_checkpointing=true (" in last
+
+
+def test_validate_json_is_one_object(capsys):
+    from flowrl.cli import main
+
+    assert main(["validate", "wan21-t2v-14b", "--json", "--gpu-memory", "40"]) == 0
+    out = capsys.readouterr().out
+    assert len(out.strip().splitlines()) == 1
+    r = json.loads(out)
+    assert {"peak_gib", "seconds_per_iteration", "world_size", "strategy", "sequence_parallel", "gpu_memory_gib",
+            "fits"} <= set(r)  # fmt: skip
+    assert (r["world_size"], r["strategy"], r["sequence_parallel"], r["gpu_memory_gib"]) == (4, "fsdp", 4, 40.0)
+    assert r["fits"] is (r["peak_gib"] <= 38.0)
+    if not r["fits"]:
+        assert r["would_fit"] or r["together"]
+        assert all(alt["peak_gib"] <= 38.0 for alt in r["would_fit"])
+
+
+# the published recipes that do not fit their declared launch yet, and why (held: each must still not fit)
+KNOWN_MISFITS = {
+    "ltx2-av-grpo": "full fine-tuning keeps an unsharded KL reference copy (35 GiB) and the Gemma-3 text encoders "
+    "(25 GiB) on every GPU; LTX-2 cannot split a sample yet",
+}
+
+
+@pytest.mark.slow
+def test_every_published_recipe_fits_its_declared_launch():
+    """With its declared launch, each full-size recipe's estimate is at most 76 GiB (80 less 5 %) on at most 8
+    GPUs (LTX-2 and Wan 2.2 A14B: up to 32), except the ones listed above."""
+    from flowrl.config import recipe_names
+    from flowrl.estimate import is_tiny
+    from flowrl.estimate.verdict import verdict
+
+    for name in recipe_names():
+        cfg = resolve_config(name, [])
+        if is_tiny(cfg.model) or name.startswith("toy-"):
+            continue
+        assert cfg.launch.gpus is not None, f"{name}: no launch.gpus"
+        assert cfg.launch.gpus <= (32 if name.startswith(("ltx2", "wan22-a14b")) else 8), name
+        text = (Path(__file__).parents[2] / "flowrl" / "recipes" / f"{name}.yaml").read_text()
+        assert "# Launch (launch.*" in text, f"{name}: the header does not say the launch"
+        v = verdict(cfg, flops=1e13)
+        assert v.fits is (name not in KNOWN_MISFITS), (name, v.estimate.peak_gib)
+
+
+# ----------------------------------------------------------------------------------------------------
+# every shipped recipe's estimate at its declared launch (launch.gpus, launch.strategy, train.sequence_parallel),
+# held equal to the recorded text (tests/assets/estimate_golden.txt; the toy recipes' model folders are made on
+# first use). Regenerate after a deliberate change: python tests/cli/test_estimate.py --write-golden
 
 GOLDEN = Path(__file__).parents[1] / "assets" / "estimate_golden.txt"
 GOLDEN_EXTRA = [  # overrides that reach the branches the recipes leave out
@@ -718,6 +885,8 @@ GOLDEN_EXTRA = [  # overrides that reach the branches the recipes leave out
     ("sd35m-pickscore", [], {"world_size": 8, "strategy": "fsdp"}),
     ("sd35m-pickscore", ["train.lora.enabled=false"], {"world_size": 4, "strategy": "zero2"}),
     ("wan22-a14b", [], {"world_size": 8, "strategy": "fsdp"}),
+    ("tiny-wan", ["train.sequence_parallel=2"], {"world_size": 2}),
+    ("wan21-t2v-14b", [], {"world_size": 8, "strategy": "fsdp", "sequence_parallel": 8}),
     ("flux-dev-pickscore", ["train.gradient_checkpointing=true"], {"world_size": 8}),
     ("ltx2-av-grpo", [], {"world_size": 8, "strategy": "zero2"}),
     (
@@ -739,19 +908,26 @@ def _golden_blocks() -> dict[str, str]:
     return {b.split("\n", 1)[0]: b.split("\n", 1)[1] for b in blocks}
 
 
-def _check_golden(tiny: bool) -> None:
+def _golden_texts(tiny: bool | None):
+    """(key, text) of every golden case (``tiny``: only the tiny models', or only the others'; None: all)."""
     from flowrl.estimate import is_tiny
+    from flowrl.estimate.verdict import declared_launch
 
-    expected = _golden_blocks()
-    cases = _golden_cases()
-    assert len(cases) == len(expected)
-    checked = 0
-    for name, overrides, kw in cases:
+    for name, overrides, kw in _golden_cases():
         key = " ".join([name, *overrides, *(f"--{k.replace('_', '-')} {v}" for k, v in kw.items())])
         cfg = resolve_config(name, overrides)
-        if is_tiny(cfg.model) != tiny:
+        if tiny is not None and is_tiny(cfg.model) != tiny:
             continue
-        text = format_estimate(estimate(cfg, device="cpu" if tiny else "cuda", flops=1e13, **kw))
+        launch = declared_launch(cfg)
+        kw = {"world_size": launch.gpus, "strategy": launch.strategy, **kw}
+        yield key, format_estimate(estimate(cfg, device="cpu" if is_tiny(cfg.model) else "cuda", flops=1e13, **kw))
+
+
+def _check_golden(tiny: bool) -> None:
+    expected = _golden_blocks()
+    assert len(_golden_cases()) == len(expected)
+    checked = 0
+    for key, text in _golden_texts(tiny):
         assert text + "\n" == expected[key], key
         checked += 1
     assert checked > 5
@@ -767,3 +943,7 @@ def test_every_tiny_recipe_estimate_equals_its_recorded_text():
 def test_every_published_recipe_estimate_equals_its_recorded_text():
     """The same for every shipped full-size recipe (and overrides) on CUDA: about a minute of meta forwards."""
     _check_golden(tiny=False)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-golden"]:
+    GOLDEN.write_text("".join(f"=== {key}\n{text}\n" for key, text in _golden_texts(None)))

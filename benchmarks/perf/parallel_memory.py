@@ -1,0 +1,159 @@
+"""Per-process peak memory of a launch of 2 CPU processes over gloo, measured next to the estimate.
+
+    python -m flowrl.benchmarks.perf.parallel_memory [--cases tiny-fsdp2 70m-fsdp2 tiny-sp2] [--json FILE]
+
+Each case builds a Trainer and runs its iterations (``Trainer.step``, no checkpoint: writing one gathers whole
+tensors) under ``torchrun --nproc_per_node 2``; every process reports its resident high-water mark (``VmHWM``)
+after the Trainer is built and after the last iteration, and the estimate is ``flowrl.estimate.estimate`` for the same config on the CPU
+(world size 2, the case's strategy and sequence parallelism). The cases:
+
+* ``tiny-fsdp2`` / ``70m-fsdp2``: tiny-cpu (SD3 at the tiny preset, LoRA) and the 70m preset fully fine-tuned,
+  the transformer sharded by FSDP2 with one ``fully_shard`` unit per block plus the root, as accelerate's
+  ``fsdp2_prepare_model`` does on GPUs (accelerate shards only on GPUs; ``tests/helpers/_fsdp_train.py`` does
+  the same for the tests);
+* ``tiny-sp2``: tiny-wan with ``train.sequence_parallel=2`` (Ulysses over the 2 processes; SD3, the family with
+  the 70m preset, cannot split a sample, so there is no 70m SP case).
+
+The ratio printed is estimate / measured; the estimate is meant to be within 20 %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+COMMON = ["log.save_every=1000", "log.sample_every=1000", "log.monitors=false", "log.eval_every=0"]
+CASES = {
+    "tiny-fsdp2": ("tiny-cpu", "fsdp", 1, ["sample.num_steps=3", "sample.group_size=2",
+                                           "sample.prompts_per_iteration=2", "sample.batch_size=2"]),
+    "70m-fsdp2": ("tiny-cpu", "fsdp", 1, ["model.tiny_size=70m", "model.resolution=16", "train.lora.enabled=false",
+                                          "sample.num_steps=2", "sample.group_size=2",
+                                          "sample.prompts_per_iteration=2", "sample.batch_size=2"]),
+    "tiny-sp2": ("tiny-wan", "ddp", 2, ["train.sequence_parallel=2"]),
+}  # fmt: skip
+
+
+def _high_water_gib() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**20
+    raise RuntimeError("no VmHWM in /proc/self/status (Linux only)")
+
+
+def worker(recipe: str, strategy: str, overrides: list[str]) -> None:
+    """One process of the launch (under torchrun): train, then print this process's peak as one JSON line."""
+    from flowrl.config import resolve_config
+    from flowrl.trainer import Trainer, end_process_group
+
+    if strategy == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        import flowrl.trainer
+        from flowrl.policy import Policy
+
+        class ShardedPolicy(Policy):  # accelerate's fsdp2_prepare_model, which shards only on GPUs
+            def wrap(self, transformer, optimizer):
+                names = {id(p): n for n, p in transformer.named_parameters()}
+                order = [names[id(p)] for p in optimizer.param_groups[0]["params"]]
+                mesh = init_device_mesh("cpu", (self.acc.num_processes,))
+                for block in transformer.transformer_blocks:
+                    fully_shard(block, mesh=mesh)
+                fully_shard(transformer, mesh=mesh)
+                sharded = dict(transformer.named_parameters())
+                optimizer.param_groups[0]["params"] = [sharded[n] for n in order]
+                return transformer, self.acc.prepare_optimizer(optimizer)
+
+        flowrl.trainer.Policy = ShardedPolicy
+    cfg = resolve_config(recipe, overrides)
+    trainer = Trainer(cfg)
+    built = _high_water_gib()
+    for iteration in range(cfg.train.iterations):  # the iterations alone: no checkpoint (gathered whole tensors)
+        trainer.step(iteration)
+    rank = trainer.acc.process_index
+    peak = _high_water_gib()
+    end_process_group()
+    print(json.dumps({"rank": rank, "peak_gib": peak, "built_gib": built}), flush=True)
+    sys.stderr.flush()
+    os._exit(0)  # FSDP2's functional collectives keep gloo threads whose teardown can abort the exit
+
+
+def measure(case: str, iterations: int, port: int) -> dict:
+    from flowrl.config import resolve_config
+    from flowrl.estimate import estimate
+
+    recipe, strategy, seq, extra = CASES[case]
+    with tempfile.TemporaryDirectory(prefix="flowrl-pmem-") as out:
+        overrides = [*COMMON, *extra, f"train.iterations={iterations}", f"output_dir={out}"]
+        env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", ACCELERATE_USE_CPU="1")
+        proc = subprocess.run(
+            [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+             "-m", "flowrl.benchmarks.perf.parallel_memory", "--worker", recipe, strategy, *overrides],
+            capture_output=True, text=True, env=env, check=False, timeout=1200,
+        )  # fmt: skip
+        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
+        if len(rows) != 2:
+            reason = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
+            return {"case": case, "skipped": reason[:200]}
+        cfg = resolve_config(recipe, overrides)
+    est = estimate(cfg, world_size=2, device="cpu", strategy=strategy, sequence_parallel=seq, flops=1e9)
+    peaks = {r["rank"]: r["peak_gib"] for r in rows}
+    built = {r["rank"]: r["built_gib"] for r in rows}
+    return {
+        "built_gib_rank0": built[0],
+        "case": case,
+        "strategy": strategy,
+        "sequence_parallel": seq,
+        "peak_gib_rank0": peaks[0],
+        "peak_gib_rank1": peaks[1],
+        "est_peak_gib": est.peak_gib,
+        "ratio": est.peak_gib / max(peaks.values()),
+    }
+
+
+def table(results: list[dict]) -> str:
+    lines = [
+        "| case (2 CPU processes) | strategy | SP | peak GiB, process 0 | process 1 | estimate GiB | estimate / measured |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        if "skipped" in r:
+            lines.append(f"| {r['case']} | skipped: {r['skipped']} | | | | | |")
+            continue
+        lines.append(
+            f"| {r['case']} | {r['strategy']} | {r['sequence_parallel']} | {r['peak_gib_rank0']:.3f} | "
+            f"{r['peak_gib_rank1']:.3f} | {r['est_peak_gib']:.3f} | {r['ratio']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--worker"]:
+        worker(argv[1], argv[2], argv[3:])
+        return 0
+    p = argparse.ArgumentParser(
+        prog="python -m flowrl.benchmarks.perf.parallel_memory", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    p.add_argument("--iterations", type=int, default=2)
+    p.add_argument("--port", type=int, default=29611)
+    p.add_argument("--json", default=None, help="also write the results here")
+    args = p.parse_args(argv)
+    results = []
+    for i, case in enumerate(args.cases):
+        results.append(measure(case, args.iterations, args.port + i))
+        print(json.dumps(results[-1]), flush=True)
+    print(table(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
