@@ -120,6 +120,13 @@ def test_each_mode_trains_as_device_bit_for_bit(tmp_path, recipe):
     assert cache == device
     assert text_encoders.encoder_bytes(trainer.adapter) == 0
     assert all(getattr(trainer.adapter.pipe, n, None) is None for n in text_encoders.TEXT_ENCODERS)
+    # `flowrl sample` on the cache run loads its own encoders: a prompt the run never saw
+    from flowrl.cli import main
+
+    out = tmp_path / "sampled"
+    assert main(["sample", str(tmp_path / "cache"), "--prompt", "a photo of a dog", "--num", "1", "--steps", "2",
+                 "--out", str(out)]) == 0  # fmt: skip
+    assert (out / "0001" / "sample.json").exists()
 
 
 @pytest.mark.slow
