@@ -350,6 +350,9 @@ def estimate(
             f"{n_total} samples per iteration do not split evenly over {data} "
             + ("processes" if seq == 1 else f"data groups ({world_size} processes, sequence parallelism {seq})")
         )
+    quant = _setting(cfg, "model.base_quantization")
+    if strategy == "fsdp" and quant not in ("none", None):  # as the Trainer refuses it before any weight loads
+        raise ValueError(f"model.base_quantization={quant}: FSDP2 cannot shard a quantized base; use ddp or none")
     m = model or model_size(cfg)
     refusal = check_sequence_parallel(cfg, m, seq)
     if refusal:

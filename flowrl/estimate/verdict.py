@@ -107,8 +107,8 @@ def _options(cfg: Config, m, launch: Launch) -> list[dict]:
         options.append({"train.gradient_checkpointing": True})
     have = available_settings(cfg)
     for key, value in SAVER_VALUES.items():
-        if key == "model.base_quantization" and not cfg.train.lora.enabled:
-            continue  # full fine-tuning trains the base: nothing frozen to quantize
+        if key == "model.base_quantization" and (not cfg.train.lora.enabled or launch.strategy == "fsdp"):
+            continue  # full fine-tuning trains the base; FSDP2 cannot shard a quantized one
         if key in have and have[key] != value:
             options.append({key: value})
     return options

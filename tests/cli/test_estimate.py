@@ -786,11 +786,13 @@ def test_memory_savers_are_modelled_only_where_the_config_has_them():
         )
         assert eight.memory_gib["AdamW moments (8-bit)"] == pytest.approx(base.memory_gib["AdamW moments"] / 4)
     if "model.base_quantization" in have:
-        q = estimate(
-            resolve_config("flux2-klein-9b-pickscore", ["model.base_quantization=int8"]), 2, "cuda", 1e13, "fsdp", 2
-        )
-        key = "transformer (frozen, 1/2 each)"
-        assert q.memory_gib[key] == pytest.approx(base.memory_gib[key] / 2)  # 1 byte for bf16's 2
+        quantized = resolve_config("flux2-klein-9b-pickscore", ["model.base_quantization=int8"])
+        q = estimate(quantized, 2, "cuda", 1e13, "ddp", 2)
+        plain = estimate(cfg, 2, "cuda", 1e13, "ddp", 2)
+        key = "transformer (frozen)"
+        assert q.memory_gib[key] == pytest.approx(plain.memory_gib[key] / 2)  # 1 byte for bf16's 2
+        with pytest.raises(ValueError, match="FSDP2 cannot shard a quantized base"):
+            estimate(quantized, 2, "cuda", 1e13, "fsdp", 2)  # as the Trainer refuses it
     if "train.activation_offload" in have:
         off = estimate(
             resolve_config("flux2-klein-9b-pickscore", ["train.activation_offload=true"]), 2, "cuda", 1e13, "fsdp", 2
@@ -831,17 +833,15 @@ def test_validate_estimate_uses_the_declared_launch_and_ends_with_the_verdict(ca
 def test_validate_json_is_one_object(capsys):
     from flowrl.cli import main
 
-    assert main(["validate", "wan21-t2v-14b", "--json", "--gpu-memory", "40"]) == 0
+    assert main(["validate", "wan21-t2v-14b", "--json", "--gpu-memory", "60"]) == 0
     out = capsys.readouterr().out
     assert len(out.strip().splitlines()) == 1
     r = json.loads(out)
     assert {"peak_gib", "seconds_per_iteration", "world_size", "strategy", "sequence_parallel", "gpu_memory_gib",
             "fits"} <= set(r)  # fmt: skip
-    assert (r["world_size"], r["strategy"], r["sequence_parallel"], r["gpu_memory_gib"]) == (4, "fsdp", 4, 40.0)
-    assert r["fits"] is (r["peak_gib"] <= 38.0)
-    if not r["fits"]:
-        assert r["would_fit"] or r["together"]
-        assert all(alt["peak_gib"] <= 38.0 for alt in r["would_fit"])
+    assert (r["world_size"], r["strategy"], r["sequence_parallel"], r["gpu_memory_gib"]) == (4, "fsdp", 4, 60.0)
+    assert r["fits"] is (r["peak_gib"] <= 57.0) is False  # 64.5 GiB
+    assert r["would_fit"] and all(alt["peak_gib"] <= 57.0 for alt in r["would_fit"])  # e.g. activation offload
 
 
 # the published recipes that do not fit their declared launch yet, and why (held: each must still not fit)
