@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -96,7 +97,8 @@ def measure(case: str, iterations: int, port: int) -> dict:
              "-m", "flowrl.benchmarks.perf.parallel_memory", "--worker", recipe, strategy, *overrides],
             capture_output=True, text=True, env=env, check=False, timeout=1200,
         )  # fmt: skip
-        rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"rank"')]
+        # the two processes share stdout: their lines may interleave, so each report is read on its own
+        rows = [json.loads(m) for m in re.findall(r'\{"rank": [^{}]*\}', proc.stdout)]
         if len(rows) != 2:
             reason = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
             return {"case": case, "skipped": reason[:200]}

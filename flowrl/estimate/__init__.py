@@ -35,8 +35,9 @@ counted there.
 * sharding (``strategy``): ``zero2`` divides the AdamW moments and gradients by the number of
   processes; ``fsdp`` (FSDP2) also every parameter of the wrapped transformer, frozen base included, and the
   LoRA and the EMA (kept as shards), plus two gathered blocks, and counts the start-up when each process
-  holds the whole transformer it built before sharding it (a phase); DDP divides nothing. Not sharded: the text
-  encoders, the VAE, a frozen second expert and full fine-tuning's KL reference copy;
+  holds the whole transformer it built before sharding it (a phase); a frozen second expert and full
+  fine-tuning's KL reference copy are sharded too (``flowrl.sharding``); DDP divides nothing. Not sharded: the
+  text encoders and the VAE;
 * sequence parallelism (``sequence_parallel`` = S, Ulysses): the W / S data groups share the samples, so a
   process holds its group's; the token-proportional activations, the backward transient and the rollout
   forward's working set are 1/S a process (attention's head split holds the same bytes a process), and so

@@ -186,15 +186,16 @@ def _memory(
     gathered = 2 * expert / m.layers if strategy == "fsdp" else 0  # one gathered block (plus the next, prefetched)
     sharded = f", 1/{world_size} each" if fsdp > 1 else ""
     mem: dict[str, float] = {}
+    # FSDP2 shards what does not train too: the frozen base, a frozen expert, the KL reference copy (flowrl.sharding)
+    part = f" (1/{world_size})" if fsdp > 1 else ""
     if full:
         mem[f"transformer (trainable, fp32{sharded})"] = 4 * (trained_weights / fsdp + gathered)
         if m.transformer_params > trained_weights:
-            mem["frozen expert"] = qb * (m.transformer_params - trained_weights)
+            mem[f"frozen expert{part}"] = qb * (m.transformer_params - trained_weights) / fsdp
         if _reference(cfg, m):
-            mem["KL reference copy"] = bw * trained_weights
+            mem[f"KL reference copy{part}"] = bw * trained_weights / fsdp
     else:
-        # the wrapped transformer (the trained experts) holds the frozen base; another expert stays whole
-        base = qb * (trained_weights / fsdp + gathered) + qb * (m.transformer_params - trained_weights)
+        base = qb * (m.transformer_params / fsdp + gathered)
         mem[("transformer (frozen" if m.experts == 1 else f"{m.experts} experts (frozen") + f"{sharded})"] = base
         mem[f"LoRA (fp32{sharded})"] = 4 * m.trainable_params / fsdp
     if encoders == "device":
@@ -257,7 +258,10 @@ def _memory(
     ]
     if fsdp > 1:  # every process builds the whole model from the same seed, then shards it (fsdp.yaml)
         width = 4 if full else qb
-        phases.append(("whole transformer before sharding", width * (trained_weights * (1 - 1 / fsdp) - gathered)))
+        whole = width * trained_weights + qb * (m.transformer_params - trained_weights)
+        if full and _reference(cfg, m):  # the KL reference is copied from the whole model, then sharded
+            whole += bw * trained_weights
+        phases.append(("whole transformer before sharding", whole * (1 - 1 / fsdp) - width * gathered))
     if encoders != "device":  # offload: moved in for each encoding; cache: once, before the run's first rollout
         phases.append(("text encoders on the device", bw * m.text_encoder_params))
     phase = max(phases, key=lambda kv: kv[1])

@@ -846,8 +846,8 @@ def test_validate_json_is_one_object(capsys):
 
 # the published recipes that do not fit their declared launch yet, and why (held: each must still not fit)
 KNOWN_MISFITS = {
-    "ltx2-av-grpo": "full fine-tuning keeps an unsharded KL reference copy (35 GiB) and the Gemma-3 text encoders "
-    "(25 GiB) on every GPU; LTX-2 cannot split a sample yet",
+    "ltx2-av-grpo": "full fine-tuning: each process builds the whole fp32 transformer (75 GiB) on its GPU before "
+    "FSDP2 shards it, beside the Gemma-3 text encoders (25 GiB)",
 }
 
 
