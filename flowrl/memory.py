@@ -23,27 +23,37 @@ def require_torchao(setting: str) -> None:
         ) from None
 
 
-def check_step_compiler(setting: str, device: torch.device) -> None:
-    """torchao's optimizers ``torch.compile`` their step: refuse in one line where inductor cannot build kernels (a
-    C++ compiler on a CPU, Triton on a GPU)."""
+def missing_inductor_backend(device: torch.device) -> str | None:
+    """What torch.compile's inductor lacks to build kernels on ``device`` (None: nothing): Triton on a GPU, a C++
+    compiler on a CPU (with the name of the error torch raised)."""
     if device.type == "cuda":
         from torch.utils._triton import has_triton
 
-        if not has_triton():
-            raise RuntimeError(
-                f"{setting}: torchao compiles its optimizer step, which needs Triton on a GPU (pip install triton); "
-                "or set train.optimizer=adamw"
-            )
-    elif device.type == "cpu":
+        return None if has_triton() else "triton"
+    if device.type == "cpu":
         from torch._inductor.cpp_builder import get_cpp_compiler
 
         try:
             get_cpp_compiler()
         except Exception as exc:  # noqa: BLE001 -- torch raises InvalidCxxCompiler
-            raise RuntimeError(
-                f"{setting}: torchao compiles its optimizer step, which on a CPU needs a C++ compiler (g++ or "
-                f"clang++, or $CXX) ({type(exc).__name__}); install one, or set train.optimizer=adamw"
-            ) from None
+            return type(exc).__name__
+    return None
+
+
+def check_step_compiler(setting: str, device: torch.device) -> None:
+    """torchao's optimizers ``torch.compile`` their step: refuse in one line where inductor cannot build kernels (a
+    C++ compiler on a CPU, Triton on a GPU)."""
+    missing = missing_inductor_backend(device)
+    if missing == "triton":
+        raise RuntimeError(
+            f"{setting}: torchao compiles its optimizer step, which needs Triton on a GPU (pip install triton); "
+            "or set train.optimizer=adamw"
+        )
+    if missing is not None:
+        raise RuntimeError(
+            f"{setting}: torchao compiles its optimizer step, which on a CPU needs a C++ compiler (g++ or "
+            f"clang++, or $CXX) ({missing}); install one, or set train.optimizer=adamw"
+        )
 
 
 def build_optimizer(params: list[torch.Tensor], t: Any, device: torch.device | None = None) -> torch.optim.Optimizer:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from flowrl import sharding
-from flowrl.memory import add_adapter_quiet, build_optimizer, quantize_base
+from flowrl.memory import add_adapter_quiet, build_optimizer, missing_inductor_backend, quantize_base
 from flowrl.mesh import Mesh, enable_sequence_parallel
 
 
@@ -63,24 +63,17 @@ def lora_config(lora, default_targets: list[str]):
 def check_compile(device: torch.device) -> None:
     """Refuse ``train.compile`` in one line where torch.compile's inductor cannot build kernels: a C++
     compiler on a CPU, Triton on a GPU."""
-    if device.type == "cuda":
-        from torch.utils._triton import has_triton
-
-        if not has_triton():
-            raise RuntimeError(
-                "train.compile: torch.compile needs Triton on a GPU, which is not installed "
-                "(pip install triton), or set train.compile=false"
-            )
-    elif device.type == "cpu":
-        from torch._inductor.cpp_builder import get_cpp_compiler
-
-        try:
-            get_cpp_compiler()
-        except Exception as exc:  # noqa: BLE001 -- torch raises InvalidCxxCompiler
-            raise RuntimeError(
-                f"train.compile: torch.compile on a CPU needs a C++ compiler (g++ or clang++, or $CXX) "
-                f"({type(exc).__name__}); install one, or set train.compile=false"
-            ) from None
+    missing = missing_inductor_backend(device)
+    if missing == "triton":
+        raise RuntimeError(
+            "train.compile: torch.compile needs Triton on a GPU, which is not installed "
+            "(pip install triton), or set train.compile=false"
+        )
+    if missing is not None:
+        raise RuntimeError(
+            f"train.compile: torch.compile on a CPU needs a C++ compiler (g++ or clang++, or $CXX) "
+            f"({missing}); install one, or set train.compile=false"
+        )
 
 
 def compile_forward(module: torch.nn.Module, mode: str, device: torch.device) -> None:
