@@ -423,11 +423,16 @@ def _add_unigenbench(sub: Any) -> None:
 def add_commands(subparsers: Any) -> None:
     """Register ``eval`` with its benchmark subcommands on an argparse subparsers object (``fn`` defaults)."""
     p = subparsers.add_parser(
-        "eval", help="benchmarks: geneval, unigenbench, toy, toy-av", description="Run a benchmark."
+        "eval", help="benchmarks: geneval, geneval2, dpg, unigenbench, toy, toy-av", description="Run a benchmark."
     )
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _add_geneval(sub)
     _add_unigenbench(sub)
+    from flowrl.benchmarks.dpgbench.cli import add_command as _add_dpg
+    from flowrl.benchmarks.geneval2.cli import add_command as _add_geneval2
+
+    _add_geneval2(sub)
+    _add_dpg(sub)
     from flowrl.benchmarks.toy.cli import add_command as _add_toy
     from flowrl.benchmarks.toy_av.cli import add_command as _add_toy_av
 

@@ -32,12 +32,15 @@ RECORD_NAME = "generation.json"
 
 @dataclass
 class PromptJob:
-    """One prompt and its images: ``paths[k]`` is drawn with ``seeds[k]``; ``before`` writes side files."""
+    """One prompt and its images: ``paths[k]`` is drawn with ``seeds[k]``; ``before`` writes side files;
+    ``pipe_kwargs`` are further arguments of the pipeline call (e.g. an explicit ``sigmas`` grid; a batch
+    only holds images whose kwargs are equal)."""
 
     prompt: str
     paths: list[Path]
     seeds: list[int]
     before: Callable[[], None] | None = field(default=None, repr=False)
+    pipe_kwargs: dict[str, Any] | None = None
 
 
 @dataclass
@@ -223,10 +226,19 @@ def generate_images(
     for job in jobs:
         if job.before is not None:
             job.before()
-    todo = [(job.prompt, path, seed) for job in jobs for path, seed in zip(job.paths, job.seeds) if not path.is_file()]
-    batches = [todo[i : i + batch_size] for i in range(0, len(todo), batch_size)]
+    todo = [
+        (job.prompt, path, seed, job.pipe_kwargs or {})
+        for job in jobs
+        for path, seed in zip(job.paths, job.seeds)
+        if not path.is_file()
+    ]
+    batches: list[list[tuple[str, Path, int, dict[str, Any]]]] = []
+    for entry in todo:
+        if not batches or len(batches[-1]) == batch_size or batches[-1][0][3] != entry[3]:
+            batches.append([])
+        batches[-1].append(entry)
     for batch in tqdm(batches, desc="generate", disable=not show_progress or not batches):
-        prompts = [prompt for prompt, _, _ in batch]
+        prompts = [entry[0] for entry in batch]
         negative = [settings.negative_prompt] * len(batch) if settings.negative_prompt else None
         images = pipe(
             prompt=prompts,
@@ -236,11 +248,12 @@ def generate_images(
             height=settings.height,
             width=settings.width,
             max_sequence_length=settings.max_sequence_length,
-            generator=[torch.Generator("cpu").manual_seed(seed) for _, _, seed in batch],
+            generator=[torch.Generator("cpu").manual_seed(entry[2]) for entry in batch],
             output_type="pil",
+            **batch[0][3],
         ).images
-        for image, (_, path, _) in zip(images, batch):
-            _save_png(image, path)
+        for image, entry in zip(images, batch):
+            _save_png(image, entry[1])
     return len(todo)
 
 

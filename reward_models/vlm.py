@@ -163,17 +163,20 @@ class TransformersChat:
         return single
 
     @torch.no_grad()
+    def next_token_distribution(self, requests: list[ChatRequest]) -> torch.Tensor:
+        """The softmax of the first answer token's logits (fp32), one row per request: (N, V) on the CPU."""
+        rows = []
+        for start in range(0, len(requests), self.batch_size):
+            inputs = self._inputs(requests[start : start + self.batch_size])
+            rows.append(self.model(**inputs).logits[:, -1].float().softmax(dim=-1).cpu())  # (b, V)
+        return torch.cat(rows) if rows else torch.zeros(0, 0)
+
     def next_token_probs(
         self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]
     ) -> list[dict[str, float]]:
         ids = {key: self._single_token_ids(variants) for key, variants in words.items()}
-        out = []
-        for start in range(0, len(requests), self.batch_size):
-            inputs = self._inputs(requests[start : start + self.batch_size])
-            probs = self.model(**inputs).logits[:, -1].float().softmax(dim=-1)  # (b, V)
-            for row in probs:
-                out.append({key: float(row[token_ids].sum()) for key, token_ids in ids.items()})
-        return out
+        probs = self.next_token_distribution(requests)  # (N, V)
+        return [{key: float(row[token_ids].sum()) for key, token_ids in ids.items()} for row in probs]
 
     @torch.no_grad()
     def generate(self, requests: list[ChatRequest], max_new_tokens: int) -> list[str]:
@@ -250,9 +253,16 @@ class OpenAIChat:
     def next_token_probs(
         self, requests: list[ChatRequest], words: dict[str, tuple[str, ...]]
     ) -> list[dict[str, float]]:
-        def one(request: ChatRequest) -> dict[str, float]:
-            choice = self._post(self._body(request, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs))
-            return word_probs_from_choice(choice, words)
+        return [word_probs_from_choice(choice, words) for choice in self.first_token_choices(requests)]
+
+    def first_token_choices(self, requests: list[ChatRequest], **options: Any) -> list[dict]:
+        """The raw first choice of a 1-token completion with ``top_logprobs`` per request (``options`` are
+        further body fields, e.g. vLLM's ``return_tokens_as_token_ids``)."""
+
+        def one(request: ChatRequest) -> dict:
+            return self._post(
+                self._body(request, max_tokens=1, logprobs=True, top_logprobs=self.top_logprobs, **options)
+            )
 
         return self._map(one, requests)
 
