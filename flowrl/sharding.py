@@ -56,6 +56,11 @@ def as_float(value: torch.Tensor | float) -> float:
     return float(value)
 
 
+def inner_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The optimizer that holds the moments: accelerate's wrapper (and DeepSpeed's) keeps it as ``optimizer``."""
+    return getattr(optimizer, "optimizer", optimizer)
+
+
 def local_bytes(tensors) -> int:
     """Bytes this process holds of ``tensors`` (an iterable of tensors, or a dict of them): a DTensor counts
     its local shard, a plain tensor all of it, a tensor seen twice (a shared parameter) once."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -24,6 +24,26 @@ from flowrl.memory import activation_offload, set_lr
 from flowrl.mesh import Mesh
 from flowrl.methods.context import Context
 from flowrl.rollout import RolloutBatch
+from flowrl.update_plan import (
+    Backward,
+    CheckOnPolicy,
+    Clip,
+    DropFrozen,
+    Place,
+    SetLearningRate,
+    Step,
+    StepOptimizer,
+    UpdateEma,
+    layout,
+    plan_update,
+)
+
+if TYPE_CHECKING:
+    from accelerate import Accelerator
+
+    from flowrl.config import Config
+    from flowrl.methods.base import MethodBase
+    from flowrl.policy import Policy
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +122,9 @@ class Updater:
     ``optimizer_steps`` counts the run's steps (checkpointed); ``total_optimizer_steps`` is the run's whole count,
     which the learning-rate schedule spans; ``checked_onpolicy``: the on-policy check is done or does not apply."""
 
-    def __init__(self, cfg: Any, acc: Any, policy: Any, method: Any, mesh: Mesh | None = None):
+    def __init__(
+        self, cfg: Config, acc: Accelerator, policy: Policy, method: MethodBase, mesh: Mesh | None = None
+    ) -> None:
         self.cfg, self.acc, self.policy, self.method = cfg, acc, policy, method
         self.mesh = mesh or Mesh.of(acc)  # the units are the data group's; a sequence group's processes share them
         self.optimizer_steps = 0
@@ -123,98 +145,41 @@ class Updater:
 
         ``adv_all``: (N,) or (N, T) advantages of all processes' samples, in global order. Every rollout
         batch of the iteration (over all processes, in rank order) is one training unit; the method's
-        ``schedule`` says which (unit, transition) pairs, or (unit, transition, row) triples, each optimizer
-        step trains (default: step s trains the units q with q % S == s; AV-GRPO: one step per sample and
-        transition), so each step sees the same global samples whatever the number of processes (given
-        equal batch boundaries, which equal results need anyway). Every step runs at the rate the method's
-        ``learning_rate`` gives (default: ``train.lr_schedule`` over the run's optimizer steps). Rows whose
-        advantage is 0 at every transition a step trains carry no signal and are dropped; every kept sample weighs
-        the same in its step's gradient (1 / the step's kept samples), ragged batches included; ``keep_rows``
-        (the credit's ``Advantages.keep``) names the rows every step trains instead. ``trains`` names the
-        parameters that step (None: all).
-        Processes run the same number of forward/backward passes (zero-weight passes where one holds
-        fewer units) so that DDP and FSDP collectives stay in step.
+        ``schedule`` says which units, transitions and rows each optimizer step trains, so each step sees the
+        same global samples whatever the number of processes (given equal batch boundaries, which equal results
+        need anyway). Every step runs at the rate the method's ``learning_rate`` gives (default:
+        ``train.lr_schedule`` over the run's optimizer steps). Rows whose advantage is 0 at every transition a
+        step trains carry no signal and are dropped; every kept sample weighs the same in its step's gradient (1 /
+        the step's kept samples), ragged batches included; ``keep_rows`` (the credit's ``Advantages.keep``) names
+        the rows every step trains instead. ``trains`` names the parameters that step (None: all). Processes run
+        the same number of forward/backward passes (zero-weight passes where one holds fewer units) so that DDP
+        and FSDP collectives stay in step. The steps are ``flowrl.update_plan.plan_update``'s.
         """
-        t, world, policy = self.cfg.train, self.mesh.data, self.policy
-        layout = self.layout(len(adv_all))  # (data rank, global start, rows) per unit, in rank order
-        local = [q for q, (rank, _, _) in enumerate(layout) if rank == self.mesh.data_rank]
+        places = self.layout(len(adv_all))  # every unit, in rank order
+        local = [q for q, place in enumerate(places) if place.rank == self.mesh.data_rank]
         trained = self.trained_per_unit(batches, local)  # unit -> its trained transitions
-        stats = UpdateStats()
-        measured = False
-        # DDP (without find_unused_parameters) waits in every backward for a gradient of each parameter it wraps: the
-        # ones a method does not train now (AV-GRPO's other tower, which its loss may not reach) join the loss with
-        # weight 0, and their gradient is dropped before the optimizer step as on one process
-        ddp = isinstance(policy.model, torch.nn.parallel.DistributedDataParallel) and trains is not None
-        untrained = [p for n, p in policy.trainable.items() if not trains(n)] if ddp else []
-        for entries in self.method.schedule(len(layout)):
-            named: dict[tuple[int, int | None], torch.Tensor | None] = {}  # (unit, k) -> its rows named, None: all
-            for q, k, *row in entries:
-                rows = layout[q][2]
-                if row and row[0] >= rows:
-                    continue  # a row past the end of a shorter (last) unit
-                mask = None if not row else torch.arange(rows) == row[0]
-                prev = named.get((q, k), mask)
-                named[(q, k)] = None if prev is None or mask is None else prev | mask
-            work = []  # (unit, its transitions this step, which of its rows train)
-            for (q, k), mask in named.items():
-                js = trained[q] if k is None else [trained[q][k]]
-                if not js:
-                    continue  # a unit that trains no transition (an empty MixGRPO window): no signal
-                _, start, rows = layout[q]
-                adv = adv_all[start : start + rows]
-                keep = (adv != 0) if adv.ndim == 1 else (adv[:, js] != 0).any(dim=1)
-                if keep_rows is not None:
-                    keep = keep_rows[start : start + rows].to(keep.device)
-                if mask is not None:
-                    keep = keep & mask.to(keep.device)
-                work.append((q, js, keep))
-            step_kept = sum(int(keep.sum()) for _, _, keep in work)
-            if step_kept == 0:
-                continue  # no sample of this step carries signal, on any process
-            busy = [(q, js, keep) for q, js, keep in work if keep.any()]
-            passes = max(sum(1 for q, _, _ in busy if layout[q][0] == r) for r in range(world))
-            units = [
-                (self.kept_unit(batches[local.index(q)], adv_all, layout[q], keep), js)
-                for q, js, keep in busy
-                if q in local
-            ]
-            if len(units) < passes:  # padding: one real row, weight 0, as many transitions as a busy unit
-                pad, adv_pad, _ = self.kept_unit(batches[0], adv_all, layout[local[0]], None, rows=1)
-                units += [((pad, adv_pad, 0.0), trained[local[0]][: len(busy[0][1])])] * (passes - len(units))
-            for u, ((b, adv, weight_rows), js) in enumerate(units):
-                # DDP/FSDP average gradients over all processes; a sequence group's sum to its samples' gradient
-                scale = weight_rows / step_kept * self.acc.num_processes
-                measure = not measured and weight_rows > 0
-                self.unit(ctx, b, adv, js, scale, u == passes - 1, stats, measure, untrained)
-                if not measured:
-                    measured = True
-                    if first:
-                        self.check_onpolicy(stats)
-            if trains is not None:  # this phase's frozen set: no gradient, so AdamW leaves it be
-                for name, p in policy.trainable.items():
-                    if not trains(name):
-                        p.grad = None
-            grad_norm = self.acc.clip_grad_norm_(list(policy.trainable.values()), t.max_grad_norm)
-            grad_norm = (
-                float("nan") if grad_norm is None else sharding.as_float(grad_norm)
-            )  # None: DeepSpeed's first step
-            scheduled = t.learning_rate * lr_factor(
-                self.optimizer_steps, self.total_optimizer_steps, t.lr_schedule, t.lr_warmup_steps, t.lr_min_ratio
-            )
-            lr = self.method.learning_rate(scheduled, self.optimizer_steps)
-            for group in policy.optimizer.param_groups:
-                set_lr(group, lr)
-            policy.optimizer.step()
-            policy.optimizer.zero_grad(set_to_none=True)
-            self.optimizer_steps += 1
-            stats.add(grad_norm=float(grad_norm), lr=lr)
-            if policy.ema is not None and self.optimizer_steps % t.ema_every == 0:
-                policy.ema.update(policy.trainable)
-        for average in policy.averages.values():
-            average.update(policy.trainable)
+        steps = plan_update(
+            places,
+            self.method.schedule(len(places)),
+            trained,
+            adv_all,
+            keep_rows,
+            data_rank=self.mesh.data_rank,
+            world=self.mesh.data,
+            num_processes=self.acc.num_processes,
+            first_step=self.optimizer_steps,
+            ema_every=None if self.policy.ema is None else self.cfg.train.ema_every,
+            check_onpolicy=first,
+            drop_frozen=trains is not None,
+        )
+        runner = StepRunner(self, ctx, batches, adv_all, places, local, trains)
+        for step in steps:
+            runner.run(step)
+        for average in self.policy.averages.values():
+            average.update(self.policy.trainable)
         if self.method.end().reset_optimizer:  # the method starts afresh (AV-GRPO's phase switch): no moments carried
-            getattr(policy.optimizer, "optimizer", policy.optimizer).state.clear()
-        out = stats.reduce(self.acc)
+            sharding.inner_optimizer(self.policy.optimizer).state.clear()
+        out = runner.stats.reduce(self.acc)
         keep_all = (adv_all != 0) if adv_all.ndim == 1 else (adv_all != 0).any(dim=1)
         out["kept_frac"] = float(keep_all.float().mean())
         return out
@@ -229,26 +194,18 @@ class Updater:
 
         return [js for part in self.mesh.once_objects(gather_object([mine])) for js in part]
 
-    def layout(self, n: int) -> list[tuple[int, int, int]]:
-        """(rank, global start, rows) of every rollout batch of an iteration of ``n`` samples, the batches
-        of rank 0 first (``collect`` cuts each process's share into ``sample.batch_size`` rows)."""
-        world, b = self.mesh.data, self.cfg.sample.batch_size
-        share = n // world
-        return [(r, r * share + s, min(b, share - s)) for r in range(world) for s in range(0, share, b)]
+    def layout(self, n: int) -> list[Place]:
+        """Where every rollout batch of an iteration of ``n`` samples lies, the batches of rank 0 first
+        (``collect`` cuts each process's share into ``sample.batch_size`` rows)."""
+        return layout(n, self.mesh.data, self.cfg.sample.batch_size)
 
     @staticmethod
     def kept_unit(
-        b: RolloutBatch,
-        adv_all: torch.Tensor,
-        where: tuple[int, int, int],
-        keep: torch.Tensor | None,
-        rows: int | None = None,
-    ) -> tuple[RolloutBatch, torch.Tensor, float]:
-        """The unit's rows that train (``keep``, (rows,) over the unit's rows), or its first ``rows`` rows;
-        with their advantages and count."""
+        b: RolloutBatch, adv_all: torch.Tensor, where: Place, idx: torch.Tensor
+    ) -> tuple[RolloutBatch, torch.Tensor]:
+        """The unit's rows at ``idx`` (positions among its rows) with their advantages."""
         _, start, n = where
         adv = adv_all[start : start + n]
-        idx = keep.nonzero().flatten() if keep is not None else torch.arange(rows)
         if len(idx) < n:
             b = RolloutBatch(
                 b.traj.select(idx),
@@ -258,7 +215,7 @@ class Updater:
                 select_media(b.media, idx),
             )
             adv = adv[idx]
-        return b, adv, float(len(idx))
+        return b, adv
 
     def unit(
         self,
@@ -275,7 +232,7 @@ class Updater:
         """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
         the iteration's first unit, still on-policy, so log the log-prob gap. ``untrained``: parameters the
-        method does not train now, joined to the loss with weight 0 under DDP (see ``update``).
+        method does not train now, joined to the loss with weight 0 under DDP (see ``StepRunner``).
 
         With a ``row_mask`` (a per-row subset of the transitions) each transition forwards only the rows
         that train it, and every trained (row, transition) pair weighs the same; a transition no row
@@ -300,10 +257,10 @@ class Updater:
             with sync_ctx, activation_offload(self.cfg.train.activation_offload, self.acc.device):
                 tl = self.method.transition_loss(ctx, unit, j, cond, adv_j)
                 loss = tl.loss * weight
-                if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``update``)
+                if untrained:  # weight 0: DDP's reducer hears from every parameter (see ``StepRunner``)
                     loss = loss + 0.0 * sum(p.sum() for p in untrained)
                 if self.policy.deepspeed:  # DeepSpeed steps the optimizer inside the backward it is told is last
-                    self.acc.gradient_state._set_sync_gradients(last)
+                    self.acc.sync_gradients = last
                 self.acc.backward(loss)
             if measure and tl.logp_gap is not None:  # a device scalar: read with the statistics, after the update
                 gap = torch.as_tensor(tl.logp_gap, dtype=torch.float64)
@@ -335,3 +292,70 @@ class Updater:
                 "forward is not the rollout's (precision/autocast mismatch, a different schedule or "
                 "batch, or dropout left on)"
             )
+
+
+class StepRunner:
+    """Runs the steps of one update's plan (``flowrl.update_plan``) against the policy: the passes' losses and
+    backwards, then each optimizer step's clip, rate, step and EMA; ``stats`` gathers the figures.
+
+    DDP (without find_unused_parameters) waits in every backward for a gradient of each parameter it wraps: the
+    ones a method does not train now (``trains``; AV-GRPO's other tower, which its loss may not reach) join the
+    loss with weight 0, and their gradient is dropped before the optimizer step as on one process."""
+
+    def __init__(
+        self,
+        updater: Updater,
+        ctx: Context,
+        batches: list[RolloutBatch],
+        adv_all: torch.Tensor,
+        places: list[Place],
+        local: list[int],
+        trains: Callable[[str], bool] | None,
+    ) -> None:
+        self.updater, self.ctx, self.batches, self.adv_all = updater, ctx, batches, adv_all
+        self.places, self.local, self.trains = places, local, trains
+        policy = updater.policy
+        ddp = isinstance(policy.model, torch.nn.parallel.DistributedDataParallel) and trains is not None
+        self.untrained = [p for n, p in policy.trainable.items() if not trains(n)] if ddp else []
+        self.stats = UpdateStats()
+        self.grad_norm, self.lr = float("nan"), 0.0  # the current optimizer step's, logged at its step
+
+    def run(self, step: Step) -> None:
+        up, policy, t = self.updater, self.updater.policy, self.updater.cfg.train
+        match step:
+            case Backward():
+                self.backward(step)
+            case CheckOnPolicy():
+                up.check_onpolicy(self.stats)
+            case DropFrozen():  # this phase's frozen set: no gradient, so AdamW leaves it be
+                for name, p in policy.trainable.items():
+                    if not self.trains(name):
+                        p.grad = None
+            case Clip():
+                grad_norm = up.acc.clip_grad_norm_(list(policy.trainable.values()), t.max_grad_norm)
+                # None: DeepSpeed's first step
+                self.grad_norm = float("nan") if grad_norm is None else sharding.as_float(grad_norm)
+            case SetLearningRate(index=index):
+                scheduled = t.learning_rate * lr_factor(
+                    index, up.total_optimizer_steps, t.lr_schedule, t.lr_warmup_steps, t.lr_min_ratio
+                )
+                self.lr = up.method.learning_rate(scheduled, index)
+                for group in policy.optimizer.param_groups:
+                    set_lr(group, self.lr)
+            case StepOptimizer():
+                policy.optimizer.step()
+                policy.optimizer.zero_grad(set_to_none=True)
+                up.optimizer_steps += 1
+                self.stats.add(grad_norm=float(self.grad_norm), lr=self.lr)
+            case UpdateEma():
+                policy.ema.update(policy.trainable)
+
+    def backward(self, step: Backward) -> None:
+        """One pass: the unit's rows, at its transitions, forward and backward."""
+        up = self.updater
+        # a padding pass's row index stays on the host; kept rows are where the advantages are
+        idx = torch.arange(1) if step.padding else torch.tensor(step.rows, device=self.adv_all.device)
+        b, adv = up.kept_unit(self.batches[self.local.index(step.unit)], self.adv_all, self.places[step.unit], idx)
+        up.unit(
+            self.ctx, b, adv, list(step.transitions), step.scale, step.sync, self.stats, step.measure, self.untrained
+        )

@@ -82,7 +82,7 @@ from flowrl.credit.av_grpo import (
 from flowrl.losses import av_grpo_loss
 from flowrl.lr import lr_factor
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
-from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, Turn
+from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, TrainEntry, Turn
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, make_plan, ode_plan
 from flowrl.rollout import Trajectory
@@ -228,7 +228,7 @@ class AVGRPO(MethodBase):
             "the prompt, or set method.options.allow_promptless_phase_reward=true"
         )
 
-    def schedule(self, num_units: int) -> list[list[tuple[int, int | None] | tuple[int, int | None, int]]]:
+    def schedule(self, num_units: int) -> list[list[TrainEntry]]:
         """One optimizer step per (group member i, transition k), i then k, each training member i of every
         prompt group at transition k (the code: each process's sample i, averaged over processes); or the
         default with ``optimizer_steps=train``."""
@@ -236,7 +236,7 @@ class AVGRPO(MethodBase):
             return super().schedule(num_units)
         s = self.cfg.sample
         return [
-            [(q, k, r) for q in range(num_units) for r in range(i, s.batch_size, s.group_size)]
+            [TrainEntry(q, k, r) for q in range(num_units) for r in range(i, s.batch_size, s.group_size)]
             for i in range(s.group_size)
             for k in range(s.num_steps)
         ]

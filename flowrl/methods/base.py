@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from flowrl.methods.context import Context
-from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, Turn
+from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, TrainEntry, Turn
 from flowrl.pipelines.base import Conditioning
 from flowrl.rollout import Trajectory
 
@@ -159,16 +159,16 @@ class MethodBase:
         ``transition`` part, called as ``part(method, ctx, traj, j, cond, advantages)``)."""
         return self._loss(self, ctx, traj, j, cond, advantages)
 
-    def schedule(self, num_units: int) -> list[list[tuple[int, int | None] | tuple[int, int | None, int]]]:
+    def schedule(self, num_units: int) -> list[list[TrainEntry]]:
         """The iteration's optimizer steps over its ``num_units`` training units (the rollout batches of
-        all processes, in rank order): each step lists (unit, k), k the position of the transition to
-        train among the unit's trained ones, or None for all of them; or (unit, k, row): that transition
-        of one row of the unit only (its position among the unit's rows; entries of one (unit, k) join
-        into one forward, and a row beyond a shorter last unit is skipped). Default: ``train.
+        all processes, in rank order): each step lists ``TrainEntry(unit, k)``, k the position of the transition
+        to train among the unit's trained ones, or None for all of them; with ``row``, that transition of one
+        row of the unit only (its position among the unit's rows; entries of one (unit, k) join into one
+        forward, and a row beyond a shorter last unit is skipped). Default: ``train.
         optimizer_steps_per_iteration`` steps S, step s training every transition of the units q with
         q % S == s. The same list on every process (it may depend only on ``num_units`` and config)."""
         steps = min(self.cfg.train.optimizer_steps_per_iteration, num_units)
-        return [[(q, None) for q in range(s, num_units, steps)] for s in range(steps)]
+        return [[TrainEntry(q) for q in range(s, num_units, steps)] for s in range(steps)]
 
     def learning_rate(self, scheduled: float, optimizer_step: int) -> float:
         """The rate of the next optimizer step: ``scheduled`` is what ``train.learning_rate`` and

@@ -35,7 +35,7 @@ from flowrl.credit.granular import granular_zscores, ode_tail
 from flowrl.methods.base import Context, Experience, PromptBatch, TransitionLoss
 from flowrl.methods.flow_grpo import FlowGRPO
 from flowrl.methods.options import AdvantageClipOptions, PolicyOptions, check_knobs
-from flowrl.methods.seam import Advantages, Needs, RewardTable
+from flowrl.methods.seam import Advantages, Needs, RewardTable, TrainEntry
 from flowrl.pipelines.base import Conditioning, select
 from flowrl.plan import StepPlan, ode_plan
 from flowrl.rollout import Trajectory
@@ -195,9 +195,9 @@ class G2RPO(FlowGRPO):
         return Advantages(clip_advantages(adv, self.options.adv_clip_max))
 
     # ------------------------------------------------------------------------------------ update
-    def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
+    def schedule(self, num_units: int) -> list[list[TrainEntry]]:
         """One optimizer step per branch k, over every unit."""
-        return [[(q, k) for q in range(num_units)] for k in range(self.num_branches)]
+        return [[TrainEntry(q, k) for q in range(num_units)] for k in range(self.num_branches)]
 
     def transition_loss(
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor

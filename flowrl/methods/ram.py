@@ -25,7 +25,7 @@ from flowrl.advantages import group_zscore
 from flowrl.configkit import ConfigError
 from flowrl.methods.base import Context, TransitionLoss
 from flowrl.methods.forward_process import Endpoints, ForwardProcess, ForwardProcessOptions
-from flowrl.methods.seam import Advantages, RewardTable
+from flowrl.methods.seam import Advantages, RewardTable, TrainEntry
 from flowrl.pipelines.base import Conditioning
 
 
@@ -79,8 +79,8 @@ class RAM(ForwardProcess):
     def target_weights(self) -> tuple[str, ...]:
         return ("ref", self.options.target_velocity)
 
-    def schedule(self, num_units: int) -> list[list[tuple[int, int | None]]]:
-        return [[(q, None) for q in range(num_units)]]  # one optimizer step over every item of the iteration
+    def schedule(self, num_units: int) -> list[list[TrainEntry]]:
+        return [[TrainEntry(q) for q in range(num_units)]]  # one optimizer step over every item of the iteration
 
     def regression_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 
@@ -41,6 +42,16 @@ class Needs:
     # "media" (target images), the media of the ``data.prompts`` folder's rows (``flowrl.media_data``), which are
     # checked before any weight loads
     dataset: str | None = None
+
+
+class TrainEntry(NamedTuple):
+    """What one optimizer step of ``schedule`` trains of one training unit: the transition at position ``k``
+    among the unit's trained ones (None: all of them), of every row of the unit or of row ``row`` only (its
+    position among the unit's rows)."""
+
+    unit: int
+    k: int | None = None
+    row: int | None = None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
-from flowrl.methods.seam import RewardTable
+from flowrl.methods.seam import RewardTable, TrainEntry
 from flowrl.preflight import preflight
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
@@ -243,7 +243,7 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
     other = _trainer(
         tmp_path / "other", "method.options.optimizer_steps=train", "train.optimizer_steps_per_iteration=1"
     )
-    assert other.method.schedule(2) == [[(0, None), (1, None)]] and other.total_optimizer_steps == 1
+    assert other.method.schedule(2) == [[TrainEntry(0), TrainEntry(1)]] and other.total_optimizer_steps == 1
 
 
 def test_the_first_av_grpo_step_runs_at_the_first_rate_then_the_schedule_per_av_grpo_step(tmp_path, one_thread):

@@ -13,7 +13,7 @@ from flowrl.credit.granular import tail_indices
 from flowrl.losses import ratio_norm_log_ratio
 from flowrl.methods import build_method, list_methods
 from flowrl.methods.g2rpo import group_rows
-from flowrl.methods.seam import RewardTable
+from flowrl.methods.seam import RewardTable, TrainEntry
 from flowrl.trainer import Trainer
 
 # 2 prompts x 4 members, 4 steps, CFG 4.5 (2 transformer rows a sample): one group per rollout batch
@@ -122,9 +122,9 @@ def test_branch_methods_cost_what_the_spec_counts(tmp_path, one_thread, method, 
 def test_g2rpo_schedule_is_one_optimizer_step_per_branch(tmp_path):
     method = build_method(resolve_config("tiny-cpu", [*SMALL, "method.name=g2rpo"]))
     method.num_branches = 3
-    assert method.schedule(2) == [[(0, 0), (1, 0)], [(0, 1), (1, 1)], [(0, 2), (1, 2)]]
+    assert method.schedule(2) == [[TrainEntry(q, k) for q in range(2)] for k in range(3)]
     flow = build_method(resolve_config("tiny-cpu", [*SMALL, "train.optimizer_steps_per_iteration=2"]))
-    assert flow.schedule(3) == [[(0, None), (2, None)], [(1, None)]]
+    assert flow.schedule(3) == [[TrainEntry(0), TrainEntry(2)], [TrainEntry(1)]]
 
 
 def test_g2rpo_credit_sums_weighted_zscores_over_granularities_and_rewards():
