@@ -9,6 +9,7 @@ from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
 from flowrl.estimate.sd3 import vae_decode_cost
+from flowrl.pipelines.kit.flux1 import FLUX_LORA_TARGETS, FLUX_TRANSFORMER_CLASS
 
 
 def layout(cfg: Config, parts: FamilyParts) -> Layout:
@@ -79,20 +80,11 @@ def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, fl
 PROFILE = FamilyProfile(
     pipeline="flux",
     media="image",
-    transformer_class="FluxTransformer2DModel",
+    transformer_class=FLUX_TRANSFORMER_CLASS,
     vae_class="AutoencoderKL",
     tiny_builder="build_tiny_flux",
     tiny_paths={"tiny": {}},
-    lora_targets=[
-        "attn.to_q",
-        "attn.to_k",
-        "attn.to_v",
-        "attn.to_out.0",
-        "attn.add_q_proj",
-        "attn.add_k_proj",
-        "attn.add_v_proj",
-        "attn.to_add_out",
-    ],
+    lora_targets=FLUX_LORA_TARGETS,
     layout=layout,
     width=width,
     inputs=inputs,

@@ -11,6 +11,8 @@ import torch
 from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS, component, meta_cost, plain
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
+from flowrl.pipelines.flux2.adapter import FLUX2_LORA_TARGETS, TRANSFORMER_CLASS
+from flowrl.pipelines.flux2.tiny import TINY_PATHS
 
 
 def layout(cfg: Config, parts: FamilyParts) -> Layout:
@@ -80,21 +82,11 @@ def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, fl
 PROFILE = FamilyProfile(
     pipeline="flux2",
     media="image",
-    transformer_class="Flux2Transformer2DModel",
+    transformer_class=TRANSFORMER_CLASS,
     vae_class="AutoencoderKLFlux2",
     tiny_builder="build_tiny_flux2",
-    tiny_paths={"tiny": {"distilled": False}, "tiny-distilled": {"distilled": True}},
-    lora_targets=[
-        "attn.to_q",
-        "attn.to_k",
-        "attn.to_v",
-        "attn.to_out.0",
-        "attn.add_q_proj",
-        "attn.add_k_proj",
-        "attn.add_v_proj",
-        "attn.to_add_out",
-        "attn.to_qkv_mlp_proj",
-    ],
+    tiny_paths=TINY_PATHS,
+    lora_targets=FLUX2_LORA_TARGETS,
     layout=layout,
     width=width,
     inputs=inputs,

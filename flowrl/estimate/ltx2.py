@@ -11,6 +11,7 @@ import torch
 from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS, PROBE_WIDTH, meta_cost
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
+from flowrl.pipelines.ltx2.adapter import LTX2_LORA_TARGETS, TRANSFORMER_CLASS
 
 LTX2_NUM_FRAMES, LTX2_FPS = 121, 24.0  # the adapter's defaults
 
@@ -125,15 +126,11 @@ def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, fl
 PROFILE = FamilyProfile(
     pipeline="ltx2",
     media="audio+video",
-    transformer_class="LTX2VideoTransformer3DModel",
+    transformer_class=TRANSFORMER_CLASS,
     vae_class=None,
     tiny_builder="build_tiny_ltx2",
     tiny_paths={"tiny": {}},
-    lora_targets=[
-        f"{a}.{p}"
-        for a in ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
-        for p in ("to_q", "to_k", "to_v", "to_out.0")
-    ],
+    lora_targets=LTX2_LORA_TARGETS,
     layout=layout,
     width=width,
     inputs=inputs,

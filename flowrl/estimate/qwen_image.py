@@ -14,6 +14,7 @@ import torch
 from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS, component, meta_cost, plain
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
+from flowrl.pipelines.kit.qwen_image import QWEN_IMAGE_LORA_TARGETS, QWEN_IMAGE_TRANSFORMER_CLASS
 
 # Qwen/Qwen2.5-VL-7B-Instruct config.json (the text model and the vision tower Qwen-Image keeps resident)
 QWEN25_VL_7B = {
@@ -106,20 +107,11 @@ def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, fl
 PROFILE = FamilyProfile(
     pipeline="qwen_image",
     media="image",
-    transformer_class="QwenImageTransformer2DModel",
+    transformer_class=QWEN_IMAGE_TRANSFORMER_CLASS,
     vae_class="AutoencoderKLQwenImage",
     tiny_builder="build_tiny_qwen_image",
     tiny_paths={"tiny": {}},
-    lora_targets=[
-        "attn.to_q",
-        "attn.to_k",
-        "attn.to_v",
-        "attn.to_out.0",
-        "attn.add_q_proj",
-        "attn.add_k_proj",
-        "attn.add_v_proj",
-        "attn.to_add_out",
-    ],
+    lora_targets=QWEN_IMAGE_LORA_TARGETS,
     layout=layout,
     width=width,
     inputs=inputs,

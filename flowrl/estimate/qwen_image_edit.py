@@ -14,6 +14,7 @@ import torch
 from flowrl.config import Config
 from flowrl.estimate import qwen_image
 from flowrl.estimate.profile import FamilyParts, Layout
+from flowrl.pipelines.qwen_image_edit.adapter import TINY_PATHS
 
 SOURCE_GRID = 64  # packed tokens a side of a 1024 x 1024 source (VAE factor 8, 2x2 packing)
 
@@ -50,7 +51,7 @@ PROFILE = dataclasses.replace(
     qwen_image.PROFILE,
     pipeline="qwen_image_edit",
     tiny_builder="build_tiny_qwen_image_edit",
-    tiny_paths={"tiny": {}, "tiny-plus": {"plus": True}},
+    tiny_paths=TINY_PATHS,
     layout=layout,
     inputs=inputs,
     probe_grids=(((4, 4, 4, 4), 8), ((8, 8, 4, 4), 8), ((4, 4, 4, 4), 24)),

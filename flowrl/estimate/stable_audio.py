@@ -10,6 +10,8 @@ import torch
 from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEADS, PROBE_WIDTH
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
+from flowrl.pipelines.stable_audio.adapter import SA3_LORA_TARGETS, TRANSFORMER_CLASS
+from flowrl.pipelines.stable_audio.layout import TINY_PATHS
 
 SA3_DURATION_S = 10.0  # StableAudio3Pipeline's default duration (model.duration_s null)
 SA3_TEXT_TOKENS = 256  # the pipeline caps T5Gemma at 256 tokens; one duration token follows
@@ -54,17 +56,11 @@ def passes(embedded: bool, scale: float) -> int:
 PROFILE = FamilyProfile(
     pipeline="stable_audio",
     media="audio",
-    transformer_class="StableAudio3DiTModel",
+    transformer_class=TRANSFORMER_CLASS,
     vae_class="AutoencoderSAME",
     tiny_builder="build_tiny_stable_audio",
-    tiny_paths={"tiny": {"distilled": True}, "tiny-base": {"distilled": False}},
-    lora_targets=[
-        "self_attn.to_qkv",
-        "self_attn.to_out",
-        "cross_attn.to_q",
-        "cross_attn.to_kv",
-        "cross_attn.to_out",
-    ],
+    tiny_paths=TINY_PATHS,
+    lora_targets=SA3_LORA_TARGETS,
     layout=layout,
     width=lambda tc: (tc.embed_dim, tc.depth),
     inputs=inputs,

@@ -10,6 +10,7 @@ import torch
 from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS, PROBE_WIDTH
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
+from flowrl.pipelines.wan.adapter import TINY_PATHS, TRANSFORMER_CLASS, WAN_LORA_TARGETS
 
 WAN_NUM_FRAMES = 81  # WanPipeline's default: 81 frames at 16 fps (model.num_frames null)
 
@@ -80,20 +81,11 @@ def default_scheduler() -> dict:
 PROFILE = FamilyProfile(
     pipeline="wan",
     media="video",
-    transformer_class="WanTransformer3DModel",
+    transformer_class=TRANSFORMER_CLASS,
     vae_class="AutoencoderKLWan",
     tiny_builder="build_tiny_wan",
-    tiny_paths={"tiny": {"two_experts": False}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2v": True}},
-    lora_targets=[
-        "attn1.to_q",
-        "attn1.to_k",
-        "attn1.to_v",
-        "attn1.to_out.0",
-        "attn2.to_q",
-        "attn2.to_k",
-        "attn2.to_v",
-        "attn2.to_out.0",
-    ],
+    tiny_paths=TINY_PATHS,
+    lora_targets=WAN_LORA_TARGETS,
     layout=layout,
     width=width,
     inputs=inputs,

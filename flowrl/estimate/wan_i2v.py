@@ -15,6 +15,7 @@ from flowrl.config import Config
 from flowrl.estimate import wan
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
+from flowrl.pipelines.wan_i2v.adapter import TINY_PATHS, WAN_I2V_LORA_TARGETS
 
 CLIP_IMAGE_TOKENS = 257  # CLIP ViT-H/14 at 224 px: 16 x 16 patches and the class token
 
@@ -52,11 +53,11 @@ def narrow(c: dict) -> dict:
 PROFILE = FamilyProfile(
     pipeline="wan_i2v",
     media="video",
-    transformer_class="WanTransformer3DModel",
+    transformer_class=wan.PROFILE.transformer_class,
     vae_class="AutoencoderKLWan",
     tiny_builder="build_tiny_wan_i2v",
-    tiny_paths={"tiny": {}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2v": True}},
-    lora_targets=[*wan.PROFILE.lora_targets, "attn2.add_k_proj", "attn2.add_v_proj"],
+    tiny_paths=TINY_PATHS,
+    lora_targets=WAN_I2V_LORA_TARGETS,
     layout=layout,
     width=wan.width,
     inputs=inputs,

@@ -10,6 +10,7 @@ from flowrl.config import Config
 from flowrl.estimate.meta import PROBE_HEAD_DIM, PROBE_HEADS
 from flowrl.estimate.profile import FamilyParts, FamilyProfile, Layout
 from flowrl.estimate.sd3 import vae_decode_cost
+from flowrl.pipelines.z_image.adapter import TRANSFORMER_CLASS, Z_IMAGE_LORA_TARGETS
 
 
 def layout(cfg: Config, parts: FamilyParts) -> Layout:
@@ -64,11 +65,11 @@ def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, fl
 PROFILE = FamilyProfile(
     pipeline="z_image",
     media="image",
-    transformer_class="ZImageTransformer2DModel",
+    transformer_class=TRANSFORMER_CLASS,
     vae_class="AutoencoderKL",
     tiny_builder="build_tiny_z_image",
     tiny_paths={"tiny": {}},
-    lora_targets=["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"],
+    lora_targets=Z_IMAGE_LORA_TARGETS,
     layout=layout,
     width=width,
     inputs=inputs,

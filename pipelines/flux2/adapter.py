@@ -27,7 +27,6 @@ What differs from FLUX.1 (``flowrl.pipelines.flux``), and how the adapter keeps 
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -36,22 +35,13 @@ import torch
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.flux2 import layout
 from flowrl.pipelines.flux2.tiny import TINY_PATHS
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
-from flowrl.pipelines.kit.lora import load_run_export, lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 
-FLUX2_LORA_TARGETS = [
-    "attn.to_q",
-    "attn.to_k",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_q_proj",
-    "attn.add_k_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
-    "attn.to_qkv_mlp_proj",
-]
+FLUX2_LORA_TARGETS = [*TWO_STREAM_ATTENTION, "attn.to_qkv_mlp_proj"]
+TRANSFORMER_CLASS = "Flux2Transformer2DModel"
 
 
 def check_model_path(model_cfg) -> None:
@@ -60,7 +50,7 @@ def check_model_path(model_cfg) -> None:
         check_folder_or_hub(model_cfg.path, "flux2", "FLUX.2")
 
 
-class Flux2Adapter:
+class Flux2Adapter(CachedPromptAdapter):
     """FLUX.2-klein for RL. ``pipe`` is a ``Flux2KleinPipeline``; the transformer is the policy."""
 
     lora_target_modules = FLUX2_LORA_TARGETS
@@ -95,9 +85,7 @@ class Flux2Adapter:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()
-        self._negative: Conditioning | None = None
-        self.prompt_cache = prompt_cache
+        self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
         self.latent_channels = pipe.transformer.config.in_channels // 4
         self.image_seq_len = layout.image_seq_len(self.height, self.width, pipe.vae_scale_factor)
@@ -135,10 +123,6 @@ class Flux2Adapter:
             attention_backend=model_cfg.attention_backend,
         )
 
-    @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
-
     def guidance(self, scale: float) -> Guidance:
         """Base models: two-branch CFG above 1 (2 rows a sample); distilled models: one pass at any scale."""
         if scale > 1.0 and not self.is_distilled:
@@ -148,37 +132,11 @@ class Flux2Adapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
+        """Stacked Qwen3 hidden states (B, L, 3D) of ``prompts`` (the pipeline's own negative is the empty prompt)."""
         embeds, _ = self.pipe.encode_prompt(
             prompt=list(prompts), device=self.device, max_sequence_length=self.max_sequence_length
         )
         return {"prompt_embeds": embeds}
-
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """Stacked Qwen3 hidden states (B, L, 3D), cached per prompt; with ``negative_prompts``, each row's CFG
-        negative as ``negative_prompt_embeds`` rows ("" is the empty prompt, the pipeline's own negative)."""
-        if negative_prompts is not None and len(negative_prompts) != len(prompts):
-            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
-        given = [n for n in negative_prompts or [] if n]
-        rows = cached_rows(self._cache, self.prompt_cache, list(prompts) + given, self._encode)
-        cond = {"prompt_embeds": torch.cat([r["prompt_embeds"] for r in rows[: len(prompts)]])}
-        if negative_prompts is not None:
-            own = iter(rows[len(prompts) :])
-            negs = [next(own) if n else self._empty_negative() for n in negative_prompts]
-            cond["negative_prompt_embeds"] = torch.cat([r["prompt_embeds"] for r in negs])
-        return cond
-
-    def _empty_negative(self) -> Conditioning:
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return self._negative
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The empty prompt's embedding (the pipeline's CFG negative), ``n`` rows."""
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
-        self._negative = None
 
     # ------------------------------------------------------------------ sampling pieces
     def sigmas(self, num_steps: int) -> torch.Tensor:
@@ -264,17 +222,7 @@ class Flux2Adapter:
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        return load_run_export(self, run_dir, "Flux2Transformer2DModel")
-
-    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """A diffusers LoRA ``Flux2KleinPipeline.load_lora_weights(directory)`` loads, with the peft config."""
-        from diffusers import Flux2KleinPipeline
-
-        Flux2KleinPipeline.save_lora_weights(
-            str(directory),
-            transformer_lora_layers=state_dict,
-            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
-        )
+        return load_run_export(self, run_dir, TRANSFORMER_CLASS)
 
     def generate(
         self,

@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, source_images_of
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.images import check_count
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
-from flowrl.pipelines.kit.lora import lora_metadata
+from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 from flowrl.pipelines.kit.prompts import cached_rows
 
 logger = logging.getLogger(__name__)
@@ -91,16 +91,8 @@ def flux_mu(height: int, width: int, scheduler_config=None) -> float:
 
 # ---------------------------------------------------------------------------------------- the adapter
 # the joint attention projections of the double-stream blocks (to_q/to_k/to_v also match the single blocks')
-FLUX_LORA_TARGETS = [
-    "attn.to_q",
-    "attn.to_k",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_q_proj",
-    "attn.add_k_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
-]
+FLUX_LORA_TARGETS = list(TWO_STREAM_ATTENTION)
+FLUX_TRANSFORMER_CLASS = "FluxTransformer2DModel"
 
 
 def check_flux_path(model_cfg, family: str = "flux", what: str = "FLUX") -> None:
@@ -112,7 +104,7 @@ def check_flux_path(model_cfg, family: str = "flux", what: str = "FLUX") -> None
     check_folder_or_hub(path, family, what)
 
 
-class Flux1Adapter:
+class Flux1Adapter(CachedPromptAdapter):
     """The FLUX.1 mechanics every FLUX.1 family shares (packed tokens, the shifted schedule, embedded guidance,
     the VAE, LoRA in diffusers' format). A family subclasses it and names its pipeline class, its tiny builder
     and its recipe; a family whose rows add tokens (FLUX.1-Kontext's source-image latents) overrides
@@ -151,8 +143,7 @@ class Flux1Adapter:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
-        self.prompt_cache = prompt_cache
+        self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
         self.guidance_embeds = bool(pipe.transformer.config.guidance_embeds)
         # the packed layout: one token per 2x2 patch of the (H/8, W/8) latent
@@ -196,10 +187,6 @@ class Flux1Adapter:
             prompt_cache=model_cfg.prompt_cache,
             attention_backend=getattr(model_cfg, "attention_backend", None),
         )
-
-    @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
 
     def guidance(self, scale: float) -> Guidance:
         """FLUX.1-dev's embedded guidance: the scale is the transformer's ``guidance`` input, one pass a step
@@ -252,9 +239,6 @@ class Flux1Adapter:
             f"the {self.family} pipeline has no CFG negative: FLUX.1's guidance is embedded "
             "(sample.guidance_scale is the transformer's guidance input)"
         )
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
 
     # ------------------------------------------------------------------ sampling pieces
     def mu(self) -> float:
@@ -353,30 +337,7 @@ class Flux1Adapter:
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        run_dir = Path(run_dir)
-        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
-            self.pipe.load_lora_weights(str(run_dir / "lora"))
-            return "LoRA"
-        if (run_dir / "transformer" / "config.json").is_file():
-            from diffusers import FluxTransformer2DModel
-
-            trained = FluxTransformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.compute_dtype)
-            self.pipe.transformer = trained.to(self.device)
-            if self.attention_backend is not None:
-                set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
-            return "fine-tuned transformer"
-        return None
-
-    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """Write a LoRA in diffusers format, loadable with the pipeline's ``load_lora_weights(directory)``, with
-        the transformer's peft config (rank, alpha, targets) as metadata (else diffusers assumes alpha = rank)."""
-        import diffusers
-
-        getattr(diffusers, self.pipeline_class).save_lora_weights(
-            str(directory),
-            transformer_lora_layers=state_dict,
-            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
-        )
+        return load_run_export(self, run_dir, FLUX_TRANSFORMER_CLASS, set_dispatcher_attention_backend)
 
 
 # ---------------------------------------------------------------------------------------- the tiny model

@@ -10,6 +10,19 @@ import torch
 
 logger = logging.getLogger(__name__)
 
+# diffusers' names for the attention projections of a two-stream (MM-DiT) block: the image stream's query, key,
+# value and output, and the text stream's (``add_*``); SD3, FLUX.1, FLUX.2 and Qwen-Image name theirs alike
+TWO_STREAM_ATTENTION = [
+    "attn.to_q",
+    "attn.to_k",
+    "attn.to_v",
+    "attn.to_out.0",
+    "attn.add_q_proj",
+    "attn.add_k_proj",
+    "attn.add_v_proj",
+    "attn.to_add_out",
+]
+
 
 def _set_as_list(value: Any) -> list:
     if isinstance(value, set):
@@ -31,9 +44,11 @@ def lora_metadata(transformer: torch.nn.Module) -> dict | None:
         return None
 
 
-def load_run_export(adapter: Any, run_dir: Any, transformer_class: str) -> str | None:
+def load_run_export(adapter: Any, run_dir: Any, transformer_class: str, set_backend: Any = None) -> str | None:
     """Load what a run exported into ``adapter.pipe``: ``lora/`` through the pipeline's ``load_lora_weights``, or a
-    fine-tuned ``transformer/`` of the diffusers class ``transformer_class``; returns what, or None."""
+    fine-tuned ``transformer/`` of the diffusers class ``transformer_class``; returns what, or None.
+    ``set_backend(transformer, name, device, dtype)`` puts a loaded transformer on the adapter's
+    ``attention_backend`` where one is chosen."""
     from pathlib import Path
 
     import diffusers
@@ -46,5 +61,7 @@ def load_run_export(adapter: Any, run_dir: Any, transformer_class: str) -> str |
         cls = getattr(diffusers, transformer_class)
         trained = cls.from_pretrained(run_dir / "transformer", torch_dtype=adapter.compute_dtype)
         adapter.pipe.transformer = trained.to(adapter.device)
+        if set_backend is not None and adapter.attention_backend is not None:
+            set_backend(trained, adapter.attention_backend, adapter.device, adapter.compute_dtype)
         return "fine-tuned transformer"
     return None

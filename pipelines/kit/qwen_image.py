@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,9 +37,9 @@ import torch
 
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
-from flowrl.pipelines.kit.lora import lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 
 logger = logging.getLogger(__name__)
 
@@ -94,16 +93,8 @@ def mu_of(seq_len: int, scheduler_config=None) -> float:
 
 # the joint attention projections of both streams (flow_grpo's and verl-omni's Qwen-Image LoRA targets add the
 # image and text MLPs: img_mlp.net.0.proj, img_mlp.net.2, txt_mlp.net.0.proj, txt_mlp.net.2)
-QWEN_IMAGE_LORA_TARGETS = [
-    "attn.to_q",
-    "attn.to_k",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_q_proj",
-    "attn.add_k_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
-]
+QWEN_IMAGE_LORA_TARGETS = list(TWO_STREAM_ATTENTION)
+QWEN_IMAGE_TRANSFORMER_CLASS = "QwenImageTransformer2DModel"
 DEFAULT_NEGATIVE = " "  # Qwen-Image's examples' negative prompt (an empty row of the data means this one)
 
 
@@ -151,13 +142,14 @@ def _last_text_stream(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
         handle.remove()
 
 
-class QwenImageCore:
+class QwenImageCore(CachedPromptAdapter):
     """A Qwen-Image pipeline (true CFG) for RL; the transformer is the policy. A family subclass names its
     ``pipeline_class``, ``tiny_recipe``, ``build_tiny`` and ``from_config``."""
 
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
     media_kind = "image"
     pipeline_class = "QwenImagePipeline"
+    negative_text = DEFAULT_NEGATIVE  # CFG's default negative
 
     def __init__(
         self,
@@ -190,9 +182,7 @@ class QwenImageCore:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
-        self._negative: Conditioning | None = None
-        self.prompt_cache = prompt_cache
+        self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
         self.latent_channels = pipe.transformer.config.in_channels // 4
         self.image_seq_len = image_seq_len(self.height, self.width, pipe.vae_scale_factor)
@@ -229,10 +219,6 @@ class QwenImageCore:
         """The constructor's family-specific keywords from ``ModelConfig`` (none for Qwen-Image)."""
         return {}
 
-    @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
-
     def guidance(self, scale: float) -> Guidance:
         """True CFG (two rows a sample, norm-rescaled) above 1, as the pipeline's ``true_cfg_scale``; else one pass."""
         return Guidance("cfg", float(scale), 2) if scale > 1.0 else Guidance("none", float(scale), 1)
@@ -246,9 +232,6 @@ class QwenImageCore:
         if mask is None:  # every token real: the pipeline drops the mask
             mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
         return {"prompt_embeds": embeds, "prompt_embeds_mask": mask.long()}
-
-    def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
 
     def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
         """Qwen2.5-VL embeddings (B, L, D) of ``prompts`` with their mask (B, L), cached per prompt and padded to
@@ -264,16 +247,6 @@ class QwenImageCore:
         cond["negative_prompt_embeds"] = negative["prompt_embeds"]
         cond["negative_prompt_embeds_mask"] = negative["prompt_embeds_mask"]
         return cond
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The default negative prompt's (``" "``) embedding and mask, ``n`` rows."""
-        if self._negative is None:
-            self._negative = self._encode([DEFAULT_NEGATIVE])
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._negative.items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
-        self._negative = None
 
     # ------------------------------------------------------------------ sampling pieces
     def mu(self) -> float:
@@ -411,32 +384,7 @@ class QwenImageCore:
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        run_dir = Path(run_dir)
-        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
-            self.pipe.load_lora_weights(str(run_dir / "lora"))
-            return "LoRA"
-        if (run_dir / "transformer" / "config.json").is_file():
-            from diffusers import QwenImageTransformer2DModel
-
-            trained = QwenImageTransformer2DModel.from_pretrained(
-                run_dir / "transformer", torch_dtype=self.compute_dtype
-            )
-            self.pipe.transformer = trained.to(self.device)
-            if self.attention_backend is not None:
-                set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
-            return "fine-tuned transformer"
-        return None
-
-    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """Write a LoRA in diffusers format, loadable with ``QwenImagePipeline.load_lora_weights(directory)`` (and
-        the edit pipelines'), with the transformer's peft config as metadata."""
-        from diffusers import QwenImagePipeline
-
-        QwenImagePipeline.save_lora_weights(
-            str(directory),
-            transformer_lora_layers=state_dict,
-            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
-        )
+        return load_run_export(self, run_dir, QWEN_IMAGE_TRANSFORMER_CLASS, set_dispatcher_attention_backend)
 
     def generate(
         self,

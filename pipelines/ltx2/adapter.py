@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,10 +80,10 @@ import torch
 
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
-from flowrl.pipelines.kit.lora import lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.kit.lora import load_run_export
 from flowrl.pipelines.ltx2 import layout
 from flowrl.pipelines.ltx2.layout import DEFAULT_FPS, DEFAULT_NUM_FRAMES
 
@@ -94,6 +93,7 @@ MODALITIES = ("video", "audio")
 ATTENTIONS = ("attn1", "attn2", "audio_attn1", "audio_attn2", "audio_to_video_attn", "video_to_audio_attn")
 # self-attention, text cross-attention (both towers) and the two cross-modal attentions of every block
 LTX2_LORA_TARGETS = [f"{attn}.{proj}" for attn in ATTENTIONS for proj in ("to_q", "to_k", "to_v", "to_out.0")]
+TRANSFORMER_CLASS = "LTX2VideoTransformer3DModel"
 SPATIAL_MULTIPLE = 32  # LTX-2's video VAE: 32x spatial
 TEMPORAL_MULTIPLE = 8  # and 8x temporal compression (causal first frame)
 DECODE_CHUNK_ELEMENTS = 1 << 20  # video latent elements the VAEs decode at once (whole clips, at least one)
@@ -222,7 +222,7 @@ def _plan_of(adapter, scale: float) -> _Plan:
     )
 
 
-class LTX2Adapter:
+class LTX2Adapter(CachedPromptAdapter):
     """LTX-2 for RL: latents ``{"video": (B, N_v, 128), "audio": (B, L, 128)}``. ``pipe`` is an ``LTX2Pipeline``;
     its transformer (both towers) is the policy."""
 
@@ -297,9 +297,7 @@ class LTX2Adapter:
         pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
-        self.prompt_cache = prompt_cache
-        self._negative: Conditioning | None = None
+        self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype  # ModelMixin.dtype walks every parameter: ask once
         self.text_dtype = pipe.text_encoder.dtype
         # the video latent grid and its packed tokens, as LTX2Pipeline.__call__ computes them
@@ -397,10 +395,6 @@ class LTX2Adapter:
         )
 
     @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
-
-    @property
     def sequence_parallel_plan(self) -> dict:
         """The context-parallel plan that splits both towers' tokens (``ltx2.parallel``; diffusers' own splits
         the video tokens only)."""
@@ -436,6 +430,8 @@ class LTX2Adapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
+        """The connectors' video and audio text contexts ``prompt_embeds`` / ``audio_prompt_embeds`` (B, T, D) and
+        ``prompt_attention_mask`` (B, T) of ``prompts`` (``CONDITION_KEYS``)."""
         embeds, mask, _, _ = self.pipe.encode_prompt(
             prompt=prompts,
             do_classifier_free_guidance=False,
@@ -445,39 +441,6 @@ class LTX2Adapter:
         side = getattr(self.pipe.tokenizer, "padding_side", "left")
         video, audio, mask = self.pipe.connectors(embeds, mask, padding_side=side)
         return {"prompt_embeds": video, "audio_prompt_embeds": audio, "prompt_attention_mask": mask}
-
-    def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row connector outputs of each prompt through the prompt cache (``sd3.cached_rows``)."""
-        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
-
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """The connectors' video and audio text contexts ``prompt_embeds`` / ``audio_prompt_embeds`` (B, T, D) and
-        ``prompt_attention_mask`` (B, T) of ``prompts``, cached per prompt. ``negative_prompts``: each row's CFG
-        negative, kept as ``negative_`` + each key ("" is the empty prompt); None: CFG uses the empty prompt."""
-        if negative_prompts is not None and len(negative_prompts) != len(prompts):
-            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
-        given = [n for n in negative_prompts or [] if n]
-        rows = self._rows(list(prompts) + given)
-        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in CONDITION_KEYS}
-        if negative_prompts is None:
-            return cond
-        empty = self._empty_negative()
-        own = iter(rows[len(prompts) :])
-        negs = [next(own) if n else empty for n in negative_prompts]
-        cond.update({f"negative_{k}": torch.cat([r[k] for r in negs]) for k in CONDITION_KEYS})
-        return cond
-
-    def _empty_negative(self) -> Conditioning:
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return self._negative
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The empty prompt's connector outputs, the CFG negative, expanded to ``n`` rows."""
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
 
     # ------------------------------------------------------------------ sampling pieces
     def mu(self) -> float:
@@ -746,30 +709,4 @@ class LTX2Adapter:
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        run_dir = Path(run_dir)
-        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
-            self.pipe.load_lora_weights(str(run_dir / "lora"))
-            return "LoRA"
-        if (run_dir / "transformer" / "config.json").is_file():
-            from diffusers import LTX2VideoTransformer3DModel
-
-            trained = LTX2VideoTransformer3DModel.from_pretrained(
-                run_dir / "transformer", torch_dtype=self.compute_dtype
-            )
-            self.pipe.transformer = trained.to(self.device)
-            if self.attention_backend is not None:
-                set_dispatcher_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
-            return "fine-tuned transformer"
-        return None
-
-    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """Write a LoRA in diffusers format (``pytorch_lora_weights.safetensors``), loadable with
-        ``LTX2Pipeline.load_lora_weights(directory)``, with the transformer's peft config (rank, alpha, targets)
-        as metadata (else diffusers assumes alpha = rank)."""
-        from diffusers import LTX2Pipeline
-
-        LTX2Pipeline.save_lora_weights(
-            str(directory),
-            transformer_lora_layers=state_dict,
-            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
-        )
+        return load_run_export(self, run_dir, TRANSFORMER_CLASS, set_dispatcher_attention_backend)

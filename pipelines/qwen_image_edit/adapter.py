@@ -33,7 +33,7 @@ from flowrl.pipelines.qwen_image_edit import layout
 CONDITION_AREA = 384 * 384  # QwenImageEditPlusPipeline: what the VL encoder sees of each source image
 
 
-TINY_PATHS = ("tiny", "tiny-plus")  # model.path values that build an offline tiny Edit / Edit-Plus
+TINY_PATHS = {"tiny": {}, "tiny-plus": {"plus": True}}  # model.path -> the tiny Edit / Edit-Plus builder's keywords
 
 
 def check_model_path(model_cfg) -> None:
@@ -85,7 +85,7 @@ class QwenImageEditAdapter(QwenImageCore):
         if model_cfg.path in TINY_PATHS:
             from flowrl.pipelines.qwen_image_edit.tiny import build_tiny_qwen_image_edit
 
-            pipe = build_tiny_qwen_image_edit(seed=seed, plus=model_cfg.path == "tiny-plus")
+            pipe = build_tiny_qwen_image_edit(seed=seed, **TINY_PATHS[model_cfg.path])
         else:
             cls.check_model_path(model_cfg)
             pipe = load_qwen_image_edit_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)

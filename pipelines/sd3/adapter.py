@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import has_xformers
 from flowrl.pipelines.kit.loading import DTYPES
-from flowrl.pipelines.kit.lora import lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 from flowrl.pipelines.sd3 import layout
 from flowrl.pipelines.sd3.attention import set_attention_backend
 from flowrl.pipelines.sd3.loading import check_model_path, load_sd3_pipeline
@@ -22,19 +21,11 @@ logger = logging.getLogger(__name__)
 
 
 # Flow-GRPO's SD3.5 LoRA targets: joint attention projections of both streams.
-SD3_LORA_TARGETS = [
-    "attn.to_q",
-    "attn.to_k",
-    "attn.to_v",
-    "attn.to_out.0",
-    "attn.add_q_proj",
-    "attn.add_k_proj",
-    "attn.add_v_proj",
-    "attn.to_add_out",
-]
+SD3_LORA_TARGETS = list(TWO_STREAM_ATTENTION)
+TRANSFORMER_CLASS = "SD3Transformer2DModel"
 
 
-class SD3Adapter:
+class SD3Adapter(CachedPromptAdapter):
     """SD3/SD3.5 for RL. ``pipe`` is a ``StableDiffusion3Pipeline``; the transformer is the policy."""
 
     image_vae_latents = True  # latents are the VAE's own (C, h, w): dataset methods encode images into them
@@ -77,9 +68,7 @@ class SD3Adapter:
             pipe.enable_xformers_memory_efficient_attention()
         # one private scheduler copy: sigmas are read from it, never stepped
         self._scheduler = copy.deepcopy(pipe.scheduler)
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
-        self.prompt_cache = prompt_cache
-        self._negative: Conditioning | None = None
+        self._start_prompt_cache(prompt_cache)
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
         # ModelMixin.dtype walks every parameter: far too slow to ask once per denoising step
         self.compute_dtype = pipe.transformer.dtype
@@ -119,10 +108,6 @@ class SD3Adapter:
             attention_backend=getattr(model_cfg, "attention_backend", None),
         )
 
-    @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
-
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG (both branches in one batched forward: 2 rows a sample), off at scale 1."""
         return cfg_guidance(scale)
@@ -130,6 +115,7 @@ class SD3Adapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
+        """T5 and CLIP embeddings (B, L, D) and the pooled CLIP ones (B, P) of ``prompts``."""
         embeds, _, pooled, _ = self.pipe.encode_prompt(
             prompt=prompts,
             prompt_2=None,
@@ -139,44 +125,6 @@ class SD3Adapter:
             max_sequence_length=self.max_sequence_length,
         )
         return {"prompt_embeds": embeds, "pooled_prompt_embeds": pooled}
-
-    def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row embeddings of each of ``prompts``, through the prompt cache (``cached_rows``)."""
-        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
-
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """Embeddings of ``prompts`` (B, L, D) and (B, P). Each distinct prompt of the call is encoded once;
-        the ``prompt_cache`` most recently used ones are kept for later calls.
-
-        ``negative_prompts`` (one a prompt): each row's CFG negative, kept as rows of the conditioning
-        (``negative_prompt_embeds``, ``negative_pooled_prompt_embeds``) so that selecting or concatenating
-        rows keeps every sample with its own negative; "" is the empty prompt, exactly the embedding of
-        ``negative_conditioning``. None: no negative rows, CFG uses the empty prompt (``model_inputs``)."""
-        if negative_prompts is not None and len(negative_prompts) != len(prompts):
-            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
-        given = [n for n in negative_prompts or [] if n]
-        rows = self._rows(list(prompts) + given)
-        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in rows[0]}
-        if negative_prompts is None:
-            return cond
-        empty = self._empty_negative()
-        own = iter(rows[len(prompts) :])
-        negs = [next(own) if n else empty for n in negative_prompts]
-        for k in empty:
-            cond[f"negative_{k}"] = torch.cat([r[k] for r in negs])
-        return cond
-
-    def _empty_negative(self) -> Conditioning:
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return self._negative
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The empty-prompt embedding used as the CFG negative, expanded to ``n`` rows."""
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
 
     # ------------------------------------------------------------------ sampling pieces
     def sigmas(self, num_steps: int) -> torch.Tensor:
@@ -264,31 +212,7 @@ class SD3Adapter:
 
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        run_dir = Path(run_dir)
-        if (run_dir / "lora" / "pytorch_lora_weights.safetensors").is_file():
-            self.pipe.load_lora_weights(str(run_dir / "lora"))
-            return "LoRA"
-        if (run_dir / "transformer" / "config.json").is_file():
-            from diffusers import SD3Transformer2DModel
-
-            trained = SD3Transformer2DModel.from_pretrained(run_dir / "transformer", torch_dtype=self.transformer.dtype)
-            self.pipe.transformer = trained.to(self.device)
-            if self.attention_backend is not None:
-                set_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)
-            return "fine-tuned transformer"
-        return None
-
-    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """Write a LoRA in diffusers format, loadable with ``pipe.load_lora_weights(directory)``. The transformer's
-        peft config (rank, alpha, targets) goes in the file's metadata: without it diffusers assumes
-        alpha = rank on loading, which halves a LoRA trained with alpha = 2 x rank."""
-        from diffusers import StableDiffusion3Pipeline
-
-        StableDiffusion3Pipeline.save_lora_weights(
-            str(directory),
-            transformer_lora_layers=state_dict,
-            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
-        )
+        return load_run_export(self, run_dir, TRANSFORMER_CLASS, set_attention_backend)
 
     def generate(
         self,

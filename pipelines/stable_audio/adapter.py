@@ -54,7 +54,7 @@ config as ``lora_adapter_metadata``). Outside flowrl, load it with::
     pipe.transformer.__class__ = type("StableAudio3DiTModel", (type(pipe.transformer), PeftAdapterMixin), {})
     pipe.transformer.load_lora_adapter("RUN/lora", prefix="transformer", weight_name="pytorch_lora_weights.safetensors")
 
-(or ``flowrl.pipelines.stable_audio.load_lora(pipe, "RUN/lora")``, which does both).
+(or ``flowrl.pipelines.stable_audio.adapter.load_lora(pipe, "RUN/lora")``, which does both).
 """
 
 from __future__ import annotations
@@ -63,17 +63,17 @@ import copy
 import inspect
 import json
 import logging
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
 from flowrl.pipelines.stable_audio import layout
+from flowrl.pipelines.stable_audio.layout import TINY_PATHS
 from flowrl.pipelines.stable_audio.tiny import wake_tiny_same
 
 logger = logging.getLogger(__name__)
@@ -89,8 +89,7 @@ SA3_LORA_TARGETS = [
     "cross_attn.to_out",
 ]
 
-# model.path values that build an offline tiny pipeline: path -> distilled (ping-pong scheduler)
-TINY_PATHS = {"tiny": True, "tiny-base": False}
+TRANSFORMER_CLASS = "StableAudio3DiTModel"
 LORA_WEIGHT_NAME = "pytorch_lora_weights.safetensors"
 LORA_PREFIX = "transformer"
 TEXT_TOKENS = 256  # StableAudio3Pipeline.encode_prompt pads and truncates to min(tokenizer max, 256)
@@ -175,10 +174,11 @@ def set_sa3_attention_backend(transformer, name: str, device: torch.device, dtyp
     )
 
 
-class StableAudioAdapter:
+class StableAudioAdapter(CachedPromptAdapter):
     """Stable Audio 3 for RL. ``pipe`` is a ``StableAudio3Pipeline``; the DiT transformer is the policy."""
 
     lora_target_modules = SA3_LORA_TARGETS
+    negative_keys = ("prompt_embeds", "encoder_attention_mask")  # a row's own negative: its text, not its duration
     check_model_path = staticmethod(check_model_path)
     media_kind = "audio"
     tiny_recipe = "tiny-audio"
@@ -228,9 +228,7 @@ class StableAudioAdapter:
         pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
-        self.prompt_cache = prompt_cache
-        self._negative: Conditioning | None = None
+        self._start_prompt_cache(prompt_cache)
         self._global: torch.Tensor | None = None
         self.compute_dtype = pipe.transformer.dtype
         self.attention_backend = attention_backend
@@ -250,7 +248,7 @@ class StableAudioAdapter:
         if model_cfg.path in TINY_PATHS:
             from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio
 
-            pipe = build_tiny_stable_audio(seed=seed, distilled=TINY_PATHS[model_cfg.path])
+            pipe = build_tiny_stable_audio(seed=seed, **TINY_PATHS[model_cfg.path])
             wake_tiny_same(pipe.vae, seed)
         else:
             check_model_path(model_cfg)
@@ -267,10 +265,6 @@ class StableAudioAdapter:
             prompt_cache=model_cfg.prompt_cache,
             attention_backend=getattr(model_cfg, "attention_backend", None),
         )
-
-    @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
 
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG (both branches in one batched forward: 2 rows a sample) for scales above 1, as the
@@ -291,46 +285,12 @@ class StableAudioAdapter:
 
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
+        """T5Gemma embeddings with the duration token (B, 257, D), their mask (B, 257) and the duration vector (B, G)
+        of ``prompts``; the default negative is the empty prompt, the pipeline's."""
         embeds, mask = self.pipe.encode_prompt(prompts, self.device, 1)
         g = self.duration_embedding().expand(len(prompts), -1)
         embeds, mask = self.pipe.prepare_cross_attention(embeds, mask, g)
         return {"prompt_embeds": embeds, "encoder_attention_mask": mask, "global_hidden_states": g.clone()}
-
-    def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row conditionings of each prompt through the prompt cache (``sd3.cached_rows``)."""
-        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
-
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """T5Gemma embeddings with the duration token (B, 257, D), their mask (B, 257) and the duration vector
-        (B, G) of ``prompts``, cached per prompt.
-
-        ``negative_prompts`` (one a prompt): each row's CFG negative as ``negative_prompt_embeds`` and
-        ``negative_encoder_attention_mask`` rows; "" is the empty prompt, the pipeline's default negative."""
-        if negative_prompts is not None and len(negative_prompts) != len(prompts):
-            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
-        given = [n for n in negative_prompts or [] if n]
-        rows = self._rows(list(prompts) + given)
-        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in rows[0]}
-        if negative_prompts is None:
-            return cond
-        empty = self._empty_negative()
-        own = iter(rows[len(prompts) :])
-        negs = [next(own) if n else empty for n in negative_prompts]
-        for k in ("prompt_embeds", "encoder_attention_mask"):
-            cond[f"negative_{k}"] = torch.cat([r[k] for r in negs])
-        return cond
-
-    def _empty_negative(self) -> Conditioning:
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return self._negative
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The empty prompt's conditioning (the pipeline's default CFG negative), expanded to ``n`` rows."""
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
 
     # ------------------------------------------------------------------ sampling pieces
     def sigmas(self, num_steps: int) -> torch.Tensor:
@@ -451,9 +411,11 @@ class StableAudioAdapter:
             load_lora(self.pipe, run_dir / "lora")
             return "LoRA"
         if (run_dir / "transformer" / "config.json").is_file():
-            from diffusers import StableAudio3DiTModel
+            import diffusers
 
-            trained = StableAudio3DiTModel.from_pretrained(run_dir / "transformer", torch_dtype=self.compute_dtype)
+            trained = getattr(diffusers, TRANSFORMER_CLASS).from_pretrained(
+                run_dir / "transformer", torch_dtype=self.compute_dtype
+            )
             self.pipe.transformer = with_peft(trained).to(self.device)
             if self.attention_backend is not None:
                 set_sa3_attention_backend(trained, self.attention_backend, self.device, self.compute_dtype)

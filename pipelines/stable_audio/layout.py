@@ -20,7 +20,9 @@ SA3_TINY_SAMPLING_RATE = 256
 SA3_TINY_LATENT_DIM = 8
 SA3_TINY_DOWNSAMPLING = 16
 SA3_TINY_MEMORY_TOKENS = 4
-TINY_PATHS = ("tiny", "tiny-base")
+# model.path values that build an offline tiny pipeline -> ``build_tiny_stable_audio``'s keywords (distilled: the
+# ping-pong scheduler)
+TINY_PATHS = {"tiny": {"distilled": True}, "tiny-base": {"distilled": False}}
 
 
 def stable_audio_latent_length(duration: float, sampling_rate: int, downsampling_ratio: int) -> int:

@@ -49,16 +49,15 @@ from __future__ import annotations
 import copy
 import json
 import logging
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
 from flowrl.pipelines.wan import layout
 from flowrl.pipelines.wan.experts import EXPERTS, WanExperts
 from flowrl.pipelines.wan.layout import DEFAULT_NUM_FRAMES
@@ -76,6 +75,7 @@ WAN_LORA_TARGETS = [
     "attn2.to_v",
     "attn2.to_out.0",
 ]
+TRANSFORMER_CLASS = "WanTransformer3DModel"
 # model.path -> the tiny builder's keywords (``build_tiny_wan``)
 TINY_PATHS = {"tiny": {}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2v": True}}
 DEFAULT_FPS = 16.0
@@ -116,7 +116,7 @@ def check_num_frames(num_frames: int, temporal: int = 4) -> None:
         raise ValueError(f"model.num_frames: Wan needs {temporal}k + 1 frames (e.g. 5, 33, 81), got {num_frames}")
 
 
-class WanAdapter:
+class WanAdapter(CachedPromptAdapter):
     """Wan 2.1 T2V / Wan 2.2 T2V-A14B for RL. ``pipe`` is a ``WanPipeline``; the policy is its transformer, or
     (two experts) a ``WanExperts`` holding ``transformer`` and ``transformer_2``."""
 
@@ -162,9 +162,7 @@ class WanAdapter:
             pipe.vae.to(dtype=vae_dtype)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()  # least recently used first
-        self.prompt_cache = prompt_cache
-        self._negative: Conditioning | None = None
+        self._start_prompt_cache(prompt_cache)
         two = getattr(pipe, "transformer_2", None) is not None and pipe.config.boundary_ratio is not None
         self.two_experts = two
         if two:
@@ -261,6 +259,7 @@ class WanAdapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
+        """UMT5 embeddings (B, L, D) of ``prompts``, zero-padded to ``max_sequence_length`` as the pipeline pads."""
         embeds, _ = self.pipe.encode_prompt(
             prompt=prompts,
             do_classifier_free_guidance=False,
@@ -268,39 +267,6 @@ class WanAdapter:
             max_sequence_length=self.max_sequence_length,
         )
         return {"prompt_embeds": embeds}
-
-    def _rows(self, prompts: list[str]) -> list[Conditioning]:
-        """One-row embeddings of each prompt through the prompt cache (``sd3.cached_rows``)."""
-        return cached_rows(self._cache, self.prompt_cache, prompts, self._encode)
-
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """UMT5 embeddings (B, L, D) of ``prompts`` (zero-padded to ``max_sequence_length``, as the pipeline),
-        cached per prompt. ``negative_prompts``: each row's CFG negative, kept as ``negative_prompt_embeds`` rows
-        ("" is the empty prompt); None: CFG uses the empty prompt (``model_inputs``)."""
-        if negative_prompts is not None and len(negative_prompts) != len(prompts):
-            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
-        given = [n for n in negative_prompts or [] if n]
-        rows = self._rows(list(prompts) + given)
-        cond = {"prompt_embeds": torch.cat([r["prompt_embeds"] for r in rows[: len(prompts)]])}
-        if negative_prompts is None:
-            return cond
-        empty = self._empty_negative()
-        own = iter(rows[len(prompts) :])
-        negs = [next(own) if n else empty for n in negative_prompts]
-        cond["negative_prompt_embeds"] = torch.cat([r["prompt_embeds"] for r in negs])
-        return cond
-
-    def _empty_negative(self) -> Conditioning:
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return self._negative
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The empty-prompt embedding used as the CFG negative, expanded to ``n`` rows."""
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
 
     # ------------------------------------------------------------------ sampling pieces
     def sigmas(self, num_steps: int) -> torch.Tensor:
@@ -462,9 +428,9 @@ class WanAdapter:
                     part = {k[len(name) + 1 :]: v for k, v in state.items() if k.startswith(f"{name}.")}
                     expert.load_state_dict(part)
                 return "fine-tuned experts"
-            from diffusers import WanTransformer3DModel
+            import diffusers
 
-            trained = WanTransformer3DModel.from_pretrained(folder, torch_dtype=self.compute_dtype)
+            trained = getattr(diffusers, TRANSFORMER_CLASS).from_pretrained(folder, torch_dtype=self.compute_dtype)
             self.pipe.transformer = trained.to(self.device)
             if not self.two_experts:
                 self._transformer = trained

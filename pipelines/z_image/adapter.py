@@ -32,19 +32,19 @@ diffusers folder (``ZImagePipeline.from_pretrained``: ``Tongyi-MAI/Z-Image``, ``
 from __future__ import annotations
 
 import copy
-from collections import OrderedDict
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
-from flowrl.pipelines.kit.lora import load_run_export, lora_metadata
-from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.pipelines.kit.lora import load_run_export
 from flowrl.pipelines.z_image import layout
 
 Z_IMAGE_LORA_TARGETS = ["attention.to_q", "attention.to_k", "attention.to_v", "attention.to_out.0"]
+TRANSFORMER_CLASS = "ZImageTransformer2DModel"
 
 
 def check_model_path(model_cfg) -> None:
@@ -53,7 +53,7 @@ def check_model_path(model_cfg) -> None:
         check_folder_or_hub(model_cfg.path, "z_image", "Z-Image")
 
 
-class ZImageAdapter:
+class ZImageAdapter(CachedPromptAdapter):
     """Z-Image / Z-Image-Turbo for RL. ``pipe`` is a ``ZImagePipeline``; the transformer is the policy."""
 
     image_vae_latents = True  # latents are the VAE's own (C, h, w): dataset methods encode images into them
@@ -94,9 +94,7 @@ class ZImageAdapter:
             pipe.vae.to(dtype=vae_dtype)
         pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._cache: OrderedDict[str, Conditioning] = OrderedDict()
-        self._negative: Conditioning | None = None
-        self.prompt_cache = prompt_cache
+        self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
         self.latent_channels = pipe.transformer.config.in_channels
         self.image_seq_len = layout.image_tokens(self.height, self.width, pipe.vae_scale_factor)
@@ -136,10 +134,6 @@ class ZImageAdapter:
             attention_backend=model_cfg.attention_backend,
         )
 
-    @property
-    def transformer(self) -> torch.nn.Module:
-        return self.pipe.transformer
-
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG above 1 (both branches in one batched call: 2 rows a sample), else one pass."""
         return Guidance("cfg", float(scale), 2) if scale > 1.0 else Guidance("none", float(scale), 1)
@@ -147,7 +141,8 @@ class ZImageAdapter:
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
     def _encode(self, prompts: list[str]) -> Conditioning:
-        """The pipeline's per-prompt embeddings, zero-padded to ``max_sequence_length``, and their lengths."""
+        """The pipeline's per-prompt Qwen3 embeddings (B, L, D), zero-padded to ``max_sequence_length``, and their
+        lengths (B,)."""
         embeds, _ = self.pipe.encode_prompt(
             prompt=list(prompts),  # the pipeline rewrites the list it is given
             device=self.device,
@@ -158,34 +153,6 @@ class ZImageAdapter:
         for i, e in enumerate(embeds):
             padded[i, : len(e)] = e
         return {"prompt_embeds": padded, "prompt_lengths": torch.tensor([len(e) for e in embeds], device=self.device)}
-
-    def encode_prompts(self, prompts: list[str], negative_prompts: list[str] | None = None) -> Conditioning:
-        """Qwen3 embeddings (B, L, D) zero-padded to ``max_sequence_length`` with their lengths (B,), cached per
-        prompt; with ``negative_prompts``, each row's CFG negative as ``negative_prompt_*`` rows."""
-        if negative_prompts is not None and len(negative_prompts) != len(prompts):
-            raise ValueError(f"{len(negative_prompts)} negative prompts for {len(prompts)} prompts")
-        given = [n for n in negative_prompts or [] if n]
-        rows = cached_rows(self._cache, self.prompt_cache, list(prompts) + given, self._encode)
-        cond = {k: torch.cat([r[k] for r in rows[: len(prompts)]]) for k in rows[0]}
-        if negative_prompts is None:
-            return cond
-        own = iter(rows[len(prompts) :])
-        negs = [next(own) if n else self._empty_negative() for n in negative_prompts]
-        cond.update({f"negative_{k}": torch.cat([r[k] for r in negs]) for k in rows[0]})
-        return cond
-
-    def _empty_negative(self) -> Conditioning:
-        if self._negative is None:
-            self._negative = self._encode([""])
-        return self._negative
-
-    def negative_conditioning(self, n: int) -> Conditioning:
-        """The empty prompt's embedding (the pipeline's default negative), ``n`` rows."""
-        return {k: v.expand(n, *v.shape[1:]) for k, v in self._empty_negative().items()}
-
-    def clear_cache(self) -> None:
-        self._cache.clear()
-        self._negative = None
 
     # ------------------------------------------------------------------ sampling pieces
     def sigmas(self, num_steps: int) -> torch.Tensor:
@@ -287,17 +254,7 @@ class ZImageAdapter:
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
-        return load_run_export(self, run_dir, "ZImageTransformer2DModel")
-
-    def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
-        """A diffusers LoRA ``ZImagePipeline.load_lora_weights(directory)`` loads, with the peft config."""
-        from diffusers import ZImagePipeline
-
-        ZImagePipeline.save_lora_weights(
-            str(directory),
-            transformer_lora_layers=state_dict,
-            transformer_lora_adapter_metadata=lora_metadata(self.transformer),
-        )
+        return load_run_export(self, run_dir, TRANSFORMER_CLASS)
 
     def generate(
         self,
