@@ -18,19 +18,17 @@ transformers VLM, the question followed by ``question_suffix``, and reads the re
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from flowrl.benchmarks.progress import PROGRESS, RUN, check_resume, read_rows
+
 from . import scoring
 from .data import describe_source, load_questions
 
-logger = logging.getLogger(__name__)
-
-PROGRESS, RUN = "progress.jsonl", "run.json"
 OFFICIAL_VQA = "damo/mplug_visual-question-answering_coco_large_en"
 QUESTION_SUFFIX = " Please answer yes or no."
 _PINNED = ("model", "version", "backend", "base_url", "max_tokens")
@@ -74,26 +72,6 @@ def build_judge(options: Mapping[str, Any]) -> Any:
     return transformers_judge(options["model"], version=options.get("version"), max_tokens=options.get("max_tokens", 16),
                               device=options.get("device"), dtype=options.get("dtype", "bf16"),
                               batch_size=options.get("batch_size") or 8)  # fmt: skip
-
-
-def _check_resume(out: Path, run: dict[str, Any], resume: bool) -> None:
-    if not (out / PROGRESS).is_file():
-        return
-    if not resume:
-        raise ValueError(f"{out} already holds DPG-Bench results ({out / PROGRESS}); pass --resume or a new --out")
-    old = json.loads((out / RUN).read_text(encoding="utf-8")) if (out / RUN).is_file() else None
-    if old is None:
-        raise ValueError(f"{out} has {PROGRESS} but no {RUN}; cannot tell which VQA model made it")
-    for key in _PINNED:
-        if old["judge"].get(key) != run["judge"].get(key):
-            raise ValueError(
-                f"cannot resume {out}: VQA {key} was {old['judge'].get(key)!r}, now {run['judge'].get(key)!r}"
-            )
-    for key in ("answer_rule", "question_suffix", "pic_num", "resolution"):
-        if old.get(key) != run.get(key):
-            raise ValueError(f"cannot resume {out}: {key} was {old.get(key)!r}, now {run.get(key)!r}")
-    if old["prompts"].get("sha256") != run["prompts"].get("sha256"):
-        raise ValueError(f"cannot resume {out}: it was scored against another CSV")
 
 
 def score_item(judge: Any, item: scoring.ItemQuestions, crops: list[np.ndarray], suffix: str, rule: str) -> dict:
@@ -150,7 +128,8 @@ def score_folder(image_dir: str | Path, out_dir: str | Path, judge_options: Mapp
     run = {"benchmark": "dpgbench", "judge": judge_info, "prompts": prompts, "pic_num": pic_num,
            "resolution": opts.get("resolution"), "answer_rule": rule, "question_suffix": suffix,
            "limit": opts.get("limit"), "images_dir": str(images_dir.resolve())}  # fmt: skip
-    _check_resume(out, run, bool(opts.get("resume")))
+    pinned_run = ("answer_rule", "question_suffix", "pic_num", "resolution")
+    check_resume(out, run, bool(opts.get("resume")), "DPG-Bench", _PINNED, pinned_run)
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     rows = {k: r for k, r in read_progress(out / PROGRESS).items() if r.get("status") in ("ok", "missing_parent")}
@@ -174,15 +153,7 @@ def score_folder(image_dir: str | Path, out_dir: str | Path, judge_options: Mapp
 
 
 def read_progress(path: Path) -> dict[str, dict[str, Any]]:
-    rows: dict[str, dict[str, Any]] = {}
-    if path.is_file():
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            try:
-                row = json.loads(line)
-                rows[str(row["key"])] = row
-            except (ValueError, KeyError, TypeError):
-                logger.warning("%s:%d is not a progress row; skipped", path, lineno)
-    return rows
+    return read_rows(path, lambda row: str(row["key"]))
 
 
 def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:

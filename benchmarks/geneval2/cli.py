@@ -55,8 +55,20 @@ def add_command(sub: Any) -> None:
     j.add_argument("--judge-dtype", default="auto", help="local judge: auto (bf16) | fp32 | fp16 | bf16")
     j.add_argument("--device", default=None, help="local judge device (default: cuda when available)")
     j.add_argument("--resume", action="store_true", help="continue an interrupted --judge run in --out")
+    p.add_argument(
+        "--sim-even-batches", default=None, metavar="WxB",
+        help="with --judge / --summary: also UniRL's means over W x B padded waves (e.g. 32x32)",
+    )  # fmt: skip
     p.add_argument("--json", action="store_true", help="with --summary: print JSON instead of Markdown")
     p.set_defaults(fn=cmd_geneval2)
+
+
+def parse_waves(text: str) -> tuple[int, int]:
+    """``"32x32"`` -> (32, 32): world size and batch of UniRL's simulated distributed evaluation."""
+    parts = text.lower().split("x")
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise ValueError(f"--sim-even-batches {text!r}: expected WxB with positive integers, e.g. 32x32")
+    return int(parts[0]), int(parts[1])
 
 
 def cmd_geneval2(args: argparse.Namespace) -> int:
@@ -72,6 +84,7 @@ def cmd_geneval2(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise ValueError(f"--{name.replace('_', '-')}: must be at least 1, got {value}")
+    sim_even = parse_waves(args.sim_even_batches) if args.sim_even_batches else None
     items = load_items(args.prompts)
     source = describe_source(args.prompts)
     if args.check:
@@ -101,12 +114,12 @@ def cmd_geneval2(args: argparse.Namespace) -> int:
             "resume": args.resume, "model": args.judge_model, "base_url": args.base_url,
             "tokenizer": args.judge_tokenizer, "top_logprobs": args.top_logprobs, "token_ids": not args.no_token_ids,
             "version": args.judge_version, "api_key": args.api_key, "dtype": args.judge_dtype, "device": args.device,
-            "batch_size": args.batch_size, "items": items, "prompt_set": source,
+            "batch_size": args.batch_size, "items": items, "prompt_set": source, "sim_even_batches": sim_even,
         }  # fmt: skip
         summary = score_folder(args.judge, out, options)
         print(summary_markdown(summary), end="")
         print(f"wrote {Path(out) / 'summary.json'}, {Path(out) / 'summary.md'} and {Path(out) / 'progress.jsonl'}")
         return 0
-    summary = summarize_run(args.summary, items)
+    summary = summarize_run(args.summary, items, sim_even=sim_even)
     print(json.dumps(summary, indent=2) if args.json else summary_markdown(summary), end="\n" if args.json else "")
     return 0

@@ -16,18 +16,16 @@ image count; a fresh run refuses a folder that has progress.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from flowrl.benchmarks.progress import PROGRESS, RUN, check_resume, read_rows
 
 from . import scoring
 from .data import OFFICIAL_SHA256, describe_source, load_items
 from .judge import OFFICIAL_JUDGE
 
-logger = logging.getLogger(__name__)
-
-PROGRESS, RUN = "progress.jsonl", "run.json"
 _PINNED = ("model", "version", "backend", "base_url", "dtype", "top_logprobs", "token_ids")
 
 
@@ -39,18 +37,7 @@ def image_file(images_dir: Path, item: Mapping[str, Any], k: int) -> Path:
 
 
 def read_progress(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
-    if not path.is_file():
-        return rows
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-            rows[(str(row["key"]), int(row["image"]))] = row
-        except (ValueError, KeyError, TypeError):
-            logger.warning("%s:%d is not a progress row; skipped", path, lineno)
-    return rows
+    return read_rows(path, lambda row: (str(row["key"]), int(row["image"])))
 
 
 def build_judge(options: Mapping[str, Any]) -> Any:
@@ -97,25 +84,6 @@ def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
     return {"official": not deviations, "deviations": deviations, "label": label}
 
 
-def _check_resume(out: Path, run: dict[str, Any], resume: bool) -> None:
-    if not (out / PROGRESS).is_file():
-        return
-    if not resume:
-        raise ValueError(f"{out} already holds GenEval 2 results ({out / PROGRESS}); pass --resume or a new --out")
-    old = json.loads((out / RUN).read_text(encoding="utf-8")) if (out / RUN).is_file() else None
-    if old is None:
-        raise ValueError(f"{out} has {PROGRESS} but no {RUN}; cannot tell which judge made it")
-    for key in _PINNED:
-        if old["judge"].get(key) != run["judge"].get(key):
-            raise ValueError(
-                f"cannot resume {out}: judge {key} was {old['judge'].get(key)!r}, now {run['judge'].get(key)!r}"
-            )
-    if old["prompts"].get("sha256") != run["prompts"].get("sha256"):
-        raise ValueError(f"cannot resume {out}: it was scored against another prompt file")
-    if old.get("images_per_prompt") != run["images_per_prompt"]:
-        raise ValueError(f"cannot resume {out}: images_per_prompt was {old.get('images_per_prompt')}")
-
-
 def score_image(judge: Any, item: Mapping[str, Any], image: Any) -> dict[str, Any]:
     """One image's row: every question asked once, its soft score and TIFA verdict."""
     questions = [q for q, _ in item["vqa_list"]]
@@ -129,6 +97,8 @@ def score_image(judge: Any, item: Mapping[str, Any], image: Any) -> dict[str, An
         "probs": [r.probs for r in replies],
         "argmax": [r.argmax for r in replies],
         "floor": [r.floor for r in replies] if any(r.floor is not None for r in replies) else None,
+        # questions two of whose forms share a first token (summed twice officially; UniRL counts it once)
+        "shared_first_tokens": sum(1 for r in replies if r.ids is not None and len(set(r.ids)) < len(r.ids)),
         **scoring.image_scores(scores),
     }
 
@@ -139,7 +109,8 @@ def score_folder(image_dir: str | Path, out_dir: str | Path, judge_options: Mapp
     ``judge_options``: ``prompts`` (the data file or checkout; default ``load_items``' lookup) or ``items``,
     ``images_per_prompt`` (1), ``limit``, ``resume``, ``show_progress``, and the judge: ``judge`` (ready) or
     ``base_url``/``model``/``tokenizer``/``api_key``/``top_logprobs``/``token_ids`` (served) or
-    ``model``/``device``/``dtype``/``batch_size`` (local), ``version``. Returns the summary.
+    ``model``/``device``/``dtype``/``batch_size`` (local), ``version``; ``sim_even_batches`` (world, batch)
+    adds UniRL's padded-wave means. Returns the summary.
     """
     from tqdm.auto import tqdm
 
@@ -159,8 +130,9 @@ def score_folder(image_dir: str | Path, out_dir: str | Path, judge_options: Mapp
     items = items[:limit] if limit else items
     judge = build_judge(opts)
     run = {"benchmark": "geneval2", "judge": judge.info, "prompts": prompts, "images_per_prompt": n,
-           "limit": limit, "images_dir": str(images_dir.resolve())}  # fmt: skip
-    _check_resume(out, run, bool(opts.get("resume")))
+           "limit": limit, "images_dir": str(images_dir.resolve()),
+           "sim_even_batches": opts.get("sim_even_batches")}  # fmt: skip
+    check_resume(out, run, bool(opts.get("resume")), "GenEval 2", _PINNED, ("images_per_prompt",))
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     rows = {key: r for key, r in read_progress(out / PROGRESS).items() if r.get("status") == "ok"}
@@ -185,8 +157,9 @@ def score_folder(image_dir: str | Path, out_dir: str | Path, judge_options: Mapp
 
 
 def summarize_run(out_dir: str | Path, items: list[dict[str, Any]], rows: Mapping | None = None,
-                  run: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Aggregate ``out_dir``'s progress (or ``rows``) and write summary.json and summary.md."""
+                  run: Mapping[str, Any] | None = None, sim_even: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Aggregate ``out_dir``'s progress (or ``rows``) and write summary.json and summary.md; ``sim_even``
+    (or the run's ``sim_even_batches``) adds UniRL's padded-wave means."""
     out = Path(out_dir)
     if run is None:
         if not (out / RUN).is_file():
@@ -194,7 +167,8 @@ def summarize_run(out_dir: str | Path, items: list[dict[str, Any]], rows: Mappin
         run = json.loads((out / RUN).read_text(encoding="utf-8"))
     rows = read_progress(out / PROGRESS) if rows is None else rows
     items = items[: run["limit"]] if run.get("limit") else items
-    summary = scoring.summarize(items, rows, run["images_per_prompt"])
+    sim_even = sim_even or run.get("sim_even_batches")
+    summary = scoring.summarize(items, rows, run["images_per_prompt"], tuple(sim_even) if sim_even else None)
     summary.update(judge=run["judge"], prompt_set=run["prompts"], limit=run.get("limit"))
     summary["protocol"] = protocol_status(run, summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

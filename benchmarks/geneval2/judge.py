@@ -35,6 +35,7 @@ class Reply:
     probs: list[float]
     argmax: str
     floor: float | None = None  # served: the probability of the last top_logprobs candidate
+    ids: list[int] | None = None  # each form's first token id (a repeated id is counted again, as officially)
 
 
 def first_token_id(tokenizer: Any, form: str) -> int:
@@ -59,8 +60,9 @@ class LocalJudge:
         dist = self.chat.next_token_distribution([ChatRequest([img], t) for img, t in zip(images, texts)])  # (N, V)
         out = []
         for row, row_forms in zip(dist, forms):
-            probs = [float(row[first_token_id(self.tokenizer, f)].item()) for f in row_forms]
-            out.append(Reply(probs, self.tokenizer.decode([int(row.argmax())])))
+            ids = [first_token_id(self.tokenizer, f) for f in row_forms]
+            probs = [float(row[i].item()) for i in ids]
+            out.append(Reply(probs, self.tokenizer.decode([int(row.argmax())]), ids=ids))
         return out
 
 
@@ -111,7 +113,8 @@ class ServedJudge:
                 if cid is not None and cid not in mass:
                     mass[cid] = math.exp(float(cand.get("logprob", -math.inf)))
             floor = math.exp(float(candidates[-1].get("logprob", -math.inf)))
-            out.append(Reply([mass.get(i, 0.0) for i in ids], self._decode(str(first.get("token", ""))), floor))
+            argmax = self._decode(str(first.get("token", "")))
+            out.append(Reply([mass.get(i, 0.0) for i in ids], argmax, floor, ids))
         return out
 
 

@@ -83,11 +83,24 @@ def _mean100(values: Sequence[float]) -> float | None:
     return 100 * sum(values) / len(values) if values else None
 
 
+def sim_even_order(n: int, world: int, batch: int) -> list[int]:
+    """UniRL's ``--sim-even-batches WxB`` order: the rows, then the first ones again until whole waves of
+    ``world * batch`` are filled (a distributed evaluation that pads its last wave by repeating the data)."""
+    if n <= 0:
+        return []
+    wave = world * batch
+    target = -(-n // wave) * wave
+    return list(range(n)) + [i % n for i in range(target - n)]
+
+
 def summarize(items: Sequence[Mapping[str, Any]], rows: Mapping[tuple[str, int], Mapping[str, Any]],
-              images_per_prompt: int) -> dict[str, Any]:  # fmt: skip
+              images_per_prompt: int, sim_even: tuple[int, int] | None = None) -> dict[str, Any]:  # fmt: skip
     """The benchmark numbers from scored rows keyed by (item key, image) (``status == "ok"`` with ``scores``
-    one per question, and ``correct`` for TIFA); every other image is counted as unscored by its status."""
+    one per question, and ``correct`` for TIFA); every other image is counted as unscored by its status.
+    ``sim_even`` (world, batch) adds UniRL's padded-wave means of the per-image GM and AM."""
     gm, am, tifa = [], [], []
+    per_image: list[tuple[float, float] | None] = []  # (gm, am) in image order, None when unscored
+    shared = 0
     skill_sum = dict.fromkeys(SKILLS, 0.0)
     skill_n = dict.fromkeys(SKILLS, 0)
     atom: dict[int, dict[str, float]] = {}
@@ -99,11 +112,14 @@ def summarize(items: Sequence[Mapping[str, Any]], rows: Mapping[tuple[str, int],
             status = row.get("status", "not_judged") if row else "not_judged"
             if status != "ok":
                 unscored[status] = unscored.get(status, 0) + 1
+                per_image.append(None)
                 continue
             scores = list(row["scores"])
             questions += len(scores)
+            shared += int(row.get("shared_first_tokens") or 0)
             gm.append(gmean(scores))
             am.append(sum(scores) / len(scores))
+            per_image.append((gm[-1], am[-1]))
             if row.get("correct") is not None:
                 tifa.append(sum(row["correct"]) / len(row["correct"]))
             for score, skill in zip(scores, item["skills"]):
@@ -114,7 +130,16 @@ def summarize(items: Sequence[Mapping[str, Any]], rows: Mapping[tuple[str, int],
             cell = atom.setdefault(int(item["atom_count"]), {"correct": 0.0, "total": 0})
             cell["correct"] += gm[-1]
             cell["total"] += 1
+    sim: dict[str, float | None] = {}
+    if sim_even is not None:
+        order = [per_image[i] for i in sim_even_order(len(per_image), *sim_even) if per_image[i] is not None]
+        tag = f"sim{sim_even[0]}x{sim_even[1]}"
+        sim = {
+            f"soft_tifa_gm_{tag}": _mean100([v[0] for v in order]),
+            f"soft_tifa_am_{tag}": _mean100([v[1] for v in order]),
+        }
     return {
+        **sim,
         "soft_tifa_gm": _mean100(gm),
         "soft_tifa_am": _mean100(am),
         "tifa": _mean100(tifa) if len(tifa) == len(gm) else None,
@@ -128,6 +153,7 @@ def summarize(items: Sequence[Mapping[str, Any]], rows: Mapping[tuple[str, int],
         "images": len(items) * images_per_prompt,
         "scored_images": len(gm),
         "scored_questions": questions,
+        "questions_with_shared_first_tokens": shared,
         "unscored": {"images": dict(sorted(unscored.items())), "images_total": sum(unscored.values())},
     }
 
@@ -146,6 +172,11 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         "",
         f"**Soft-TIFA GM: {_pct(summary['soft_tifa_gm'])}**; Soft-TIFA AM: {_pct(summary['soft_tifa_am'])}; "
         f"TIFA: {_pct(summary['tifa'])}.",
+        *[
+            f"{name.replace('_', ' ')}: {_pct(v)} (UniRL's padded waves)."
+            for name, v in summary.items()
+            if "_sim" in name
+        ],
         "",
         "| skill (Soft-TIFA AM) | score |",
         "|---|---:|",
@@ -158,6 +189,7 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         f"Prompts: {summary['prompts']}; images: {summary['images']} ({summary['images_per_prompt']} per prompt); "
         f"scored images: {summary['scored_images']}; scored questions: {summary['scored_questions']}.",
         f"Unscored images: {u['images_total']} ({causes}).",
+        f"Questions two of whose answer forms share a first token: {summary['questions_with_shared_first_tokens']}.",
     ]
     judge = summary.get("judge")
     if judge:

@@ -75,6 +75,11 @@ def test_soft_tifa_summary_by_hand():
                                                "verb": None})  # fmt: skip
     assert s["per_atomicity_gm"]["3"] == pytest.approx(100 * gm0 / 2) and s["per_atomicity_gm"]["4"] is None
     assert (s["scored_images"], s["scored_questions"]) == (2, 5)
+    # UniRL's padded waves, 1 x 3: images 0, 1, then 0 again -> (gm0 + 0 + gm0) / 3
+    assert sc.sim_even_order(5, 2, 2) == [0, 1, 2, 3, 4, 0, 1, 2]
+    s = sc.summarize(items, rows, 1, sim_even=(1, 3))
+    assert s["soft_tifa_gm_sim1x3"] == pytest.approx(100 * 2 * gm0 / 3)
+    assert s["soft_tifa_am_sim1x3"] == pytest.approx(100 * 1.5 / 3)
     s = sc.summarize(items, {("0", 0): rows[("0", 0)]}, 2)  # image 1 of both and prompt 1 not judged
     assert s["unscored"] == {"images": {"not_judged": 3}, "images_total": 3}
     assert s["soft_tifa_gm"] == pytest.approx(100 * gm0)
@@ -128,6 +133,42 @@ def test_local_judge_sums_first_token_probabilities_as_the_official_loop():
     # three .30 + Three .10 + " three" .05 + " Three" .05 + "3" .20 + " 3" -> its first token " " .10 = 0.80
     assert sc.soft_score(count.probs) == pytest.approx(0.80) and count.argmax == "three"
     assert sc.soft_score(yes.probs) == pytest.approx(0.75) and yes.argmax == "Yes"  # .40 + .20 + .10 + .05
+
+
+def test_a_repeated_first_token_counts_twice_and_is_reported(data_file, tmp_path):
+    class Shared(WordTokenizer):
+        def encode(self, text):
+            return [4] if text == "Three" else super().encode(text)  # "Three" shares "three"'s id
+
+    chat = TableChat({sc.judge_text(q): (P_COUNT if q.startswith("How many") else P_YES) for r in ROWS
+                      for q, _ in r["vqa_list"]})  # fmt: skip
+    chat.tokenizer = Shared()
+    judge = LocalJudge(chat, {"model": "t", "version": None, "backend": "transformers", "base_url": None})
+    images = _images(tmp_path / "images", ["0_0.png"])
+    s = score_folder(
+        images, tmp_path / "out", {"prompts": data_file, "judge": judge, "limit": 1, "show_progress": False}
+    )
+    row = read_progress(tmp_path / "out" / "progress.jsonl")[("0", 0)]
+    assert row["scores"][0] == pytest.approx(0.30 + 0.30 + 0.05 + 0.05 + 0.20 + 0.10)  # "three" twice: 1.00
+    assert row["shared_first_tokens"] == 1 and s["questions_with_shared_first_tokens"] == 1
+
+
+def test_local_judge_on_a_tiny_qwen25vl(tiny_qwen25vl):  # noqa: F811
+    from flowrl.benchmarks.geneval2.judge import local_judge
+    from flowrl.reward_models.vlm import TransformersChat
+
+    model, processor = tiny_qwen25vl
+    judge = local_judge("tiny", chat=TransformersChat(model, processor, device="cpu", batch_size=2))
+    texts = [sc.judge_text("Are the cows red?"), sc.judge_text("How many cows are in the image?")]
+    forms = [list(sc.YES_FORMS), sc.answer_forms("How many cows are in the image?", "three")]
+    image = np.random.default_rng(0).integers(0, 255, (56, 56, 3), dtype=np.uint8)
+    replies = judge.ask([image, image], texts, forms)
+    dist = judge.chat.next_token_distribution([])  # no request: an empty table
+    assert dist.numel() == 0
+    for reply, row_forms in zip(replies, forms):
+        assert len(reply.probs) == len(row_forms) and all(0.0 <= p <= 1.0 for p in reply.probs)
+        assert reply.ids == [judge.tokenizer.encode(f)[0] for f in row_forms]
+    assert judge.info["backend"] == "transformers" and 0.0 < sc.soft_score(replies[0].probs) < 1.0
 
 
 class ServedLogprobs(JsonHandler):
@@ -211,6 +252,10 @@ def test_cli_check_judge_summary_and_errors(data_file, tmp_path, capsys):
     assert "Soft-TIFA GM" in printed and "not official" in printed
     assert main(["eval", "geneval2", "--prompts", str(data_file), "--summary", str(tmp_path / "o"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["scored_images"] == 2
+    summary = ["eval", "geneval2", "--prompts", str(data_file), "--summary", str(tmp_path / "o"), "--sim-even-batches"]
+    assert main([*summary, "2x2"]) == 0 and "soft tifa gm sim2x2" in capsys.readouterr().out
+    assert main([*summary, "0x2"]) == 2
+    assert "--sim-even-batches '0x2': expected WxB with positive integers" in capsys.readouterr().err
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({**ROWS[0], "skills": ["count"]}) + "\n")
     assert main(["eval", "geneval2", "--prompts", str(bad), "--check"]) == 2
