@@ -1,4 +1,5 @@
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from tiny_runs import NO_SAVES, small  # noqa: E402
+
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 pytest_plugins = ["tiny_vlm"]  # the tiny VLM judge fixtures, shared by the reward and UniGenBench tests
@@ -28,14 +31,16 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture
+def signals_ignored_outside_training():
+    """A signal that lands after ``train()`` returned must not stop pytest."""
+    previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in previous.items():
+        signal.signal(s, h)
+
+
 @pytest.fixture(scope="session")
 def tiny_cfg_overrides():
     """Overrides that make the tiny-cpu recipe as small as a test wants."""
-    return [
-        "sample.num_steps=3",
-        "sample.group_size=4",
-        "sample.prompts_per_iteration=2",
-        "sample.batch_size=4",
-        "log.save_every=1000",
-        "log.sample_every=1000",
-    ]
+    return small(3, *NO_SAVES)

@@ -58,7 +58,7 @@ def build_judge(options: Mapping[str, Any]) -> Any:
         )  # fmt: skip
     return local_judge(
         options.get("model") or OFFICIAL_JUDGE, device=options.get("device"), dtype=options.get("dtype", "auto"),
-        batch_size=options.get("batch_size") or 8, version=options.get("version"),
+        batch_size=options.get("batch_size") or 1, version=options.get("version"),
     )  # fmt: skip
 
 
@@ -71,6 +71,10 @@ def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
         deviations.append(f"judge {judge.get('model')} (official {OFFICIAL_JUDGE})")
     if judge.get("backend") != "transformers":
         deviations.append(f"served judge: forms outside the top {judge.get('top_logprobs')} logprobs count 0")
+    elif judge.get("batch_size", 1) != 1:
+        deviations.append(
+            f"batches of {judge['batch_size']} questions (left padding; the official code asks one at a time)"
+        )
     if not run["prompts"].get("official"):
         deviations.append("the prompt file is not the official geneval2_data.jsonl")
     if run.get("limit") is not None:

@@ -1,4 +1,6 @@
-"""GenEval 2 images drawn with a run's weights (``OUT/{key}_{k}.png`` plus ``OUT/generation.json``).
+"""GenEval 2 images drawn with a run's weights: ``OUT/{key}_{k}.png``, ``OUT/generation.json`` and
+``OUT/images.json`` (``{prompt: path of image 0}``, what the official ``evaluation.py`` takes as
+``--image_filepath_data``).
 
 Presets (``protocol(preset)``):
 
@@ -16,15 +18,17 @@ Presets (``protocol(preset)``):
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from flowrl.benchmarks.generation import GenerationSettings, PromptJob, image_seed, run_generation
+from flowrl.benchmarks.generation import GenerationSettings, PromptJob, image_seed, process_state, run_generation
 
 PRESETS = ("unirl", "flowrl")
+IMAGE_MAP = "images.json"  # {prompt: image 0}, the official script's --image_filepath_data
 UNIRL_SEED = 42
 
 
@@ -106,7 +110,7 @@ def generate_geneval2(
     fixed = []
     if spec["resolution"] is not None:
         fixed += [f"model.resolution={spec['resolution']}", f"model.max_sequence_length={spec['max_sequence_length']}"]
-    return run_generation(
+    record = run_generation(
         target,
         [*fixed, *overrides],
         out_dir,
@@ -118,3 +122,8 @@ def generate_geneval2(
         batch_size=batch_size,
         extra_record={"benchmark": "geneval2", "preset": spec, "prompt_set": prompt_set or {"prompts": len(items)}},
     )
+    if process_state().is_main_process:  # the official evaluation.py reads {prompt: image path}
+        out = Path(out_dir).resolve()
+        paths = {item["prompt"]: str(out / f"{item['key']}_0.png") for item in items}
+        (out / IMAGE_MAP).write_text(json.dumps(paths, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return record

@@ -6,8 +6,8 @@ image first, then the text ``"{question} Answer in one word."`` (``scoring.judge
 * **Local** (``local_judge``): a transformers image-text-to-text model through
   ``flowrl.reward_models.vlm.TransformersChat.next_token_distribution`` (the fp32 softmax of the first
   answer token's logits, as the official ``generate(max_new_tokens=1, output_scores=True)`` gives it); a
-  form's id is ``tokenizer.encode(form)[0]`` as in the official code. Requests are batched with left
-  padding (``--batch-size``; 1 reproduces the official one-by-one calls exactly).
+  form's id is ``tokenizer.encode(form)[0]`` as in the official code. One request at a time, as the
+  official code asks (``--batch-size N`` batches N with left padding: faster, rounded differently in bf16).
 * **Served** (``served_judge``): an OpenAI-compatible endpoint (vLLM) asked for a 1-token completion with
   ``top_logprobs`` (``OpenAIChat.first_token_choices``, PNG image, temperature 0) and, for vLLM,
   ``return_tokens_as_token_ids`` so that candidates are matched by id; the ids come from the judge's
@@ -118,7 +118,7 @@ class ServedJudge:
         return out
 
 
-def local_judge(model: str = OFFICIAL_JUDGE, device: str | None = None, dtype: str = "auto", batch_size: int = 8,
+def local_judge(model: str = OFFICIAL_JUDGE, device: str | None = None, dtype: str = "auto", batch_size: int = 1,
                 version: str | None = None, chat: Any = None) -> LocalJudge:  # fmt: skip
     """A local judge; ``dtype`` "auto" is bf16 (the official ``dtype="auto"`` for Qwen3-VL's bf16 weights)."""
     import torch

@@ -318,6 +318,7 @@ def test_generate_under_the_unirl_preset_on_the_tiny_pipeline(data_file, tmp_pat
     assert record["settings"]["max_sequence_length"] == 256 and record["preset"]["preset"] == "unirl"
     assert calls[0]["sigmas"] == [1.0, 0.5] and calls[0]["guidance_scale"] == 1.0  # linspace(1, 1/2, 2)
     assert Image.open(out / "0_0.png").size == (64, 64)
+    assert json.loads((out / "images.json").read_text()) == {"three red cows": str((out / "0_0.png").resolve())}
 
 
 # ------------------------------------------------------------------------------------------ parity

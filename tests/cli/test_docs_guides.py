@@ -25,16 +25,10 @@ from flowrl.config import (
 )
 from flowrl.config_reference import reference
 from flowrl.methods.options import flow_knobs
+from tiny_runs import NO_SAVES, small
 
 DOCS = Path(__file__).parents[2] / "docs"
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-]
+SMALL = small(3, *NO_SAVES)
 
 
 def _doc(name: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from _processes import KEYS as COMPARED
 from _processes import needs_torchrun, torchrun, train_metrics
 from flowrl.config import ConfigError, resolve_config
 from flowrl.interrupts import Interrupted
@@ -23,16 +24,8 @@ from flowrl.preflight import preflight
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 
-SMALL = [
-    "train.iterations=1",
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.eval_every=0",
-    "method.options.steps_per_phase=2",
-]
+from tiny_runs import same_numbers, small
+SMALL = ["train.iterations=1", *small(3, "log.save_every=1000", "log.eval_every=0", "method.options.steps_per_phase=2")]
 
 
 def _trainer(tmp_path, *overrides):
@@ -341,19 +334,7 @@ def test_a_promptless_sync_reward_alone_in_a_phase_is_refused_unless_allowed(rew
 # ------------------------------------------------------------------------- processes, signals and resume
 # one phase per iteration: video, then audio (on the video phase's prompts), then video again
 RUN = [*SMALL, "method.options.steps_per_phase=1", "log.sample_every=1000"]
-KEYS = [
-    "reward/mean",
-    "reward/std",
-    "adv/abs_mean",
-    "policy/loss",
-    "policy/kl",
-    "policy/approx_kl",
-    "policy/clip_frac",
-    "policy/grad_norm",
-    "policy/lr",
-    "cost/optimizer_steps",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
+KEYS = [*COMPARED, "policy/lr", "cost/optimizer_steps"]
 TORCHRUN = torchrun(29563)
 
 
@@ -380,21 +361,12 @@ def test_two_processes_give_one_process_metrics(tmp_path, frozen_input):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-9), (a["iteration"], key)
 
 
-@pytest.fixture
-def signals_ignored_outside_training():
-    """A signal that lands after ``train()`` returned must not stop pytest."""
-    previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, h in previous.items():
-        signal.signal(s, h)
-
-
 def _train_rows(run: Path, *extra: str) -> list[dict]:
     cfg = resolve_config(
         "tiny-ltx2-av-grpo", [f"output_dir={run}", *RUN, "train.iterations=3", "log.save_every=1", *extra]
     )
     Trainer(cfg).train()
-    return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
+    return [same_numbers(r) for r in read_metrics(run / "metrics.jsonl")]
 
 
 @pytest.mark.slow

@@ -13,19 +13,11 @@ from flowrl.methods.awm import AWM, AWMOptions, matching_loss, strata_times, sur
 from flowrl.methods.forward_process import Endpoints
 from flowrl.trainer import Trainer
 
+from tiny_runs import NO_EVAL, assert_resume_repeats, small
 SMALL = [
     "method.name=awm",
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "train.optimizer_steps_per_iteration=1",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-    "method.options.num_noisings=2",
+    *small(4, "train.optimizer_steps_per_iteration=1", *NO_EVAL, "method.options.num_noisings=2"),
 ]
-SKIP = ("timing_s/", "throughput/", "memory/")
 
 
 def _trainer(tmp_path, *overrides) -> Trainer:
@@ -179,12 +171,7 @@ def test_stochastic_endpoints_take_a_shared_group_noise():
 
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
     opts = ["log.save_every=1"]
-    full = _trainer(tmp_path / "full", *opts, "train.iterations=2").train()
-    _trainer(tmp_path / "part", *opts, "train.iterations=1").train()
-    resumed = _trainer(tmp_path / "part", *opts, "train.iterations=2", "resume=latest").train()
-    assert len(resumed) == 1
-    drop = {k for k in full[1] if k.startswith(SKIP)}
-    assert {k: v for k, v in full[1].items() if k not in drop} == {k: v for k, v in resumed[0].items() if k not in drop}
+    assert_resume_repeats(lambda out, *o: _trainer(out, *o).train(), tmp_path, *opts, iterations=2)
 
 
 def test_the_sd35m_recipe_carries_the_official_config():

@@ -15,18 +15,10 @@ from flowrl.methods import build_method, list_methods
 from flowrl.methods.g2rpo import group_rows
 from flowrl.methods.seam import RewardTable, TrainEntry
 from flowrl.trainer import Trainer
+from tiny_runs import NO_EVAL, assert_resume_repeats, small
 
 # 2 prompts x 4 members, 4 steps, CFG 4.5 (2 transformer rows a sample): one group per rollout batch
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
+SMALL = small(4, *NO_EVAL)
 
 
 def _trainer(tmp_path, *overrides) -> Trainer:
@@ -188,14 +180,7 @@ def test_grpo_guard_divides_the_clipped_loss_by_the_step(tmp_path, one_thread):
 @pytest.mark.parametrize("method", ["g2rpo", "e_grpo", "grpo_guard"])
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, method):
     opts = [f"method.name={method}", "log.save_every=1"]
-    full = _trainer(tmp_path / "full", *opts, "train.iterations=3").train()
-    _trainer(tmp_path / "part", *opts, "train.iterations=1").train()
-    resumed = _trainer(tmp_path / "part", *opts, "train.iterations=3", "resume=latest").train()
-    assert len(resumed) == 2
-    for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in b.items() if not k.startswith(SKIP)
-        }
+    full = assert_resume_repeats(lambda out, *o: _trainer(out, *o).train(), tmp_path, *opts)
     if method == "e_grpo":
         assert "method/e_grpo/merge_length_mean" in full[0]
         state = json.loads((tmp_path / "full" / "checkpoints" / "iter-000001" / "state.json").read_text())

@@ -14,16 +14,9 @@ from flowrl.config import resolve_config
 from flowrl.methods import build_method, list_methods
 from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.trainer import Trainer
+from tiny_runs import NO_SAVES, small
 
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "train.iterations=1",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-]
+SMALL = small(4, "train.iterations=1", *NO_SAVES)
 # settings that keep a method's run tiny (DenseGRPO's noise calibration explores many rounds before the first)
 TINY = {
     "dense_grpo": ["method.options.calibrate=false"],

@@ -12,17 +12,8 @@ from flowrl.methods import build_method
 from flowrl.sde import flow_sde
 from flowrl.trainer import Trainer
 
-SMALL = [
-    "method.name=flow_dppo",
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
+from tiny_runs import NO_EVAL, assert_resume_repeats, small
+SMALL = ["method.name=flow_dppo", *small(4, *NO_EVAL)]
 
 
 def _trainer(tmp_path, *overrides) -> Trainer:
@@ -165,14 +156,7 @@ def test_the_loss_part_needs_the_threshold():
 
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
     opts = ["log.save_every=1", "train.beta=0.01"]
-    full = _trainer(tmp_path / "full", *opts, "train.iterations=3").train()
-    _trainer(tmp_path / "part", *opts, "train.iterations=1").train()
-    resumed = _trainer(tmp_path / "part", *opts, "train.iterations=3", "resume=latest").train()
-    assert len(resumed) == 2
-    for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in b.items() if not k.startswith(SKIP)
-        }
+    assert_resume_repeats(lambda out, *o: _trainer(out, *o).train(), tmp_path, *opts)
 
 
 def test_the_sd35m_recipe_carries_unirl_settings():

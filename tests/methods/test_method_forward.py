@@ -17,18 +17,9 @@ from flowrl.policy import ParamAverage
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 
+from tiny_runs import NO_EVAL, assert_resume_repeats, same_numbers, small
 # 2 prompts x 4 members, 4 ODE steps with CFG 4.5, K = 2 noisings: one group per rollout batch
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-    "method.options.num_noisings=2",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
+SMALL = small(4, *NO_EVAL, "method.options.num_noisings=2")
 
 
 def _trainer(tmp_path, *overrides) -> Trainer:
@@ -159,14 +150,7 @@ def test_costs_steps_and_the_lagged_policy(tmp_path, one_thread, method, caplog)
 @pytest.mark.parametrize("method", ["ram", "diffusion_nft"])
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, method):
     opts = [f"method.name={method}", "log.save_every=1"]
-    full = _trainer(tmp_path / "full", *opts, "train.iterations=3").train()
-    _trainer(tmp_path / "part", *opts, "train.iterations=1").train()
-    resumed = _trainer(tmp_path / "part", *opts, "train.iterations=3", "resume=latest").train()
-    assert len(resumed) == 2
-    for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in b.items() if not k.startswith(SKIP)
-        }
+    assert_resume_repeats(lambda out, *o: _trainer(out, *o).train(), tmp_path, *opts)
 
 
 def test_endpoints_come_from_the_lagged_policy(tmp_path, one_thread):
@@ -425,7 +409,7 @@ def test_nft_sigterm_during_the_update_then_resume_repeats_the_run(tmp_path, one
     opts = ["method.name=diffusion_nft", "method.options.num_noisings=1", "train.iterations=3", "log.save_every=1"]
 
     def rows(run):
-        return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
+        return [same_numbers(r) for r in read_metrics(run / "metrics.jsonl")]
 
     _trainer(tmp_path / "full", *opts).train()
     update, calls = Updater.unit, {"n": 0}

@@ -10,15 +10,8 @@ from flowrl.methods import build_method, list_methods, method_class, recipes
 from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, Part, Parts
 from flowrl.trainer import Trainer
 
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "train.iterations=1",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-]
+from tiny_runs import NO_SAVES, small
+SMALL = small(4, "train.iterations=1", *NO_SAVES)
 SKIP = ("timing_s/", "throughput/", "memory/", "time/")
 
 

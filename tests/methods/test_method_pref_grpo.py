@@ -19,16 +19,8 @@ from flowrl.methods.seam import RewardTable
 from flowrl.reward_models.base import win_rates
 from flowrl.trainer import Trainer
 
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-    "train.beta=0",
-]
+from tiny_runs import NO_EVAL, same_numbers, small
+SMALL = small(4, *NO_EVAL, "train.beta=0")
 PAIRWISE = ["reward={'pairwise_rewards:Brighter': 1.0}"]
 
 
@@ -198,7 +190,6 @@ def test_two_processes_give_one_processs_win_rates(tmp_path, switches):
 
 
 # ------------------------------------------------------------------ the authors' switches, for every method
-SKIP = ("timing_s/", "throughput/", "memory/")
 
 
 def _run(tmp_path, *overrides) -> list[dict]:
@@ -209,9 +200,7 @@ def _run(tmp_path, *overrides) -> list[dict]:
 def _same(a: list[dict], b: list[dict]) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b):
-        assert {k: v for k, v in x.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in y.items() if not k.startswith(SKIP)
-        }
+        assert same_numbers(x) == same_numbers(y)
 
 
 def test_ratio_norm_on_flow_grpo_is_grpo_guard(tmp_path, one_thread):

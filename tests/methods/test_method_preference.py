@@ -8,16 +8,9 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.methods import build_method
 from flowrl.trainer import Trainer
 
+from tiny_runs import NO_EVAL, assert_resume_repeats, small
 # 2 prompts x 4 members, 4 steps with CFG 4.5 (two rows a step), one group per rollout batch
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
+SMALL = small(4, *NO_EVAL)
 DATASET = ["data.prompts=builtin:preference_pairs", "reward={}"]
 RUNS = {
     "dpo": ["method.name=dpo", "method.options.num_noisings=2"],
@@ -26,7 +19,6 @@ RUNS = {
     "dgpo": ["method.name=dgpo", "method.options.num_noisings=2", "method.options.trunc_steps=2"],
     "sft": ["method.name=sft", "method.options.num_noisings=2", "sample.group_size=2", *DATASET],
 }  # fmt: skip
-SKIP = ("timing_s/", "throughput/", "memory/")
 
 
 def _trainer(tmp_path, name, *overrides) -> Trainer:
@@ -74,13 +66,8 @@ def test_costs_are_the_formula(tmp_path, one_thread, name):
 
 @pytest.mark.parametrize("name", list(RUNS))
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread, name):
-    full = _trainer(tmp_path / "full", name, "train.iterations=2", "log.save_every=1").train()
-    _trainer(tmp_path / "part", name, "train.iterations=1", "log.save_every=1").train()
-    resumed = _trainer(tmp_path / "part", name, "train.iterations=2", "log.save_every=1", "resume=latest").train()
-    assert len(resumed) == 1
-    assert {k: v for k, v in full[1].items() if not k.startswith(SKIP)} == {
-        k: v for k, v in resumed[0].items() if not k.startswith(SKIP)
-    }
+    train = lambda out, *o: _trainer(out, name, *o).train()  # noqa: E731
+    assert_resume_repeats(train, tmp_path, "log.save_every=1", iterations=2)
 
 
 @pytest.mark.parametrize(

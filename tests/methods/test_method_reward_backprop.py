@@ -22,20 +22,12 @@ from flowrl.methods.reward_backprop import (
 )
 from flowrl.trainer import Trainer
 
+from tiny_runs import NO_EVAL, assert_resume_repeats, small
 # 2 prompts x 4 members in rollout batches of 4, 4 steps at CFG 4.5 (tiny-cpu's), smoothness backpropagated
 SMALL = [
     "method.name=reward_backprop",
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "reward.smoothness=1.0",
-    "reward.jpeg_compressibility=0",  # logged only
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
+    *small(4, "reward.smoothness=1.0", "reward.jpeg_compressibility=0", *NO_EVAL),  # jpeg: logged only
 ]
-SKIP = ("timing_s/", "throughput/", "memory/")
 
 
 def _cfg(tmp_path, *overrides):
@@ -215,14 +207,7 @@ def test_the_reward_gradient_reaches_the_transformer_through_the_decoder(tmp_pat
 
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
     opts = ["method.options.mode=refl", "method.options.band=[0.25,1.0]", "log.save_every=1"]
-    full = Trainer(_cfg(tmp_path / "full", *opts, "train.iterations=3")).train()
-    Trainer(_cfg(tmp_path / "part", *opts, "train.iterations=1")).train()
-    resumed = Trainer(_cfg(tmp_path / "part", *opts, "train.iterations=3", "resume=latest")).train()
-    assert len(resumed) == 2
-    for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in b.items() if not k.startswith(SKIP)
-        }
+    assert_resume_repeats(lambda out, *o: Trainer(_cfg(out, *o)).train(), tmp_path, *opts)
 
 
 @pytest.mark.slow

@@ -14,20 +14,12 @@ from flowrl.methods.base import Context
 from flowrl.methods.seam import RewardTable
 from flowrl.methods.tp_grpo import TPGRPO
 from flowrl.trainer import Trainer
+from tiny_runs import NO_SAVES, assert_resume_repeats, small
 
 # T = 4, 2 prompts x 4 samples = 8 samples in 2 rollout batches of 4
-SMALL = [
-    "method.name=tp_grpo",
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-]
+SMALL = ["method.name=tp_grpo", *small(4, *NO_SAVES)]
 # a window of 2 that may start at 0, 1 or 2: the start differs between batches
 MOVING = ["method.options.window_size=2", "method.options.window_range=[0, 4]"]
-SKIP = ("timing_s/", "throughput/", "memory/")
 
 
 def _train(tmp_path, *overrides):
@@ -224,15 +216,8 @@ def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
     iteration, purpose, position), and credit recomputes the windows, so a run resumed from iteration 1
     logs what the uninterrupted run logged."""
     opts = [*MOVING, "method.options.baseline_noise=independent"]
-    full = _train(tmp_path / "full", "train.iterations=3", "log.save_every=1", *opts)
+    full = assert_resume_repeats(_train, tmp_path, "log.save_every=1", *opts)
     assert full[0]["policy/onpolicy_logp_diff"] == 0.0
-    _train(tmp_path / "part", "train.iterations=1", "log.save_every=1", *opts)
-    resumed = _train(tmp_path / "part", "train.iterations=3", "log.save_every=1", "resume=latest", *opts)
-    assert len(resumed) == 2
-    for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in b.items() if not k.startswith(SKIP)
-        }
 
 
 def test_default_options_are_the_released_settings():

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from _processes import needs_torchrun, torchrun, train_metrics
+from _processes import KEYS, needs_torchrun, torchrun, train_metrics
 from flowrl.config import resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
+from tiny_runs import same_numbers
 
 TWO_REWARDS = "reward={jpeg_compressibility: 1.0, jpeg_incompressibility: 0.5}"
 COMMON = [
@@ -36,17 +37,6 @@ METHODS = {
     ],
     "e_grpo": ["method.name=e_grpo", "sample.batch_size=4"],  # one group per rollout batch
 }
-KEYS = [
-    "reward/mean",
-    "reward/std",
-    "adv/abs_mean",
-    "policy/loss",
-    "policy/kl",
-    "policy/approx_kl",
-    "policy/clip_frac",
-    "policy/grad_norm",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
 TORCHRUN = torchrun(29547)
 
 
@@ -70,21 +60,12 @@ def test_two_processes_give_one_process_credit_and_losses(tmp_path, method):
         assert one[0][key] == pytest.approx(two[0][key], rel=1e-5, abs=1e-9), key
 
 
-@pytest.fixture
-def signals_ignored_outside_training():
-    """A signal that lands after ``train()`` returned must not stop pytest."""
-    previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, h in previous.items():
-        signal.signal(s, h)
-
-
 def _train(run: Path, method: str, *extra: str) -> list[dict]:
     cfg = resolve_config(
         "tiny-cpu", [f"output_dir={run}", *COMMON, *METHODS[method], "train.iterations=3", "log.save_every=1", *extra]
     )
     Trainer(cfg).train()
-    return [{k: v for k, v in r.items() if not k.startswith(SKIP)} for r in read_metrics(run / "metrics.jsonl")]
+    return [same_numbers(r) for r in read_metrics(run / "metrics.jsonl")]
 
 
 @pytest.mark.parametrize("method", sorted(METHODS))

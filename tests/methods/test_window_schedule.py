@@ -13,18 +13,8 @@ from flowrl.plan import make_plan, window_start
 from flowrl.seeds import seed_of
 from flowrl.trainer import Trainer
 
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-    "method.options.window_size=1",
-    "method.options.window_range=[0,3]",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
+from tiny_runs import NO_EVAL, assert_resume_repeats, small
+SMALL = small(4, *NO_EVAL, "method.options.window_size=1", "method.options.window_range=[0,3]")
 
 
 class _AuthorsStates:
@@ -250,11 +240,4 @@ def test_a_method_without_the_window_drops_its_knobs_with_a_warning():
 def test_resume_repeats_the_progressive_run_exactly(tmp_path, one_thread):
     """The window's position is a function of the iteration: a resumed run takes the same windows."""
     opts = ["log.save_every=1", "method.options.window_schedule=progressive", "method.options.window_every=1"]
-    full = _trainer(tmp_path / "full", *opts, "train.iterations=3").train()
-    _trainer(tmp_path / "part", *opts, "train.iterations=1").train()
-    resumed = _trainer(tmp_path / "part", *opts, "train.iterations=3", "resume=latest").train()
-    assert len(resumed) == 2
-    for a, b in zip(full[1:], resumed, strict=True):
-        assert {k: v for k, v in a.items() if not k.startswith(SKIP)} == {
-            k: v for k, v in b.items() if not k.startswith(SKIP)
-        }
+    assert_resume_repeats(lambda out, *o: _trainer(out, *o).train(), tmp_path, *opts)

@@ -34,18 +34,10 @@ from flowrl.reward_models.base import PairwiseReward
 from flowrl.rollout import encode_rows, rollout, transition
 from flowrl.trainer import Trainer
 
+from tiny_runs import NO_EVAL, SKIP, small
 FAMILIES = list_pipelines()
 PROMPTS = ["a red cat", "a blue dog"]
-SMALL = [
-    "sample.num_steps=4",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
-SKIP = ("timing_s/", "throughput/", "memory/")
+SMALL = small(4, *NO_EVAL)
 GUIDANCE = 3.0  # a scale at which two-branch CFG runs both branches
 
 

@@ -16,17 +16,10 @@ from flowrl.pipelines.flux.tiny import build_tiny_flux
 from flowrl.plan import ode_plan
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
+from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["a red cat", "a blue dog"]
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
+SMALL = small(3, *NO_EVAL)
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,10 @@ from flowrl.pipelines.kit.images import load_image
 from flowrl.plan import make_plan, ode_plan
 from flowrl.rollout import rollout, transition
 from flowrl.trainer import Trainer
+from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["make the square red", "make the round blue"]
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
+SMALL = small(3, *NO_EVAL)
 
 
 def _gen(seed: int) -> torch.Generator:

@@ -209,35 +209,19 @@ def test_wan22_two_experts_switch_at_boundary():
     pipe = build_tiny_wan(two_experts=True)
     assert pipe.transformer_2 is not None and pipe.config.boundary_ratio == 0.875
     assert not torch.equal(pipe.transformer.proj_out.weight, pipe.transformer_2.proj_out.weight)
+    call = {"prompt": PROMPT, "num_inference_steps": 2, "height": 32, "width": 32, "num_frames": 5}
+    call.update(guidance_scale=1.0, output_type="latent")
     high, h1 = _record_calls(pipe.transformer)
     low, h2 = _record_calls(pipe.transformer_2)
     try:
-        lat = pipe(
-            prompt=PROMPT,
-            num_inference_steps=2,
-            height=32,
-            width=32,
-            num_frames=5,
-            guidance_scale=1.0,
-            output_type="latent",
-            generator=_gen(0),
-        ).frames
+        lat = pipe(**call, generator=_gen(0)).frames
     finally:
         h1.remove()
         h2.remove()
     assert lat.shape == (1, 16, 2, 4, 4)
     assert [c[1]["timestep"].item() for c in high] == [999]  # t >= 875: high-noise expert
     assert [c[1]["timestep"].item() for c in low] == [750]  # t < 875: low-noise expert
-    again = build_tiny_wan(seed=0, two_experts=True)(
-        prompt=PROMPT,
-        num_inference_steps=2,
-        height=32,
-        width=32,
-        num_frames=5,
-        guidance_scale=1.0,
-        output_type="latent",
-        generator=_gen(0),
-    ).frames
+    again = build_tiny_wan(seed=0, two_experts=True)(**call, generator=_gen(0)).frames
     assert torch.equal(lat, again)
 
 

@@ -21,16 +21,9 @@ from flowrl.rollout import rollout, transition
 from flowrl.sde import flow_sde_g, step
 from flowrl.trainer import Trainer
 
+from tiny_runs import NO_EVAL, small
 PROMPTS = ["a red cat", "a blue dog"]
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
+SMALL = small(3, *NO_EVAL)
 PIPE_KW = {"height": 32, "width": 32, "num_frames": 5, "max_sequence_length": 16}
 
 

@@ -17,6 +17,7 @@ from flowrl.pipelines.wan_i2v.adapter import image_key
 from flowrl.pipelines.wan_i2v.tiny import build_tiny_wan_i2v
 from flowrl.plan import make_plan, ode_plan
 from flowrl.rollout import rollout, transition
+from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["a red cat", "a blue dog"]
 PATHS = {"tiny": 32, "tiny-a14b": 32, "tiny-ti2v": 64}  # model.path -> resolution
@@ -205,15 +206,7 @@ def test_model_path_refusals(tmp_path):
         check_model_path(resolve_config("tiny-wan-i2v", [f"model.path={tmp_path / 'w.safetensors'}"]).model)
 
 
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
+SMALL = small(3, *NO_EVAL)
 
 
 def test_tiny_wan_i2v_trains_from_its_rows_source_images(tmp_path, one_thread):

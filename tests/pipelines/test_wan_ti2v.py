@@ -15,18 +15,11 @@ from flowrl.pipelines.wan.tiny import build_tiny_wan
 from flowrl.plan import make_plan, ode_plan
 from flowrl.rollout import rollout, transition
 from flowrl.trainer import Trainer
+from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["a red cat", "a blue dog"]
 PIPE_KW = {"height": 64, "width": 64, "num_frames": 5, "max_sequence_length": 16}
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-    "log.eval_every=0",
-]
+SMALL = small(3, *NO_EVAL)
 
 
 @pytest.fixture(scope="module")

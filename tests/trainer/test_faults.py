@@ -13,16 +13,10 @@ from flowrl.checkpoint import list_checkpoints
 from flowrl.config import resolve_config
 from flowrl.reward_models import RewardError
 from flowrl.trainer import Trainer
+from tiny_runs import small
 
 HELPERS = Path(__file__).parents[1] / "helpers"
-SMALL = [
-    "sample.num_steps=2",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.sample_every=1000",
-    "train.beta=0.01",
-]
+SMALL = small(2, "log.sample_every=1000", "train.beta=0.01")
 
 
 def _cfg(tmp_path, *extra):

@@ -64,15 +64,6 @@ def _train(run, *extra, interrupt_after: float | None = None, sig=signal.SIGTERM
     return None
 
 
-@pytest.fixture
-def signals_ignored_outside_training():
-    """A signal that lands after ``train()`` returned must not stop pytest."""
-    previous = {s: signal.signal(s, lambda *a: None) for s in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for s, h in previous.items():
-        signal.signal(s, h)
-
-
 @pytest.mark.slow
 def test_interrupts_at_random_instants_lose_nothing(tmp_path, one_thread, signals_ignored_outside_training):
     timing = []

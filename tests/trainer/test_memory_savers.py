@@ -10,14 +10,8 @@ import torch
 from flowrl.config import ConfigError, math_changes, resolve_config
 from flowrl.trainer import Trainer
 
-SMALL = [
-    "sample.num_steps=3",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.save_every=1000",
-    "log.sample_every=1000",
-]
+from tiny_runs import NO_SAVES, small
+SMALL = small(3, *NO_SAVES)
 
 
 def _cfg(tmp_path, *extra):

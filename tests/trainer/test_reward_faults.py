@@ -20,15 +20,10 @@ import torch
 
 from flowrl.reward_models import RewardError, RewardOutput, WeightedReward, build_reward, check_reward_args
 from flowrl.reward_models.remote import request_json
+from tiny_runs import small
 
 HELPERS = Path(__file__).parents[1] / "helpers"
-SMALL = [
-    "sample.num_steps=2",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.sample_every=1000",
-]
+SMALL = small(2, "log.sample_every=1000")
 PROGRESS = re.compile(r"^flowrl:\s+\d+%\|")  # the trainer's tqdm bar, also on stderr
 
 

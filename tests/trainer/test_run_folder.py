@@ -13,16 +13,9 @@ from flowrl import runs
 from flowrl.cli import main
 from flowrl.config import ConfigError
 from flowrl.logs import read_metrics
+from tiny_runs import small
 
-SMALL = [
-    "sample.num_steps=2",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.sample_every=1",
-    "train.iterations=1",
-    "log.save_every=1",
-]
+SMALL = small(2, "log.sample_every=1", "train.iterations=1", "log.save_every=1")
 
 
 def _err(capsys) -> str:

@@ -17,16 +17,9 @@ from flowrl.logs import read_metrics
 from flowrl.preflight import logged_metric_names
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
+from tiny_runs import small
 
-SMALL = [
-    "sample.num_steps=2",
-    "sample.group_size=4",
-    "sample.prompts_per_iteration=2",
-    "sample.batch_size=4",
-    "log.sample_every=1000",
-    "train.iterations=2",
-    "log.save_every=1",
-]
+SMALL = small(2, "log.sample_every=1000", "train.iterations=2", "log.save_every=1")
 
 
 def _train(tmp_path, *extra) -> int:
