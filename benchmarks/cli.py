@@ -11,6 +11,9 @@
                             (--base-url URL --judge-model NAME | --judge-model LOCAL_OR_HUB) [--resume]
                             [--protocol official --official-dir UNIGENBENCH_CHECKOUT | --protocol lenient]
     flowrl eval unigenbench --prompts CSV_OR_DATASET --summary OUT_DIR
+    flowrl eval checkpoint --base HUB_ID_OR_FOLDER_OR_RECIPE (--lora PATH | --run RUN_OR_CHECKPOINT)
+                           --benchmarks geneval,ocr,drawbench --out DIR [--preset P] [...]
+                           (benchmarks.checkpoint_eval.cli)
 
 ``--generate`` runs under ``accelerate launch`` too (each process draws its share of the prompts). A file that
 exists already is never written over without ``--force`` (``--generate`` adds the missing images of a folder
@@ -438,6 +441,9 @@ def add_commands(subparsers: Any) -> None:
 
     _add_toy(sub)
     _add_toy_av(sub)
+    from flowrl.benchmarks.checkpoint_eval.cli import add_command as _add_checkpoint
+
+    _add_checkpoint(sub)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,13 +97,20 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build_pipeline(cfg: Any, run: Path | None, device: Any) -> tuple[Any, dict[str, Any]]:
-    """The diffusers pipeline with the run's trained weights loaded, and a record of what was loaded."""
+def build_pipeline(
+    cfg: Any, run: Path | None, device: Any, load_weights: Callable[[Any], dict[str, Any]] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The diffusers pipeline with the run's trained weights loaded, and a record of what was loaded.
+
+    ``load_weights``: instead of a run's export, a function that loads trained weights into the built adapter and
+    returns the record's ``trained_weights*`` entries (``flowrl eval checkpoint``: a LoRA of another tool)."""
     from flowrl.benchmarks.models import check_model_path_or_hint
     from flowrl.pipelines.base import adapter_class
 
     check_model_path_or_hint(cfg.model)  # a toy recipe before its pretraining names the command that makes it
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=device, seed=cfg.seed)
+    if load_weights is not None:
+        return adapter.pipe, {**_model_record(cfg, None), **load_weights(adapter)}
     loaded = adapter.load_trained(run) if run is not None else None
     if run is not None and loaded is None:
         logger.warning("%s holds no lora/ or transformer/ export: generating with the base weights", run)
@@ -113,6 +120,16 @@ def build_pipeline(cfg: Any, run: Path | None, device: Any) -> tuple[Any, dict[s
     elif loaded is not None:
         weights = next(iter(sorted((run / "transformer").glob("*.safetensors"))), None)
     model = {
+        **_model_record(cfg, run),
+        "trained_weights": loaded,
+        "trained_weights_file": str(weights.resolve()) if weights else None,
+        "trained_weights_sha256": _sha256(weights) if weights else None,
+    }
+    return adapter.pipe, model
+
+
+def _model_record(cfg: Any, run: Path | None) -> dict[str, Any]:
+    return {
         "pipeline": cfg.model.pipeline,
         "path": cfg.model.path,
         "tiny_size": cfg.model.tiny_size if cfg.model.path == "tiny" else None,
@@ -120,11 +137,7 @@ def build_pipeline(cfg: Any, run: Path | None, device: Any) -> tuple[Any, dict[s
         "dtype": cfg.model.dtype,
         "build_seed": cfg.seed,
         "run_dir": str(run.resolve()) if run is not None else None,
-        "trained_weights": loaded,
-        "trained_weights_file": str(weights.resolve()) if weights else None,
-        "trained_weights_sha256": _sha256(weights) if weights else None,
     }
-    return adapter.pipe, model
 
 
 def settings_from_config(
@@ -269,14 +282,17 @@ def run_generation(
     batch_size: int | None = None,
     negative_prompt: str | None = None,
     extra_record: dict[str, Any] | None = None,
+    config: tuple[Any, Path | None] | None = None,
+    load_weights: Callable[[Any], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Build the model, split the prompts over the processes, draw, and write ``generation.json`` (rank 0).
 
     ``make_jobs(settings)`` lists every prompt of the benchmark in a fixed order (the same on every
-    process). Returns the record written to ``out_dir/generation.json``.
+    process). ``config``: the (config, run folder) to use instead of reading ``target`` and ``overrides``;
+    ``load_weights``: as ``build_pipeline``'s. Returns the record written to ``out_dir/generation.json``.
     """
     state = process_state()
-    cfg, run = load_config(target, overrides)
+    cfg, run = config if config is not None else load_config(target, overrides)
     settings = settings_from_config(cfg, images_per_prompt, seed, steps, guidance, negative_prompt)
     jobs = make_jobs(settings)
     if not jobs:
@@ -285,7 +301,7 @@ def run_generation(
     extra = dict(extra_record or {})
     # every process reads the same file, so all refuse alike; settings first, before the slow model build
     check_record(out, {"settings": asdict(settings), **extra})
-    pipe, model = build_pipeline(cfg, run, state.device)
+    pipe, model = build_pipeline(cfg, run, state.device, load_weights)
     check_record(out, {"model": model})
     state.wait_for_everyone()
     record = {**base_record(settings, model, state.num_processes), **extra}

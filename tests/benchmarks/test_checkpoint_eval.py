@@ -1,0 +1,283 @@
+"""``flowrl eval checkpoint`` offline on a CPU: a tiny SD3 base and one tiny LoRA written in each tool's own layout
+(flow_grpo's and DiffusionNFT's PEFT folders, Flow-Factory's checkpoint and bare file, diffusers'
+pytorch_lora_weights.safetensors, a flowrl run's export), drawn and scored with tiny scorers; every format gives
+the same images; another family's LoRA is refused in one line."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from flowrl.benchmarks.checkpoint_eval.lora import check_fits, checkpoint_lora, read_lora
+
+RANK, ALPHA = 4, 8
+TARGETS = ["attn.to_q", "attn.to_k", "attn.to_v", "attn.to_out.0"]
+TINY = ["model.resolution=32", "model.max_sequence_length=16"]  # over the preset's 512 px and 256 tokens
+FAST = ["--steps", "2", "--limit", "1", "--images-per-prompt", "1", *TINY]
+
+
+def _tiny_transformer(recipe: str = "tiny-cpu"):
+    from flowrl.benchmarks.generation import load_config
+    from flowrl.pipelines.base import adapter_class
+
+    cfg, _ = load_config(recipe, TINY if recipe == "tiny-cpu" else [])
+    return adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed).transformer
+
+
+def _peft_model(transformer, targets=TARGETS, seed=1):
+    """The transformer wrapped as flow_grpo and DiffusionNFT wrap it (get_peft_model), lora_B non-zero."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=RANK, lora_alpha=ALPHA, init_lora_weights="gaussian", target_modules=targets)
+    model = get_peft_model(transformer, config)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return model, config
+
+
+@pytest.fixture(scope="module")
+def formats(tmp_path_factory):
+    """The same LoRA in each tool's layout: {format: path given to --lora}."""
+    from diffusers import StableDiffusion3Pipeline
+    from peft.utils import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("loras")
+    model, config = _peft_model(_tiny_transformer())
+    out = {}
+    # flow_grpo scripts/train_sd3.py save_ckpt: PeftModel.save_pretrained(<logdir>/checkpoints/checkpoint-N/lora)
+    model.save_pretrained(root / "flow_grpo" / "checkpoints" / "checkpoint-60" / "lora")
+    out["flow_grpo"] = root / "flow_grpo" / "checkpoints" / "checkpoint-60"
+    # Flow-Factory save_checkpoint with several target components: <checkpoint>/transformer/ (a PEFT folder)
+    model.save_pretrained(root / "flow_factory" / "checkpoint-3" / "transformer")
+    out["flow_factory"] = root / "flow_factory" / "checkpoint-3"
+    state = get_peft_model_state_dict(model)  # base_model.model.<module>.lora_A.weight
+    # Flow-Factory's legacy bare file: <module>.lora_A.weight, no config (alpha read as the rank: given in metadata)
+    bare = {k.removeprefix("base_model.model."): v.contiguous() for k, v in state.items()}
+    save_file(bare, root / "bare.safetensors", metadata={"lora_adapter_metadata": json.dumps({"lora_alpha": ALPHA})})
+    out["flow_factory_bare"] = root / "bare.safetensors"
+    # diffusers: save_lora_weights writes transformer.<module>.lora_A.weight and the LoraConfig in the header
+    StableDiffusion3Pipeline.save_lora_weights(
+        str(root / "diffusers"),
+        transformer_lora_layers=bare,
+        transformer_lora_adapter_metadata={"r": RANK, "lora_alpha": ALPHA, "target_modules": TARGETS},
+    )
+    out["diffusers"] = root / "diffusers" / "pytorch_lora_weights.safetensors"
+    # DiffusionNFT scripts/train_nft_sd3.py: a second adapter "old" beside "default", saved into lora/old/
+    model.add_adapter("old", config)
+    model.save_pretrained(root / "nft" / "lora")
+    out["diffusion_nft"] = root / "nft" / "lora"
+    return out
+
+
+def test_each_format_is_detected_and_read_alike(formats):
+    read = {name: read_lora(path) for name, path in formats.items()}
+    assert {n: r.format for n, r in read.items()} == {
+        "flow_grpo": "peft",
+        "flow_factory": "flow_factory",
+        "flow_factory_bare": "flow_factory",
+        "diffusers": "diffusers",
+        "diffusion_nft": "peft",
+    }
+    assert read["diffusion_nft"].tool == "DiffusionNFT PEFT folder" and "old/" in read["diffusion_nft"].notes[0]
+    reference = read["flow_grpo"]
+    assert reference.config["r"] == RANK and reference.config["lora_alpha"] == ALPHA
+    assert reference.modules[0] == "transformer_blocks.0.attn.to_k" and len(reference.modules) == 8  # 2 blocks x 4
+    for name, lora in read.items():
+        assert lora.config["lora_alpha"] == ALPHA and lora.config["r"] == RANK, name
+        assert set(lora.tensors) == set(reference.tensors), name
+        assert all(torch.equal(lora.tensors[k], reference.tensors[k]) for k in reference.tensors), name
+
+
+def test_a_flowrl_checkpoint_reads_its_peft_parameter_names(tmp_path, formats):
+    from types import SimpleNamespace
+
+    from safetensors.torch import save_file
+
+    reference = read_lora(formats["flow_grpo"])
+    named = {k.replace(".weight", ".default.weight"): v for k, v in reference.tensors.items()}  # peft parameter names
+    save_file(named, tmp_path / "trainable.safetensors")
+    lora = checkpoint_lora(tmp_path, SimpleNamespace(rank=RANK, alpha=ALPHA))
+    assert lora.format == "flowrl" and set(lora.tensors) == set(reference.tensors)
+
+
+def test_another_familys_lora_is_refused_in_one_line(tmp_path):
+    flux_model, _ = _peft_model(_tiny_transformer("tiny-flux"), targets=["attn.to_q", "attn.to_k"])
+    flux_model.save_pretrained(tmp_path / "flux_lora")
+    with pytest.raises(ValueError) as info:
+        check_fits(read_lora(tmp_path / "flux_lora"), _tiny_transformer(), "sd3")
+    message = str(info.value)
+    assert "\n" not in message and str(tmp_path / "flux_lora" / "adapter_model.safetensors") in message
+    assert (
+        "another model (FLUX (FluxTransformer2DModel))" in message and "SD3Transformer2DModel (family sd3)" in message
+    )
+    # the same module names with other shapes (a wider model of the family): both shapes named
+    wide = read_lora(_sd3_lora(tmp_path))
+    wide.tensors["transformer_blocks.0.attn.to_q.lora_A.weight"] = torch.zeros(RANK, 48)
+    with pytest.raises(ValueError, match=r"has lora_A \(4, 48\), lora_B \(\d+, 4\), but .* has Linear\(\d+ -> \d+\)"):
+        check_fits(wide, _tiny_transformer(), "sd3")
+
+
+def _sd3_lora(tmp_path: Path) -> Path:
+    model, _ = _peft_model(_tiny_transformer())
+    model.save_pretrained(tmp_path / "sd3_lora")
+    return tmp_path / "sd3_lora"
+
+
+def test_unknown_layouts_are_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no LoRA found"):
+        read_lora(tmp_path / "empty")
+    from safetensors.torch import save_file
+
+    save_file({"lora_unet_down.lora_down.weight": torch.zeros(2, 2)}, tmp_path / "kohya.safetensors")
+    with pytest.raises(ValueError, match="kohya-style"):
+        read_lora(tmp_path / "kohya.safetensors")
+
+
+# ------------------------------------------------------------------------------------------- the command
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory, formats):
+    """Prompt files (two OCR and DrawBench rows each), the tiny scorers and the loopback UnifiedReward judge."""
+    from _loopback import serve
+    from tiny_scorers import FinalScoreJudge, tiny_scorer_options
+
+    root = tmp_path_factory.mktemp("eval")
+    (root / "data" / "ocr").mkdir(parents=True)
+    (root / "data" / "drawbench").mkdir()
+    (root / "data" / "ocr" / "test.txt").write_text('A sign that says "Hello"\nA mug reading "Tea"\n')
+    (root / "data" / "drawbench" / "test.txt").write_text("A red cube on a mat.\nA red cube on a mat.\nA cat.\n")
+    prompts = [
+        "--prompts",
+        f"ocr={root / 'data'}",
+        "--prompts",
+        f"drawbench={root / 'data' / 'drawbench' / 'test.txt'}",
+    ]
+    with serve(FinalScoreJudge) as url:
+        yield {"root": root, "args": [*prompts, *tiny_scorer_options(root / "scorers", url)]}
+
+
+def _eval(setup, out: Path, *args: str) -> int:
+    from flowrl.benchmarks.cli import main
+
+    return main(["eval", "checkpoint", "--base", "tiny-cpu", "--out", str(out), *setup["args"], *FAST, *args])
+
+
+def _pixels(path: Path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def test_one_command_scores_base_and_checkpoint_on_every_benchmark(setup, formats, capsys):
+    out = setup["root"] / "flow_grpo"
+    assert _eval(setup, out, "--lora", str(formats["flow_grpo"]), "--benchmarks", "geneval,ocr,drawbench") == 0
+    printed = capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["benchmarks"]) == ["geneval", "ocr", "drawbench"]
+    drawbench = results["benchmarks"]["drawbench"]
+    assert list(drawbench["metrics"]) == [
+        "pickscore",
+        "clipscore",
+        "hpsv2.1",
+        "aesthetic",
+        "imagereward",
+        "unifiedreward",
+    ]
+    # the judge always replies "Final Score: 4": flow_grpo's parse gives 4 / 5, the table prints the 1-5 score
+    assert drawbench["metrics"]["unifiedreward"] == pytest.approx({"base": 4.0, "checkpoint": 4.0, "delta": 0.0})
+    assert "| unifiedreward | 4.0000 | 4.0000 | +0.0000 |" in printed and "| geneval |" in printed
+    assert set(results["benchmarks"]["geneval"]["metrics"]) == {"geneval", "geneval/single_object"}
+    assert 0.0 <= results["benchmarks"]["ocr"]["metrics"]["ocr"]["base"] <= 1.0
+    s = drawbench["settings"]
+    assert (s["steps"], s["guidance_scale"], s["height"], s["images_per_prompt"]) == (2, 1.0, 32, 1)  # preset's CFG 1
+    record = json.loads((out / "checkpoint" / "drawbench" / "images" / "generation.json").read_text())
+    assert record["model"]["trained_weights_file"].endswith("adapter_model.safetensors") and record["complete"]
+    base_img = _pixels(out / "base" / "drawbench" / "images" / "00000_0.png")
+    ckpt_img = _pixels(out / "checkpoint" / "drawbench" / "images" / "00000_0.png")
+    assert base_img.shape == (32, 32, 3) and not np.array_equal(base_img, ckpt_img)  # the LoRA changes the image
+    page = (out / "report.html").read_text()
+    assert page.count("<img") == 6 and "A red cube on a mat." in page and "unifiedreward" in page
+    # again: nothing is drawn or scored a second time, the table is the same
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*.png")}
+    metrics_files = {p: p.read_text() for p in out.rglob("metrics.json")}
+    assert _eval(setup, out, "--lora", str(formats["flow_grpo"]), "--benchmarks", "geneval,ocr,drawbench") == 0
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*.png")} == stamps
+    assert {p: p.read_text() for p in out.rglob("metrics.json")} == metrics_files
+    assert json.loads((out / "results.json").read_text())["benchmarks"] == results["benchmarks"]
+
+
+def _flowrl_run(root: Path, formats) -> Path:
+    """A flowrl run folder as training leaves it: config.yaml and the LoRA export lora/ (diffusers layout)."""
+    import yaml
+
+    run = root / "run"
+    (run / "lora").mkdir(parents=True)
+    shutil.copy(formats["diffusers"], run / "lora" / "pytorch_lora_weights.safetensors")
+    config = {"model": {"pipeline": "sd3", "path": "tiny", "tiny_size": "tiny", "resolution": 32,
+                        "max_sequence_length": 16}, "seed": 42,
+              "train": {"lora": {"rank": RANK, "alpha": ALPHA, "target_modules": TARGETS}}}  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    return run
+
+
+@pytest.mark.parametrize("fmt", ["diffusion_nft", "flow_factory", "flow_factory_bare", "diffusers", "flowrl_run"])
+def test_every_format_draws_the_same_images(setup, formats, fmt):
+    reference = setup["root"] / "flow_grpo" / "checkpoint" / "drawbench" / "images" / "00000_0.png"
+    if not reference.is_file():
+        pytest.skip("needs test_one_command_scores_base_and_checkpoint_on_every_benchmark first")
+    out = setup["root"] / fmt
+    given = (
+        ["--run", str(_flowrl_run(setup["root"], formats))] if fmt == "flowrl_run" else ["--lora", str(formats[fmt])]
+    )
+    assert _eval(setup, out, *given, "--benchmarks", "drawbench", "--metrics", "pickscore") == 0
+    assert np.array_equal(_pixels(out / "checkpoint" / "drawbench" / "images" / "00000_0.png"), _pixels(reference))
+    results = json.loads((out / "results.json").read_text())
+    first = json.loads((setup["root"] / "flow_grpo" / "results.json").read_text())
+    assert (
+        results["benchmarks"]["drawbench"]["metrics"]["pickscore"]
+        == first["benchmarks"]["drawbench"]["metrics"]["pickscore"]
+    )
+    assert (out / "report.html").is_file() and (out / "results.md").is_file()
+
+
+def test_the_command_refuses_another_familys_lora_before_drawing(setup, tmp_path, capsys):
+    flux_model, _ = _peft_model(_tiny_transformer("tiny-flux"), targets=["attn.to_q", "attn.to_k"])
+    flux_model.save_pretrained(tmp_path / "flux_lora")
+    out = tmp_path / "out"
+    assert _eval(setup, out, "--lora", str(tmp_path / "flux_lora"), "--benchmarks", "drawbench") == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("flowrl: error: --lora ") and "flux_lora/adapter_model.safetensors" in err
+    assert "another model (FLUX (FluxTransformer2DModel))" in err and "family sd3" in err
+    assert not (out / "checkpoint").exists() and not (out / "base").exists()  # refused before any image
+
+
+def test_help_and_bad_arguments_are_one_line(capsys):
+    from flowrl.benchmarks.cli import main
+
+    assert main(["eval", "checkpoint", "--base", "tiny-cpu", "--out", "x", "--benchmarks", "nope", "--lora", "y"]) == 2
+    assert "unknown benchmark 'nope'; choose from geneval, ocr, drawbench" in capsys.readouterr().err
+    assert main(["eval", "checkpoint", "--base", "tiny-cpu", "--out", "x", "--benchmarks", "ocr"]) == 2
+    assert "give the checkpoint: --lora PATH" in capsys.readouterr().err
+    assert main(["eval", "checkpoint", "--base", "tiny-cpu", "--out", "x", "--benchmarks", "ocr", "--lora", "y",
+                 "--preset", "nope"]) == 2  # fmt: skip
+    assert "--preset 'nope': choose one of diffusion_nft, flow_grpo" in capsys.readouterr().err
+
+
+def test_a_missing_prompt_file_names_where_it_comes_from(tmp_path, monkeypatch, capsys, formats):
+    from flowrl.benchmarks.cli import main
+
+    monkeypatch.delenv("FLOWRL_EVAL_DATA", raising=False)
+    argv = ["eval", "checkpoint", "--base", "tiny-cpu", "--out", str(tmp_path), "--benchmarks", "drawbench",
+            "--lora", str(formats["diffusers"])]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "drawbench: its prompts are not shipped with flowrl; give --prompts drawbench=PATH" in err
+    assert "NVlabs/DiffusionNFT" in err and not (tmp_path / "base").exists()
