@@ -27,7 +27,9 @@ def same_numbers(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(SKIP)}
 
 
-def assert_resume_repeats(train: Callable[..., list[dict]], tmp_path, *overrides: str, iterations: int = 3) -> list[dict]:
+def assert_resume_repeats(
+    train: Callable[..., list[dict]], tmp_path, *overrides: str, iterations: int = 3
+) -> list[dict]:
     """``train(out, *overrides)`` (a run's metric rows) for ``iterations`` at once, and for 1 then resumed from its
     checkpoint (``log.save_every=1`` among ``overrides``): the resumed iterations log what the uninterrupted run
     logged, beyond ``SKIP``. Returns the uninterrupted run's rows."""

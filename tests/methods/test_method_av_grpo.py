@@ -23,8 +23,8 @@ from flowrl.methods.seam import RewardTable, TrainEntry
 from flowrl.preflight import preflight
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
-
 from tiny_runs import same_numbers, small
+
 SMALL = ["train.iterations=1", *small(3, "log.save_every=1000", "log.eval_every=0", "method.options.steps_per_phase=2")]
 
 

@@ -12,8 +12,8 @@ from flowrl.methods import build_method
 from flowrl.methods.awm import AWM, AWMOptions, matching_loss, strata_times, surrogate_log_prob
 from flowrl.methods.forward_process import Endpoints
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
+
 SMALL = [
     "method.name=awm",
     *small(4, "train.optimizer_steps_per_iteration=1", *NO_EVAL, "method.options.num_noisings=2"),

@@ -11,8 +11,8 @@ from flowrl.losses import dppo_mask_loss
 from flowrl.methods import build_method
 from flowrl.sde import flow_sde
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
+
 SMALL = ["method.name=flow_dppo", *small(4, *NO_EVAL)]
 
 

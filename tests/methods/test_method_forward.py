@@ -16,8 +16,8 @@ from flowrl.methods.ram import ram_target
 from flowrl.policy import ParamAverage
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
-
 from tiny_runs import NO_EVAL, assert_resume_repeats, same_numbers, small
+
 # 2 prompts x 4 members, 4 ODE steps with CFG 4.5, K = 2 noisings: one group per rollout batch
 SMALL = small(4, *NO_EVAL, "method.options.num_noisings=2")
 

@@ -9,8 +9,8 @@ from flowrl.config import ConfigError, resolve_config
 from flowrl.methods import build_method, list_methods, method_class, recipes
 from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, Part, Parts
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_SAVES, small
+
 SMALL = small(4, "train.iterations=1", *NO_SAVES)
 SKIP = ("timing_s/", "throughput/", "memory/", "time/")
 

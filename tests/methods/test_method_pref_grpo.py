@@ -18,8 +18,8 @@ from flowrl.methods.pref_grpo import score_win_rates
 from flowrl.methods.seam import RewardTable
 from flowrl.reward_models.base import win_rates
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, same_numbers, small
+
 SMALL = small(4, *NO_EVAL, "train.beta=0")
 PAIRWISE = ["reward={'pairwise_rewards:Brighter': 1.0}"]
 

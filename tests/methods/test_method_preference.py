@@ -7,8 +7,8 @@ import pytest
 from flowrl.config import ConfigError, resolve_config
 from flowrl.methods import build_method
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
+
 # 2 prompts x 4 members, 4 steps with CFG 4.5 (two rows a step), one group per rollout batch
 SMALL = small(4, *NO_EVAL)
 DATASET = ["data.prompts=builtin:preference_pairs", "reward={}"]

@@ -21,8 +21,8 @@ from flowrl.methods.reward_backprop import (
     stop_step,
 )
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
+
 # 2 prompts x 4 members in rollout batches of 4, 4 steps at CFG 4.5 (tiny-cpu's), smoothness backpropagated
 SMALL = [
     "method.name=reward_backprop",

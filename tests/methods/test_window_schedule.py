@@ -12,8 +12,8 @@ from flowrl.methods import build_method
 from flowrl.plan import make_plan, window_start
 from flowrl.seeds import seed_of
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
+
 SMALL = small(4, *NO_EVAL, "method.options.window_size=1", "method.options.window_range=[0,3]")
 
 

@@ -33,8 +33,8 @@ from flowrl.plan import make_plan, ode_plan
 from flowrl.reward_models.base import PairwiseReward
 from flowrl.rollout import encode_rows, rollout, transition
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, SKIP, small
+
 FAMILIES = list_pipelines()
 PROMPTS = ["a red cat", "a blue dog"]
 SMALL = small(4, *NO_EVAL)

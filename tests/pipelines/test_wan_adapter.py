@@ -20,8 +20,8 @@ from flowrl.plan import make_plan, ode_plan
 from flowrl.rollout import rollout, transition
 from flowrl.sde import flow_sde_g, step
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_EVAL, small
+
 PROMPTS = ["a red cat", "a blue dog"]
 SMALL = small(3, *NO_EVAL)
 PIPE_KW = {"height": 32, "width": 32, "num_frames": 5, "max_sequence_length": 16}

@@ -9,8 +9,8 @@ import torch
 
 from flowrl.config import ConfigError, math_changes, resolve_config
 from flowrl.trainer import Trainer
-
 from tiny_runs import NO_SAVES, small
+
 SMALL = small(3, *NO_SAVES)
 
 
