@@ -257,6 +257,7 @@ def benchmark_settings(req: Request, suite: Any) -> tuple[dict[str, Any], str | 
     last) and the preset name handed to the suite."""
     builtin = not hasattr(suite, "preset_of")
     preset = req.presets.get(suite.name, req.preset if builtin else None)
+    preset = preset if builtin else suite.preset_of(preset)  # a module's own default when none is given
     merged: dict[str, Any] = preset_settings(preset) if builtin else {}
     for key, value in suite.protocol(preset).items():
         key = {"guidance": "guidance_scale"}.get(key, key)
@@ -335,7 +336,11 @@ def score(req: Request, suite: Any, model: str, record: dict[str, Any]) -> dict[
     if hasattr(suite, "preset_of"):  # a module's scorer: the prompts it drew and how many images each
         opts = options.setdefault(suite.name, {})
         opts.setdefault("images_per_prompt", record["settings"]["images_per_prompt"])
-        opts.setdefault("items", suite.items)
+        opts.setdefault("pic_num", min(4, record["settings"]["images_per_prompt"]))  # DPG-Bench's crops
+        if req.prompts.get(suite.name):
+            opts.setdefault("prompts", req.prompts[suite.name])
+        if req.limit:
+            opts.setdefault("limit", req.limit)
     result = suite.score_folder(base / "images", out, options)
     summary = {
         "metrics": result["metrics"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -265,10 +266,12 @@ class RewardSuite:
 
 
 class ModuleSuite:
-    """A benchmark in its own module (see the module docstring), imported when chosen."""
+    """A benchmark in its own module (see the module docstring), imported when chosen. ``headline``: the keys of
+    its summary shown in the table (numbers, or mappings shown as ``<key>/<name>`` rows), when it returns no
+    ``metrics``."""
 
-    def __init__(self, name: str, module: str):
-        self.name, self.module = name, module
+    def __init__(self, name: str, module: str, headline: Sequence[str] = ("overall",)):
+        self.name, self.module, self.headline = name, module, tuple(headline)
 
     def _mod(self) -> Any:
         try:
@@ -306,28 +309,41 @@ class ModuleSuite:
                 make = None
         if make is None:
             return None
-        preset = self.preset_of(preset)
-        return make(items, image_dir, settings, preset) if preset is not None else make(items, image_dir, settings)
+        takes_preset = len(inspect.signature(make).parameters) >= 4
+        return (
+            make(items, image_dir, settings, self.preset_of(preset))
+            if takes_preset
+            else make(items, image_dir, settings)
+        )
 
     def score_folder(self, image_dir: Path, out_dir: Path, options: dict[str, dict[str, Any]]) -> dict[str, Any]:
         result = dict(self._mod().score_folder(image_dir, out_dir, options.get(self.name, {})))
-        if "metrics" not in result:
-            if "overall" not in result:
-                raise RuntimeError(f"{self.name}: {self.module}.score_folder returned neither metrics nor overall")
-            result["metrics"] = {self.name: float(result["overall"])}
-        return result
+        if "metrics" in result:
+            return result
+        metrics: dict[str, float] = {}
+        for key in self.headline:
+            value = result.get(key)
+            if isinstance(value, dict):
+                metrics.update({f"{key}/{k}": float(v) for k, v in value.items() if isinstance(v, (int, float))})
+            elif isinstance(value, (int, float)):
+                metrics[key] = float(value)
+        if not metrics:
+            raise RuntimeError(f"{self.name}: {self.module}.score_folder returned none of {', '.join(self.headline)}")
+        return {**result, "metrics": metrics, "images": result.get("scored_images", result.get("images"))}
 
 
 DRAWBENCH_ORIGIN = "dataset/drawbench/test.txt of a NVlabs/DiffusionNFT checkout, 200 prompts x 5 rows"
 OCR_ORIGIN = "dataset/ocr/test.txt of a yifan123/flow_grpo or NVlabs/DiffusionNFT checkout, 1,018 prompts"
 
-# name -> a factory (built in) or "module.path" (imported when chosen)
+# name -> a factory (built in), or "module.path" / ("module.path", headline summary keys) imported when chosen
 SUITES: dict[str, Any] = {
     "geneval": GenEvalSuite,
     "ocr": lambda: RewardSuite("ocr", {"ocr": ("ocr", "score", 1.0)}, OCR_ORIGIN),
     "drawbench": lambda: RewardSuite("drawbench", dict(DRAWBENCH_METRICS), DRAWBENCH_ORIGIN),
-    "geneval2": "flowrl.benchmarks.geneval2",
-    "dpg": "flowrl.benchmarks.dpgbench",
+    # GenEval 2: Soft-TIFA GM is the headline (x 100), then AM, TIFA and the per-skill AM
+    "geneval2": ("flowrl.benchmarks.geneval2", ("soft_tifa_gm", "soft_tifa_am", "tifa", "per_skill_am")),
+    # DPG-Bench: the DPG score (x 100) and its five level-1 categories
+    "dpg": ("flowrl.benchmarks.dpgbench", ("dpg_score", "l1_categories")),
 }
 
 
@@ -336,4 +352,8 @@ def get_suite(name: str) -> Suite:
     if name not in SUITES:
         raise ValueError(f"--benchmarks: unknown benchmark {name!r}; choose from {', '.join(SUITES)}")
     entry = SUITES[name]
-    return ModuleSuite(name, entry) if isinstance(entry, str) else entry()
+    if isinstance(entry, str):
+        return ModuleSuite(name, entry)
+    if isinstance(entry, tuple):
+        return ModuleSuite(name, *entry)
+    return entry()

@@ -281,3 +281,46 @@ def test_a_missing_prompt_file_names_where_it_comes_from(tmp_path, monkeypatch, 
     err = capsys.readouterr().err
     assert "drawbench: its prompts are not shipped with flowrl; give --prompts drawbench=PATH" in err
     assert "NVlabs/DiffusionNFT" in err and not (tmp_path / "base").exists()
+
+
+def test_geneval2_and_dpg_join_by_module_path(setup, formats, tmp_path):
+    """GenEval 2 under UniRL's preset (its seeds and sigma grid) and DPG-Bench (4 images a prompt) through their
+    modules' load_items / protocol / score_folder, judged by the loopback endpoint."""
+    import csv
+
+    from test_dpgbench import QUESTIONS
+    from test_geneval2 import ROWS
+
+    from flowrl.benchmarks.dpgbench import scoring as dpg_scoring
+    from tiny_vlm import vl_tokenizer
+
+    (tmp_path / "g2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    with open(tmp_path / "dpg.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(dpg_scoring.COLUMNS)
+        for key, qid, dep, tup, question in QUESTIONS:
+            writer.writerow([key, f"prompt {key}", "", qid, dep, tup.split(" ")[0], "", tup, question])
+    vl_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    url = next(a.split("=", 1)[1] for a in setup["args"] if a.startswith("unifiedreward.base_url="))
+    judge = [f"geneval2.base_url={url}", "geneval2.model=served", f"geneval2.tokenizer={tmp_path / 'tokenizer'}",
+             f"dpg.base_url={url}", "dpg.model=served"]  # fmt: skip
+    from flowrl.benchmarks.cli import main
+
+    out = tmp_path / "out"
+    argv = ["eval", "checkpoint", "--base", "tiny-cpu", "--lora", str(formats["diffusers"]), "--out", str(out),
+            "--benchmarks", "geneval2,dpg", "--prompts", f"geneval2={tmp_path / 'g2.jsonl'}",
+            "--prompts", f"dpg={tmp_path / 'dpg.csv'}", "--steps", "2", *TINY,
+            *[x for o in judge for x in ("--option", o)]]  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    g2, dpg = results["benchmarks"]["geneval2"], results["benchmarks"]["dpg"]
+    assert g2["preset"] == "unirl" and g2["settings"]["images_per_prompt"] == 1 and g2["prompts"] == 2
+    assert (g2["settings"]["steps"], g2["settings"]["guidance_scale"]) == (2, 1.0)  # UniRL's CFG 1, --steps 2
+    assert {"soft_tifa_gm", "soft_tifa_am"} <= set(g2["metrics"])
+    assert dpg["settings"]["images_per_prompt"] == 4 and "dpg_score" in dpg["metrics"]
+    # the judge says yes to everything: item b scores 100 on every crop (item a's parent row is skipped)
+    assert dpg["metrics"]["dpg_score"] == {"base": 100.0, "checkpoint": 100.0, "delta": 0.0}
+    record = json.loads((out / "checkpoint" / "geneval2" / "images" / "generation.json").read_text())
+    assert record["settings"]["height"] == 32 and sorted(
+        p.name for p in (out / "base" / "dpg" / "images").glob("*.png")
+    ) == [f"{k}_{i}.png" for k in "ab" for i in range(4)]

@@ -6,6 +6,7 @@ whose every reply is ``Final Score: 4``."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import torch
@@ -17,13 +18,19 @@ TINY_OPENCLIP = "flowrl-tiny-openclip"
 
 
 class FinalScoreJudge(JsonHandler):
-    """An OpenAI-compatible chat endpoint that answers every request with ``Final Score: 4``."""
+    """An OpenAI-compatible chat endpoint that answers every request ``Yes. Final Score: 4`` (UnifiedReward reads
+    4, DPG-Bench's first-word rule yes), with the first token's top log-probabilities GenEval 2's served judge
+    reads (token ids 0, 10, 1 at 0.5, 0.3, 0.1)."""
+
+    def do_GET(self):  # /models
+        self._send(200, {"data": [{"id": "served"}]})
 
     def do_POST(self):
-        length = int(self.headers.get("Content-Length", 0))
-        self.rfile.read(length)
-        reply = {"choices": [{"message": {"role": "assistant", "content": "Sharp and on topic. Final Score: 4"}}]}
-        self._send(200, reply)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        top = [{"token": f"token_id:{i}", "logprob": math.log(p)} for i, p in ((0, 0.5), (10, 0.3), (1, 0.1))]
+        message = {"role": "assistant", "content": "Yes. Final Score: 4"}
+        logprobs = {"content": [{"token": "token_id:0", "top_logprobs": top}]}
+        self._send(200, {"choices": [{"message": message, "logprobs": logprobs}]})
 
 
 def _clip(folder: Path) -> Path:
