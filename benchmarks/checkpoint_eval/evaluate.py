@@ -345,6 +345,7 @@ def score(req: Request, suite: Any, model: str, record: dict[str, Any]) -> dict[
     summary = {
         "metrics": result["metrics"],
         "images": result.get("images"),
+        "notes": result.get("notes") or {},
         "images_fingerprint": fingerprint,
         "metrics_asked": req.metrics,
     }
@@ -403,6 +404,7 @@ def evaluate_checkpoint(req: Request) -> dict[str, Any] | None:
                 "settings": records["base"][s.name]["settings"],
                 "prompts": len(items[s.name]),
                 "metrics": table_rows(summaries[s.name]),
+                "notes": summaries[s.name]["checkpoint"].get("notes") or {},
             }
             for s in suites
         },

@@ -42,7 +42,10 @@ def results_markdown(results: dict[str, Any]) -> str:
         lines.append(f"| **{name}** ({_settings_line(bench)}) | | | |")
         for metric, v in bench["metrics"].items():
             lines.append(f"| {metric} | {_fmt(v['base'])} | {_fmt(v['checkpoint'])} | {_delta(v['delta'])} |")
-    return "\n".join(lines) + "\n"
+    notes = [
+        f"- {name}, {key}: {text}" for name, b in results["benchmarks"].items() for key, text in b["notes"].items()
+    ]
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
 
 
 def _table_html(results: dict[str, Any]) -> str:
@@ -60,6 +63,15 @@ def _table_html(results: dict[str, Any]) -> str:
             )
     head = "<tr><th>metric</th><th>base</th><th>checkpoint</th><th>delta</th></tr>"
     return f'<table class="summary"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _notes_html(results: dict[str, Any]) -> str:
+    notes = [
+        f"<li>{html.escape(name)}, {html.escape(key)}: {html.escape(text)}</li>"
+        for name, b in results["benchmarks"].items()
+        for key, text in b["notes"].items()
+    ]
+    return f'<ul class="note">{"".join(notes)}</ul>' if notes else ""
 
 
 def _scores_by_file(folder: Path) -> dict[str, dict[str, Any]]:
@@ -113,7 +125,7 @@ def write_page(out: Path, results: dict[str, Any], items: dict[str, list[dict[st
         f"<b>checkpoint</b>: {html.escape(ckpt['description'])}"
         + (f" <span class='note'>loaded as {html.escape(ckpt['converted'])}</span>" if ckpt.get("converted") else "")
         + f"</p>{f'<ul>{notes}</ul>' if notes else ''}"
-        f"<section id='results'><h2>Results</h2>{_table_html(results)}</section>"
+        f"<section id='results'><h2>Results</h2>{_table_html(results)}{_notes_html(results)}</section>"
         f"<section id='samples'><h2>Samples (same prompt and seed)</h2>{samples_html(out, results, items)}</section>"
     )
     text = (

@@ -17,6 +17,7 @@ Neither fixes seeds (DiffusionNFT draws without a generator); flowrl draws image
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 # settings shared by a preset's benchmarks: resolution, steps, guidance, text length
@@ -63,3 +64,56 @@ SCORER_DEFAULTS: dict[str, dict[str, Any]] = {
     "unifiedreward": {"model": "CodeGoat24/UnifiedReward-7b-v1.5", "parse": "flow_grpo", "image_size": 512},
     "ocr": {},
 }
+
+
+# ------------------------------------------------------------------------------ UnifiedReward's judge text
+
+REWARDS_FILE = "flow_grpo/rewards.py"  # in a DiffusionNFT (or flow_grpo) checkout
+
+
+def checkout_of(prompt_file: Path) -> Path | None:
+    """The DiffusionNFT / flow_grpo checkout a prompt file lies in (``<root>/dataset/<name>/test.txt``), if any."""
+    for root in list(prompt_file.resolve().parents)[:4]:
+        if (root / REWARDS_FILE).is_file():
+            return root
+    return None
+
+
+def unifiedreward_template(rewards_py: Path) -> str:
+    """The UnifiedReward question of ``flow_grpo/rewards.py`` (``unifiedreward_score_sglang``'s ``evaluate_image``:
+    ``question = f"...{prompt}..."``), read with ``ast`` without running the file, as a ``str.format`` template
+    with one ``{prompt}`` field; flowrl ships no copy of the text."""
+    import ast
+
+    tree = ast.parse(rewards_py.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name != "evaluate_image":
+            continue
+        for stmt in ast.walk(node):
+            if (
+                isinstance(stmt, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "question" for t in stmt.targets)
+                and isinstance(stmt.value, ast.JoinedStr)
+            ):
+                return _format_template(stmt.value, rewards_py)
+    raise ValueError(f"{rewards_py}: no evaluate_image() assigning question = f'...' (UnifiedReward's judge text)")
+
+
+def _format_template(fstring: Any, where: Path) -> str:
+    import ast
+
+    parts = []
+    for value in fstring.values:
+        if isinstance(value, ast.Constant):
+            parts.append(str(value.value).replace("{", "{{").replace("}", "}}"))
+        elif (
+            isinstance(value, ast.FormattedValue)
+            and isinstance(value.value, ast.Name)
+            and value.value.id == "prompt"
+            and value.conversion == -1
+            and value.format_spec is None
+        ):
+            parts.append("{prompt}")
+        else:
+            raise ValueError(f"{where}: UnifiedReward's question has a field other than {{prompt}}")
+    return "".join(parts)

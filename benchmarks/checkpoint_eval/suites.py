@@ -29,7 +29,14 @@ from typing import Any, Protocol
 
 from flowrl.benchmarks.generation import GenerationSettings, PromptJob, image_seed
 
-from .protocols import DRAWBENCH_METRICS, IMAGES_PER_PROMPT, SCORER_DEFAULTS
+from .protocols import (
+    DRAWBENCH_METRICS,
+    IMAGES_PER_PROMPT,
+    REWARDS_FILE,
+    SCORER_DEFAULTS,
+    checkout_of,
+    unifiedreward_template,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -237,9 +244,22 @@ class RewardSuite:
         self.selected: list[str] | None = None  # --metrics: a subset of the columns
 
     def load_items(self, source: str | None = None) -> list[dict[str, Any]]:
-        prompts, record = distinct_prompts(prompt_file(self.name, source, self.origin))
-        self.record = record
+        path = prompt_file(self.name, source, self.origin)
+        prompts, self.record = distinct_prompts(path)
+        self.checkout = checkout_of(path)  # a DiffusionNFT / flow_grpo checkout: its UnifiedReward question too
         return [{"key": f"{i:05d}", "prompt": p, "metadata": {}} for i, p in enumerate(prompts)]
+
+    def judge_template(self, options: dict[str, dict[str, Any]]) -> tuple[dict[str, dict[str, Any]], str]:
+        """UnifiedReward's question: the user's ``template``, else the one in the prompts' checkout
+        (``flow_grpo/rewards.py``), else flowrl's own; the options to score with and where it came from."""
+        given = options.get("unifiedreward", {})
+        if "template" in given or "template_from" in given:
+            return options, "given with --option"
+        if getattr(self, "checkout", None) is None:
+            return options, "flowrl's own (not the papers'): give the prompts as a DiffusionNFT checkout to use its"
+        template = unifiedreward_template(self.checkout / REWARDS_FILE)
+        source = f"{self.checkout / REWARDS_FILE} (evaluate_image's question)"
+        return {**options, "unifiedreward": {**given, "template": template}}, source
 
     def protocol(self, preset: str | None) -> dict[str, Any]:
         return {"images_per_prompt": IMAGES_PER_PROMPT[self.name]}
@@ -254,12 +274,15 @@ class RewardSuite:
 
     def score_folder(self, image_dir: Path, out_dir: Path, options: dict[str, dict[str, Any]]) -> dict[str, Any]:
         columns = self.columns()
+        notes = {}
+        if any(reward == "unifiedreward" for reward, _, _ in columns.values()):
+            options, notes["unifiedreward_template"] = self.judge_template(options)
         rows = score_images(read_prompts(image_dir), image_dir, columns, options)
         out_dir.mkdir(parents=True, exist_ok=True)
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         (out_dir / "scores.jsonl").write_text(text, encoding="utf-8")
         metrics = {c: _mean([r[c] for r in rows]) for c in columns}
-        return {"metrics": metrics, "images": len(rows)}
+        return {"metrics": metrics, "images": len(rows), "notes": notes}
 
 
 # ------------------------------------------------------------------------------------ modules by path

@@ -153,15 +153,19 @@ def setup(tmp_path_factory, formats):
 
     root = tmp_path_factory.mktemp("eval")
     (root / "data" / "ocr").mkdir(parents=True)
-    (root / "data" / "drawbench").mkdir()
     (root / "data" / "ocr" / "test.txt").write_text('A sign that says "Hello"\nA mug reading "Tea"\n')
-    (root / "data" / "drawbench" / "test.txt").write_text("A red cube on a mat.\nA red cube on a mat.\nA cat.\n")
-    prompts = [
-        "--prompts",
-        f"ocr={root / 'data'}",
-        "--prompts",
-        f"drawbench={root / 'data' / 'drawbench' / 'test.txt'}",
-    ]
+    # DrawBench's prompts inside a checkout laid out as DiffusionNFT's, whose flow_grpo/rewards.py holds the judge text
+    checkout = root / "nft"
+    (checkout / "dataset" / "drawbench").mkdir(parents=True)
+    (checkout / "dataset" / "drawbench" / "test.txt").write_text("A red cube on a mat.\nA red cube on a mat.\nA cat.\n")
+    (checkout / "flow_grpo").mkdir()
+    (checkout / "flow_grpo" / "rewards.py").write_text(
+        "def unifiedreward_score_sglang(device):\n"
+        "    async def evaluate_image(prompt, image):\n"
+        '        question = f"<image>\\nRate {{this}} caption: [{prompt}] after Final Score:"\n'
+        "        return question\n"
+    )
+    prompts = ["--prompts", f"ocr={root / 'data'}", "--prompts", f"drawbench={checkout}"]
     with serve(FinalScoreJudge) as url:
         yield {"root": root, "args": [*prompts, *tiny_scorer_options(root / "scorers", url)]}
 
@@ -177,6 +181,8 @@ def _pixels(path: Path) -> np.ndarray:
 
 
 def test_one_command_scores_base_and_checkpoint_on_every_benchmark(setup, formats, capsys):
+    from tiny_scorers import FinalScoreJudge
+
     out = setup["root"] / "flow_grpo"
     assert _eval(setup, out, "--lora", str(formats["flow_grpo"]), "--benchmarks", "geneval,ocr,drawbench") == 0
     printed = capsys.readouterr().out
@@ -194,6 +200,9 @@ def test_one_command_scores_base_and_checkpoint_on_every_benchmark(setup, format
     # the judge always replies "Final Score: 4": flow_grpo's parse gives 4 / 5, the table prints the 1-5 score
     assert drawbench["metrics"]["unifiedreward"] == pytest.approx({"base": 4.0, "checkpoint": 4.0, "delta": 0.0})
     assert "| unifiedreward | 4.0000 | 4.0000 | +0.0000 |" in printed and "| geneval |" in printed
+    # the judge was asked the checkout's question (read from its rewards.py, braces kept, the prompt filled in)
+    assert "<image>\nRate {this} caption: [A red cube on a mat.] after Final Score:" in FinalScoreJudge.texts
+    assert "rewards.py (evaluate_image's question)" in drawbench["notes"]["unifiedreward_template"]
     assert set(results["benchmarks"]["geneval"]["metrics"]) == {"geneval", "geneval/single_object"}
     assert 0.0 <= results["benchmarks"]["ocr"]["metrics"]["ocr"]["base"] <= 1.0
     s = drawbench["settings"]

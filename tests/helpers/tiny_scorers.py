@@ -25,8 +25,12 @@ class FinalScoreJudge(JsonHandler):
     def do_GET(self):  # /models
         self._send(200, {"data": [{"id": "served"}]})
 
+    texts: list = []  # the text of every request's last message part, in order
+
     def do_POST(self):
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+        content = body["messages"][-1]["content"]
+        FinalScoreJudge.texts.append(content[-1]["text"] if isinstance(content, list) else content)
         top = [{"token": f"token_id:{i}", "logprob": math.log(p)} for i, p in ((0, 0.5), (10, 0.3), (1, 0.1))]
         message = {"role": "assistant", "content": "Yes. Final Score: 4"}
         logprobs = {"content": [{"token": "token_id:0", "top_logprobs": top}]}
