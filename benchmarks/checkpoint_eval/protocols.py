@@ -32,6 +32,19 @@ DEFAULT_PRESET = "diffusion_nft"
 IMAGES_PER_PROMPT = {"geneval": 4, "ocr": 1, "drawbench": 5}
 
 
+# the published prompt files: sha256 of the file, where it is
+OFFICIAL_PROMPTS = {
+    "ocr": (
+        "4dd8caf3ab6ade73bd376c7d14c6ca49b6eacfb1bd321e22c40714ae4a98d4dc",
+        "dataset/ocr/test.txt of yifan123/flow_grpo @ac4c86e and NVlabs/DiffusionNFT @24af555",
+    ),
+    "drawbench": (
+        "9006b98feabb94b28a2bc0c88de42fd4f31a9ec3c2a19e308a02c5385b7172f0",
+        "dataset/drawbench/test.txt of NVlabs/DiffusionNFT @24af555",
+    ),
+}
+
+
 def preset_settings(name: str) -> dict[str, Any]:
     """The preset's shared settings; an unknown name is refused in one line listing the known ones."""
     if name not in PRESETS:

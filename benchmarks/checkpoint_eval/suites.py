@@ -32,6 +32,7 @@ from flowrl.benchmarks.generation import GenerationSettings, PromptJob, image_se
 from .protocols import (
     DRAWBENCH_METRICS,
     IMAGES_PER_PROMPT,
+    OFFICIAL_PROMPTS,
     REWARDS_FILE,
     SCORER_DEFAULTS,
     checkout_of,
@@ -149,7 +150,9 @@ class GenEvalSuite:
         detector = QueryInstanceDetector.from_pretrained(detector_id, device=device, min_score=floor)
         colors = ClipColorClassifier.from_pretrained(arch, pretrained, device=device)
         _, summary = score_folder(image_dir, detector, colors, rules, out_dir=out_dir, batch_size=batch)
-        metrics = {"geneval": summary["overall"]}
+        # GenEval's overall (the mean of the task accuracies), then the mean over images (DiffusionNFT's
+        # evaluation.py prints this one as "accuracy") and each task's accuracy
+        metrics = {"geneval": summary["overall"], "geneval/images": summary["correct_images"]}
         metrics.update({f"geneval/{task}": t["accuracy"] for task, t in summary["tasks"].items()})
         return {"metrics": metrics, "images": summary["images"], "summary": summary}
 
@@ -185,6 +188,16 @@ def distinct_prompts(path: Path) -> tuple[list[str], dict[str, Any]]:
     record = {"file": str(path.resolve()), "rows": len(rows), "prompts": len(seen)}
     record["sha256"] = hashlib.sha256(text.encode("utf-8")).hexdigest()
     return list(seen), record
+
+
+def prompt_file_note(name: str, record: dict[str, Any] | None) -> str:
+    """Whether the prompt file read is the published one (its sha256 against ``OFFICIAL_PROMPTS``)."""
+    if record is None:
+        return "read from the images' prompts.jsonl"
+    official = OFFICIAL_PROMPTS.get(name)
+    if official is not None and record["sha256"] == official[0]:
+        return f"the published file ({official[1]}), {record['rows']} rows"
+    return f"{record['file']}: {record['rows']} rows, sha256 {record['sha256'][:12]} (not the published file)"
 
 
 def _column_values(output: Any, read: str, factor: float) -> list[float]:
@@ -282,6 +295,7 @@ class RewardSuite:
         text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
         (out_dir / "scores.jsonl").write_text(text, encoding="utf-8")
         metrics = {c: _mean([r[c] for r in rows]) for c in columns}
+        notes["prompts"] = prompt_file_note(self.name, getattr(self, "record", None))
         return {"metrics": metrics, "images": len(rows), "notes": notes}
 
 

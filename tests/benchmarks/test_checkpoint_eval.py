@@ -203,7 +203,8 @@ def test_one_command_scores_base_and_checkpoint_on_every_benchmark(setup, format
     # the judge was asked the checkout's question (read from its rewards.py, braces kept, the prompt filled in)
     assert "<image>\nRate {this} caption: [A red cube on a mat.] after Final Score:" in FinalScoreJudge.texts
     assert "rewards.py (evaluate_image's question)" in drawbench["notes"]["unifiedreward_template"]
-    assert set(results["benchmarks"]["geneval"]["metrics"]) == {"geneval", "geneval/single_object"}
+    assert set(results["benchmarks"]["geneval"]["metrics"]) == {"geneval", "geneval/images", "geneval/single_object"}
+    assert "(not the published file)" in drawbench["notes"]["prompts"]
     assert 0.0 <= results["benchmarks"]["ocr"]["metrics"]["ocr"]["base"] <= 1.0
     s = drawbench["settings"]
     assert (s["steps"], s["guidance_scale"], s["height"], s["images_per_prompt"]) == (2, 1.0, 32, 1)  # preset's CFG 1
