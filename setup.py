@@ -7,6 +7,8 @@ subpackage ships without editing any list.
 
 from setuptools import find_namespace_packages, setup
 
+# flowrl.SOURCE_FOLDERS (flowrl/__init__.py) repeats the last three for a plain checkout with no install;
+# tests/core/test_import_graph.py holds the two equal
 SOURCE_FOLDERS = {
     "flowrl": "flowrl",
     "flowrl.pipelines": "pipelines",

@@ -31,15 +31,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from flowrl.benchmarks.commands import print_main, require_out
+
 # ---------------------------------------------------------------------------------------------- geneval
-
-
-def _print_main(text: str) -> None:
-    """Print on the main process only (``accelerate launch`` runs every command once per process)."""
-    from flowrl.benchmarks.generation import process_state
-
-    if process_state().is_main_process:
-        print(text)
 
 
 def cmd_geneval(args: argparse.Namespace) -> int:
@@ -77,16 +71,10 @@ def _refuse_results(out: Path, names: tuple[str, ...], force: bool) -> None:
     refuse_overwrite([out / name for name in names], "--out", force)
 
 
-def _require_out(args: argparse.Namespace, action: str) -> Path:
-    if args.out is None:
-        raise ValueError(f"{action} needs --out DIR")
-    return Path(args.out)
-
-
 def _geneval_generate(args: argparse.Namespace) -> int:
     from flowrl.benchmarks.geneval.generate import generate_geneval
 
-    out = _require_out(args, "--generate")
+    out = require_out(args, "--generate")
     record = generate_geneval(
         args.generate,
         out,
@@ -100,7 +88,7 @@ def _geneval_generate(args: argparse.Namespace) -> int:
         negative_prompt=args.negative_prompt,
     )
     s = record["settings"]
-    _print_main(
+    print_main(
         f"wrote {record['images']} images for {record['prompts']} prompts to {out} ({s['steps']} steps, guidance "
         f"{s['guidance_scale']:g}, seed {s['seed']}, weights: {record['model']['trained_weights'] or 'base'}); "
         f"score with: flowrl eval geneval --score {out} --out DIR"
@@ -113,7 +101,7 @@ def _geneval_score(args: argparse.Namespace) -> int:
     from flowrl.benchmarks.geneval.rules import RuleConfig
     from flowrl.benchmarks.geneval.scoring import score_folder, summary_markdown
 
-    out = _require_out(args, "--score")
+    out = require_out(args, "--score")
     rules = RuleConfig.from_options(args.option)
     if not Path(args.score).is_dir():
         raise FileNotFoundError(f"GenEval image folder {args.score} does not exist")
@@ -254,7 +242,7 @@ def _unigenbench_check(prompts: Any) -> int:
 def _unigenbench_generate(args: argparse.Namespace, prompts: Any) -> int:
     from flowrl.benchmarks.unigenbench.generate import generate_unigenbench
 
-    out = _require_out(args, "--generate")
+    out = require_out(args, "--generate")
     record = generate_unigenbench(
         args.generate,
         prompts,
@@ -277,7 +265,7 @@ def _unigenbench_generate(args: argparse.Namespace, prompts: Any) -> int:
         if prompts.invalid
         else ""
     )
-    _print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out}{skipped}")
+    print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out}{skipped}")
     return 0
 
 
@@ -314,7 +302,7 @@ def _unigenbench_judge(args: argparse.Namespace, prompts: Any) -> int:
     from flowrl.benchmarks.unigenbench.official import load_protocol
     from flowrl.benchmarks.unigenbench.scoring import summary_markdown
 
-    out = _require_out(args, "--judge")
+    out = require_out(args, "--judge")
     if not Path(args.judge).is_dir():
         raise FileNotFoundError(f"UniGenBench image folder {args.judge} does not exist")
     if args.protocol == "official":

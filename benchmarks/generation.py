@@ -75,7 +75,8 @@ def process_state() -> Any:
 
 def load_config(target: str, overrides: Sequence[str] = ()) -> tuple[Any, Path | None]:
     """A run folder's resolved ``config.yaml`` (returns the folder too), or a recipe; plus ``key=value``."""
-    from flowrl.config import config_from_dict, load_recipe, merge_overrides
+    from flowrl.config import config_from_dict
+    from flowrl.resolve import load_recipe, merge_overrides
 
     run = Path(target)
     if (run / "config.yaml").is_file():

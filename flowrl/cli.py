@@ -29,7 +29,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, R
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer, end_process_group
 
     args.phase = "start-up"  # a Ctrl-C until the trainer runs: nothing trained, nothing saved (see main)
@@ -71,12 +71,13 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from flowrl.config import dump_config, resolve_config
+    from flowrl.config import dump_config
     from flowrl.data import check_source_images, load_eval_prompts, load_train_prompts
     from flowrl.media_data import as_targets
     from flowrl.methods import build_method
     from flowrl.pipelines.base import adapter_class, source_images_of
     from flowrl.preflight import preflight
+    from flowrl.resolve import resolve_config
 
     cfg = resolve_config(args.recipe, args.overrides)
     takes = source_images_of(adapter_class(cfg.model.pipeline))  # each row's images: count and files
@@ -309,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         print(error_line(exc), file=sys.stderr)
         return 2
-    if not args.debug:  # a setting's warning (a deprecated key, a knob the method lacks) is one line, not a traceback
+    if not args.debug:  # a setting's warning (a knob the method lacks) is one line, not a traceback
         warnings.formatwarning = lambda message, category, *_, **__: f"flowrl: {category.__name__}: {message}\n"
     try:
         return args.fn(args)

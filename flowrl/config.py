@@ -1,7 +1,8 @@
 """Run configuration: dataclasses nested by concern, YAML recipes holding overrides, ``key=value`` overrides.
 
-Every field is checked when the config is built; errors are one line that names the field (with the
-closest known key for a typo) and, for choices, the allowed values.
+Plain data: every field is checked on its own when the config is built (errors are one line that names the
+field, with the closest known key for a typo and, for choices, the allowed values); nothing here imports a
+plug-in. A config is checked against the methods, parts, rewards and pipelines by ``flowrl.resolve``.
 """
 
 from __future__ import annotations
@@ -151,11 +152,6 @@ class SampleConfig:
     eval_num_steps: int = 40  # steps of evaluation / `flowrl sample`
     guidance_scale: float = 4.5  # CFG in rollouts (and in the training forward); 1 = no CFG
     eval_guidance_scale: float | None = None  # default: guidance_scale
-    sde_type: str | None = None  # deprecated: method.options.sde_type
-    noise_level: float | None = None  # deprecated: method.options.noise_level
-    window_size: int | None = None  # deprecated: method.options.window_size
-    window_range: list[int] | None = None  # deprecated: method.options.window_range
-    timestep_fraction: float | None = None  # deprecated: method.options.timestep_fraction
     group_size: int = 24  # samples per prompt (G); at least 2 where the method compares them (1: SFT, reward backprop)
     prompts_per_iteration: int = 48  # prompt groups per iteration, over all processes
     batch_size: int = 9  # samples per rollout forward, per process; also the training minibatch
@@ -205,13 +201,6 @@ class TrainConfig:
     adam_eps: float = 1e-8  # AdamW epsilon
     max_grad_norm: float = 1.0  # gradient-norm clip before each optimizer step
     optimizer_steps_per_iteration: int = 2  # Flow-GRPO: two optimizer steps per epoch
-    clip_range: float | None = None  # deprecated: method.options.clip_range
-    adv_clip_max: float | None = None  # deprecated: method.options.adv_clip_max
-    beta: float | None = None  # deprecated: method.options.beta
-    global_std: bool | None = None  # deprecated: method.options.global_std
-    std_eps: float | None = None  # deprecated: method.options.std_eps
-    batch_renorm: bool = False  # deprecated: method.credit_norm=gdpo
-    ratio_norm: bool = False  # deprecated: method.loss=ratio_norm
     mixed_precision: str = "no"  # no | fp16 | bf16 (accelerate autocast, rollout and update alike)
     gradient_checkpointing: bool = False  # recompute the transformer's activations in the backward
     # the update forward's saved activations wait on the host (pinned) until the backward reads them: the same
@@ -381,40 +370,9 @@ class Config:
                 f"launch.gpus: {self.launch.gpus} is not a multiple of train.sequence_parallel="
                 f"{self.train.sequence_parallel} (each data group is that many processes)"
             )
-        from flowrl.reward_models import check_reward_name
-
         for name, weight in self.reward.items():
-            try:
-                check_reward_name(name)
-            except ValueError as exc:
-                raise ConfigError(f"reward.{name}: {exc}") from None
             if not isinstance(weight, (int, float)) or isinstance(weight, bool):
                 raise ConfigError(f"reward.{name}: weight must be a number, got {weight!r}")
-        for name in self.eval_reward or {}:
-            try:
-                check_reward_name(name)
-            except ValueError as exc:
-                raise ConfigError(f"eval_reward.{name}: {exc}") from None
-        orphans = [name for name in self.reward_args if name not in {**self.reward, **(self.eval_reward or {})}]
-        if orphans:  # a recipe's reward_args left behind by a new reward: say first if that reward cannot fit
-            _check_reward_media(self)
-            raise ConfigError(
-                f"reward_args.{orphans[0]}: no reward named {orphans[0]!r} is configured (reward: "
-                f"{', '.join(self.reward)}); add reward.{orphans[0]}=<weight>, or replace reward_args "
-                "whole (reward_args={...})"
-            )
-        from flowrl.methods import check_method_name, method_class
-
-        try:
-            check_method_name(self.method.name)
-        except ValueError as exc:
-            raise ConfigError(f"method.name: {exc}") from None
-        least = getattr(method_class(self.method.name), "min_group_size", 2)
-        if self.sample.group_size < least:
-            raise ConfigError(
-                f"sample.group_size: method {self.method.name} compares the samples of a prompt, so it needs at "
-                f"least {least} per prompt, got {self.sample.group_size}"
-            )
         if self.run_name is not None and (not self.run_name or "/" in self.run_name or self.run_name in (".", "..")):
             raise ConfigError(f"run_name: {self.run_name!r} must be a plain folder name (or 'auto')")
         if self.resume and self.resume != "latest" and Path(self.resume).name == "state.json":
@@ -426,16 +384,6 @@ class Config:
             )
         if self.overwrite and self.resume:
             raise ConfigError("overwrite=true removes the run that resume= would continue: give one of them")
-        from flowrl.methods.options import resolve_knobs
-        from flowrl.methods.parts import check_part_keys
-
-        resolve_knobs(self)  # sample.noise_level, train.beta, ...: deprecated aliases of method.options.*
-        check_part_keys(self)  # train.ratio_norm / train.batch_renorm: deprecated aliases of method.loss / credit_norm
-        if not self.reward:  # only a method whose experience carries its own preference may go without
-            from flowrl.methods import build_method
-
-            if build_method(self).needs().rewards:
-                raise ConfigError("reward: no reward configured; set reward.<name>=<weight>")
         if self.sample.eval_guidance_scale is None:
             self.sample.eval_guidance_scale = self.sample.guidance_scale
 
@@ -468,22 +416,6 @@ def inert_settings(cfg: Config) -> list[str]:
     return lines
 
 
-def _check_reward_media(cfg: Config) -> None:
-    """The trained rewards' media kind against the pipeline's (``flowrl.scoring.check_reward_modality``)."""
-    from flowrl.pipelines.base import adapter_class
-    from flowrl.reward_models.base import reward_target
-    from flowrl.scoring import check_reward_modality
-
-    try:
-        kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
-        targets = {name: reward_target(name) for name in cfg.reward}
-    except (ValueError, ImportError):  # an unknown pipeline or reward has its own error later
-        return
-    for name, target in targets.items():
-        if isinstance(target, type):  # a function reward declares nothing
-            check_reward_modality(name, target, cfg.model.pipeline, kind)
-
-
 # ----------------------------------------------------------------------------------------------------
 # building configs from dicts, recipes and overrides
 
@@ -494,7 +426,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
     return build_dataclass(Config, data)
 
 
-def _set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
+def set_path(tree: dict[str, Any], dotted: str, value: Any) -> None:
     """Set ``tree[a][b][c] = value`` for ``dotted = "a.b.c"``, checking each part against Config."""
     parts = dotted.split(".")
     cls: Any = Config
@@ -557,21 +489,6 @@ def parse_override(text: str) -> tuple[str, Any]:
     return key, value
 
 
-def merge_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    from flowrl.methods.options import carry_options, drop_partners
-
-    given: set[str] = set()
-    for text in overrides:
-        key, value = parse_override(text)
-        # a knob set here replaces the recipe's other spelling of it (train.beta, method.options.beta)
-        drop_partners(data, flatten_config({key: value}), keep=given)
-        if key == "method.name":
-            carry_options(data, value, keep=given)  # the recipe's options were for its own method
-        _set_path(data, key, value)
-        given.add(key)
-    return data
-
-
 # ----------------------------------------------------------------------------------------------------
 # recipes
 
@@ -587,26 +504,10 @@ def recipe_names() -> list[str]:
 REPLACED_SECTIONS = ("reward", "eval_reward", "reward_args")
 
 
-def load_recipe(name_or_path: str | None, _seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A shipped recipe by name, or a YAML file by path; returns the override tree it holds.
-
-    ``base: <recipe>`` starts from another recipe: each section of this one updates that recipe's section
-    key by key (a key's value replaces the base's, lists and mappings such as ``method.options`` whole);
-    ``reward``, ``eval_reward`` and ``reward_args`` replace the base's sections whole.
-    """
-    name_or_path = name_or_path or DEFAULT_RECIPE
-    data = _read_recipe(name_or_path)
-    base = data.pop("base", None)
-    if base is None:
-        return data
-    if not isinstance(base, str):
-        raise ConfigError(f"recipe {name_or_path!r}: base must be a recipe name or path, got {base!r}")
-    if base in _seen or base == name_or_path:
-        raise ConfigError(f"recipe {name_or_path!r}: base recipes form a cycle through {base!r}")
-    merged = load_recipe(base, (*_seen, name_or_path))
-    from flowrl.methods.options import over_base
-
-    over_base(merged, data)  # sample.noise_level here replaces the base's method.options.noise_level, and back
+def recipe_over_base(merged: dict[str, Any], data: dict[str, Any]) -> dict[str, Any]:
+    """A recipe's settings ``data`` over its ``base:`` recipe's ``merged``: each section updates the base's key by
+    key (a key's value replaces the base's, lists and mappings such as ``method.options`` whole); ``reward``,
+    ``eval_reward`` and ``reward_args`` replace the base's sections whole."""
     for key, value in data.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict) and key not in REPLACED_SECTIONS:
             merged[key] = {**merged[key], **value}
@@ -615,7 +516,7 @@ def load_recipe(name_or_path: str | None, _seen: tuple[str, ...] = ()) -> dict[s
     return merged
 
 
-def _read_recipe(name_or_path: str) -> dict[str, Any]:
+def read_recipe(name_or_path: str) -> dict[str, Any]:
     path = Path(name_or_path)
     names = recipe_names()
     # a bare name of a shipped recipe is that recipe, even where the working folder holds a folder of that name;
@@ -686,13 +587,6 @@ def _check_duplicate_keys(node: Any, name: str, where: str = "") -> None:
             _check_duplicate_keys(item, name, f"{where.rstrip('.')}[{i}].")
 
 
-def resolve_config(recipe: str | None = None, overrides: list[str] | None = None) -> Config:
-    """Recipe (default ``tiny-cpu``) + ``key=value`` overrides -> a validated Config."""
-    data = load_recipe(recipe)
-    merge_overrides(data, overrides or [])
-    return config_from_dict(data)
-
-
 SECRET_WORDS = ("token", "api_key", "apikey", "password", "secret")
 
 
@@ -748,29 +642,3 @@ RESUME_FREE_KEYS = (
     "train.sequence_parallel",  # how a sample's tokens are split over processes, not what is computed
     "launch.",  # the launch a recipe is sized for: what the estimate assumes, not what is computed
 )
-
-
-def math_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``key (old -> new)`` for every setting that differs between two config dicts and changes the math
-    of training (``RESUME_FREE_KEYS`` do not; redacted secrets are not compared)."""
-    from flowrl.methods.options import normalise_knobs
-
-    a, b = normalise_knobs(flatten_config(old)), normalise_knobs(flatten_config(new))
-    defaults = flatten_config(Config().to_dict())
-    for key, value in defaults.items():  # a key added after the old run was saved: it ran with the default
-        nested = any(k.startswith(key + ".") for k in (*a, *b))  # e.g. an empty default mapping, set in one run
-        # only a key the new config has: a default entry of a free-form mapping (the default reward's name) that
-        # neither run holds is no setting of either
-        if not nested and key in b:
-            a.setdefault(key, value)
-    changes = []
-    for key in sorted(set(a) | set(b)):
-        if any(
-            key == f or (f.endswith(".") and key.startswith(f)) or key.startswith(f + ".") for f in RESUME_FREE_KEYS
-        ):
-            continue
-        if any(w in key.rsplit(".", 1)[-1].lower() for w in SECRET_WORDS):
-            continue
-        if a.get(key, "<unset>") != b.get(key, "<unset>"):
-            changes.append(f"{key} ({a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r})")
-    return changes

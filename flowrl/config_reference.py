@@ -117,6 +117,7 @@ def _parts_section() -> list[str]:
         "",
         "`method.credit`, `method.credit_norm` and `method.loss` swap a method's part where it fits (a part that",
         "needs what the method's exploration does not record, or options it does not have, is a one-line error).",
+        "A method whose loss fits no other method has it as its own `transition_loss` (loss: own below).",
         "",
         "| key | part | needs | what it does |",
         "|---|---|---|---|",
@@ -126,11 +127,12 @@ def _parts_section() -> list[str]:
             part = registry.get(name)
             needs = [RECORDS[r] for r in RECORDS if r in part.requires]
             needs += [f"method.options.{f}" for f in part.reads]
-            lines.append(f"| `{registry.key}` | `{name}` | {_cell('; '.join(needs))} | {_cell(part.summary)} |")
+            lines.append(f"| `{registry.where}` | `{name}` | {_cell('; '.join(needs))} | {_cell(part.summary)} |")
     lines += ["", "| method | credit | credit_norm | loss |", "|---|---|---|---|"]
     for name in list_methods():
         cls = method_class(name)
-        lines.append(f"| `{name}` | `{cls.default_credit}` | `{cls.default_credit_norm}` | `{cls.default_loss}` |")
+        loss = f"`{cls.default_loss}`" if cls.default_loss else "own"
+        lines.append(f"| `{name}` | `{cls.default_credit}` | `{cls.default_credit_norm}` | {loss} |")
     return [*lines, ""]
 
 

@@ -82,9 +82,12 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
 def unknown_key(prefix: str, key: str, known: list[str], given: str | None = None) -> ConfigError:
     """An unknown key, with its flowrl name where it is flow_grpo's or Flow-Factory's (``given``: the whole dotted
     key the user wrote, of which ``prefix + key`` is the first unknown part), else the closest known key."""
-    from flowrl.migration import foreign_key_hint  # a table only: configkit builds on nothing else of flowrl
+    from flowrl.migration import foreign_key_hint, moved_key_hint  # tables only: configkit builds on no more flowrl
 
     for name in dict.fromkeys((given or prefix + key, prefix + key)):
+        moved = moved_key_hint(name)
+        if moved is not None:
+            return ConfigError(moved)
         hint = foreign_key_hint(name)
         if hint is not None:
             return ConfigError(f"unknown key {name!r}: {hint}")

@@ -1,6 +1,7 @@
 """The config keys of flow_grpo and Flow-Factory that flowrl spells another way, each with its flowrl key or keys:
-the tables of docs/migration.md (``tests/cli/test_migration_doc.py`` holds the two to each other). An unknown key
-that is one of these is answered with its flowrl name instead of a spelling suggestion. Imports nothing."""
+the tables of docs/migration.md (``tests/cli/test_migration_doc.py`` holds the two to each other); and flowrl's own
+keys that moved before its first release. An unknown key that is one of these is answered with its flowrl name
+instead of a spelling suggestion. Imports nothing."""
 
 from __future__ import annotations
 
@@ -25,6 +26,11 @@ FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sample.num_image_per_prompt": ("flow_grpo's", ("sample.group_size",)),
     "sample.num_batches_per_epoch": ("flow_grpo's", ("sample.prompts_per_iteration",)),
     "sample.global_std": ("flow_grpo's", ("method.options.global_std",)),
+    "sample.noise_level": ("flow_grpo's", ("method.options.noise_level",)),
+    "train.clip_range": ("flow_grpo's and Flow-Factory's", ("method.options.clip_range",)),
+    "train.adv_clip_max": ("flow_grpo's", ("method.options.adv_clip_max",)),
+    "train.beta": ("flow_grpo's", ("method.options.beta",)),
+    "train.global_std": ("Flow-Factory's", ("method.options.global_std",)),
     "sample.same_latent": ("flow_grpo's", ("sample.same_noise_in_group",)),
     "sample.sde_window_size": ("flow_grpo's", ("method.options.window_size",)),
     "sample.sde_window_range": ("flow_grpo's", ("method.options.window_range",)),
@@ -51,7 +57,7 @@ FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "log.save_dir": ("Flow-Factory's", ("output_dir",)),
     "log.save_freq": ("Flow-Factory's", ("log.save_every",)),
     "train.trainer_type": ("Flow-Factory's", ("method.name",)),
-    "train.advantage_aggregation": ("Flow-Factory's", ("reward", "train.batch_renorm")),
+    "train.advantage_aggregation": ("Flow-Factory's", ("reward", "method.credit_norm")),
     "train.adv_clip_range": ("Flow-Factory's", ("method.options.adv_clip_max",)),
     "train.kl_beta": ("Flow-Factory's", ("method.options.beta",)),
     "train.resolution": ("Flow-Factory's", ("model.resolution",)),
@@ -75,6 +81,27 @@ FOREIGN_KEYS: dict[str, tuple[str, tuple[str, ...]]] = {
     "eval.eval_freq": ("Flow-Factory's", ("log.eval_every",)),
     "eval_rewards": ("Flow-Factory's", ("eval_reward",)),
 }
+
+
+# flowrl's keys that moved before its first release -> the setting that replaces each (named by the one-line error
+# of a recipe or command line that still uses one)
+MOVED_KEYS: dict[str, str] = {
+    **{
+        f"sample.{name}": f"method.options.{name}"
+        for name in ("sde_type", "noise_level", "window_size", "window_range", "timestep_fraction")
+    },
+    **{
+        f"train.{name}": f"method.options.{name}"
+        for name in ("clip_range", "adv_clip_max", "beta", "global_std", "std_eps")
+    },
+    "train.batch_renorm": "method.credit_norm=gdpo",
+    "train.ratio_norm": "method.loss=ratio_norm",
+}
+
+
+def moved_key_hint(key: str) -> str | None:
+    """``train.beta``: "train.beta is method.options.beta now"; None for a key that never moved."""
+    return f"{key} is {MOVED_KEYS[key]} now" if key in MOVED_KEYS else None
 
 
 def _flowrl_keys(key: str) -> str:

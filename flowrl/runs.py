@@ -331,8 +331,8 @@ def resolve_resume(cfg: Config, out: Path) -> Path | None:
     ``out`` had completed no iteration), refusing one whose run differs from ``cfg`` in a setting that changes
     the math (unless ``resume_allow_changes``)."""
     from flowrl import checkpoint as ckpt
-    from flowrl.config import math_changes
     from flowrl.logs import read_metrics
+    from flowrl.resolve import math_changes
 
     spec, root = cfg.resume, out / "checkpoints"
     if spec == "latest":

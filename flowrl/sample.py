@@ -21,7 +21,8 @@ SAMPLE_FILE = "sample.json"
 # ------------------------------------------------------------------------------------------ inputs
 def _sample_config(target: str):
     """A run folder's resolved config, or a recipe's."""
-    from flowrl.config import config_from_dict, resolve_config
+    from flowrl.config import config_from_dict
+    from flowrl.resolve import resolve, resolve_config
 
     run = Path(target)
     if (run / "config.yaml").is_file():
@@ -29,7 +30,7 @@ def _sample_config(target: str):
 
         data = yaml.safe_load((run / "config.yaml").read_text())
         data["resume"] = None
-        return config_from_dict(data), run
+        return resolve(config_from_dict(data)), run
     return resolve_config(target, []), None
 
 

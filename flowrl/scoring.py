@@ -10,9 +10,6 @@ the submission, and ``timing_s/reward`` is the wait that is left.
 from __future__ import annotations
 
 import logging
-import queue
-import threading
-from concurrent.futures import Future
 from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -26,6 +23,7 @@ from flowrl.mesh import Mesh
 from flowrl.pipelines.base import adapter_class
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
 from flowrl.rollout import RolloutBatch
+from flowrl.workers import Workers
 
 if TYPE_CHECKING:  # the config checks rewards through this module (check_reward_modality)
     from flowrl.config import Config
@@ -64,53 +62,6 @@ def check_reward_modality(name: str, reward, pipeline: str, kind: str) -> None:
     else:
         hint = f"; choose a reward that scores {kind} (flowrl ls rewards)"
     raise ConfigError(f"reward {name!r} scores {declared} media, but model.pipeline={pipeline} makes {kind}{hint}")
-
-
-class RewardWorkers:
-    """Up to ``size`` daemon threads running submitted calls, started as calls arrive: the rewards of rollout batch
-    k run while later batches sample, at most ``size`` calls at once, each result in its own future. Daemon, unlike
-    a ThreadPoolExecutor's workers (joined at exit), so a reward left hanging after its timeout cannot keep the
-    process alive. Each call gets the submitter's grad mode and CUDA device."""
-
-    def __init__(self, name: str, size: int):
-        self.name, self.size = name, size
-        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
-
-    def submit(self, fn, *args) -> Future:
-        future: Future = Future()
-        device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
-        self._jobs.put((future, fn, args, torch.is_grad_enabled(), torch.is_inference_mode_enabled(), device))
-        if len(self._threads) < self.size:
-            thread = threading.Thread(target=self._run, name=f"{self.name}-{len(self._threads)}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
-        return future
-
-    def close(self, timeout: float = 1.0) -> None:
-        """Stop the workers once the calls queued before have run: each waits up to ``timeout`` s (a reward
-        still hanging after its own timeout is left to its daemon thread). A later ``submit`` starts new ones."""
-        for _ in self._threads:
-            self._jobs.put(None)
-        for thread in self._threads:
-            thread.join(timeout)
-        self._threads = []
-
-    def _run(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:  # close()
-                return
-            future, fn, args, grad, inference, device = job
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                if device is not None:
-                    torch.cuda.set_device(device)
-                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                    future.set_result(fn(*args))
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                future.set_exception(exc)
 
 
 @dataclass
@@ -153,7 +104,7 @@ class Scoring:
         self.pairwise = frozenset(n for n, (r, _) in rewards.items() if getattr(r, "pairwise", False))
         # a pairwise reward compares whole groups, so it is called once after the rollout
         self.overlap = cfg.train.reward_overlap and bool(rewards) and not self.pairwise
-        self._workers: RewardWorkers | None = None
+        self._workers: Workers | None = None
 
     def submit(self, rb: RolloutBatch, alone: bool = False) -> None:
         """Start ``rb``'s reward calls in the background (``train.reward_overlap``; else nothing happens now).
@@ -162,7 +113,7 @@ class Scoring:
         if not self.overlap or alone:
             return
         if self._workers is None:
-            self._workers = RewardWorkers("flowrl-rewards", self.cfg.train.reward_in_flight)
+            self._workers = Workers("flowrl-rewards", self.cfg.train.reward_in_flight)
         rb.pending = self._workers.submit(self.call, [rb])
 
     def close(self) -> None:

@@ -45,15 +45,13 @@ from flowrl.pipelines.base import adapter_class, source_images_of
 from flowrl.pipelines.kit.images import ImageCache
 from flowrl.policy import Policy
 from flowrl.preflight import check_whole_groups, preflight
+from flowrl.resolve import resolve
 from flowrl.reward_models import RewardError
 from flowrl.reward_models.differentiable import GradRewardSum
 from flowrl.rollout import RolloutBatch, encode_rows
-from flowrl.scoring import Scores, Scoring, build_rewards, reward_metrics
+from flowrl.scoring import Scoring, build_rewards, reward_metrics
 from flowrl.seeds import seed_of
 from flowrl.update import Updater
-
-# importable from here as before they moved to their rooms (until their importers move): ParamAverage,
-# check_compile, compile_forward, lora_config, logged_metric_names, check_reward_modality, OnPolicyError
 
 logger = logging.getLogger(__name__)
 
@@ -64,14 +62,14 @@ class NoSignalError(RuntimeError):
 
 class Trainer:
     """One training run of ``cfg``: ``train()`` runs ``train.iterations`` iterations (from a resumed one), each
-    ``step(i)``: the rollout (``collect``), reward (``score``), advantage (the method's credit) and update
-    (``update``) phases, then its metrics, checkpoint and stop rules. Any process count: every random draw is
+    ``step(i)``: the rollout (``collect``), reward (``Scoring.score``), advantage (the method's credit) and update
+    (``Updater.run``) phases, then its metrics, checkpoint and stop rules. Any process count: every random draw is
     seeded by what it is (``flowrl.seeds``), so a run on one process and on several compute the same samples."""
 
     def __init__(self, cfg: Config, accelerator=None):
         from accelerate import Accelerator
 
-        self.cfg = cfg
+        self.cfg = resolve(cfg)  # a config built from a dict, not a recipe, is checked against the plug-ins here
         self.acc = accelerator or Accelerator(mixed_precision=cfg.train.mixed_precision)
         self.tracking = trackers.NO_TRACKING  # log.trackers, started by train() (flowrl.trackers)
         if self.acc.distributed_type.value == "FSDP" and not self.acc.is_fsdp2:  # before any weight loads
@@ -170,16 +168,6 @@ class Trainer:
 
             text_encoders.cache_and_free(self.adapter, encode_all)
 
-    # the policy's and the update's parts, as callers read them
-    model = property(lambda self: self.policy.model)
-    optimizer = property(lambda self: self.policy.optimizer)
-    trainable = property(lambda self: self.policy.trainable)
-    ref_model = property(lambda self: self.policy.ref_model)
-    ema = property(lambda self: self.policy.ema)
-    averages = property(lambda self: self.policy.averages)
-    optimizer_steps = property(lambda self: self.updater.optimizer_steps)
-    total_optimizer_steps = property(lambda self: self.updater.total_optimizer_steps)
-
     # ------------------------------------------------------------------------------------ the run
     def train(self) -> list[dict]:
         """Run ``train.iterations`` iterations (from the resumed one); returns the metrics written.
@@ -267,7 +255,7 @@ class Trainer:
             with timed(metrics, "rollout"):
                 batches, group_ids = self.collect(iteration, ctx, turn)
             with timed(metrics, "reward"):
-                scored = self.score(batches)
+                scored = self.scoring.score(batches)
             if scored is None:
                 metrics["skipped"] = 1.0
                 return metrics
@@ -276,11 +264,11 @@ class Trainer:
             metrics.update({f"method/{k}": v for k, v in adv.metrics.items()})
             # the weights change from here on: a signal waits for the end of the iteration (see `train`)
             self._signals.hold()
-            steps_before = self.optimizer_steps
+            steps_before = self.updater.optimizer_steps
             with timed(metrics, "update"):
                 first = iteration == self.start_iteration
-                upd = self.update(batches, adv.values, first=first, ctx=ctx, keep_rows=adv.keep, turn=turn)
-            metrics["cost/optimizer_steps"] = float(self.optimizer_steps - steps_before)
+                upd = self.updater.run(batches, adv.values, first, ctx, adv.keep, turn.trains)
+            metrics["cost/optimizer_steps"] = float(self.updater.optimizer_steps - steps_before)
         if self.reward is not None:
             metrics.update(reward_metrics(scored.final, scored.components, group_ids))
         self._last_media = cat_media([b.media for b in batches])
@@ -363,33 +351,9 @@ class Trainer:
         """(B, K, ...) latents -> media of B x K samples on the CPU, sample-major."""
         return to_cpu(self.adapter.decode(latents.tree_map(lambda t: t.flatten(0, 1), many)))
 
-    def score(self, batches: list[RolloutBatch]) -> Scores | None:
-        """Reward phase (``Scoring.score``): every scored name of ``batches``, gathered over processes in global
-        order; None when a reward failed and ``train.on_reward_error=skip``."""
-        return self.scoring.score(batches)
-
-    def update(
-        self,
-        batches: list[RolloutBatch],
-        adv_all: torch.Tensor,
-        first: bool,
-        ctx: Context | None = None,
-        keep_rows: torch.Tensor | None = None,
-        turn: seam.Turn | None = None,
-    ) -> dict[str, float]:
-        """Update phase (``Updater.run``): the method's loss over every trained transition of every kept sample.
-        ``adv_all``: (N,) or (N, T) advantages of all processes' samples in global order; ``turn.trains``: the
-        parameters that step (default: the method's ``begin``)."""
-        trains = (turn or self.method.begin(0)).trains
-        return self.updater.run(batches, adv_all, first, ctx or self.context(0), keep_rows, trains)
-
     def context(self, iteration: int) -> Context:
         """The services a method may use in iteration ``iteration``."""
         return Context(self.adapter, self.cfg, self.policy, iteration, reward=self.grad_reward)
-
-    def evaluate(self, iteration: int) -> dict[str, float]:
-        """Held-out evaluation (``Evaluation.run``)."""
-        return self.evaluation.run(iteration)
 
     # ------------------------------------------------------------------------------------ metrics
     def _cost_metrics(self, reward_calls: int, seconds: float) -> dict[str, float]:
@@ -453,7 +417,7 @@ class Trainer:
         training iteration uses), explored and scored, no update."""
         iteration = -1 - k
         batches, group_ids = self.collect(iteration, self.context(iteration))
-        scored = self.score(batches)
+        scored = self.scoring.score(batches)
         if scored is None:
             raise RewardError("a reward failed while the method prepared; nothing to skip to")
         self._prepare_calls += scored.calls
@@ -554,20 +518,16 @@ class Trainer:
         """Checkpoint (rank 0 writes, every rank waits) and export the trained weights in diffusers format."""
         self._last_saved = iterations_done
         extra = {
-            "optimizer_steps": self.optimizer_steps,
+            "optimizer_steps": self.updater.optimizer_steps,
             "config": redact_secrets(self.cfg.to_dict()),
             "method": self.method.state_dict(),
             "cost_totals": self.cost_totals,
         }
         ckpt.save_run(self.out / "checkpoints", iterations_done, self.acc, self.policy, extra, self.cfg.log.keep_last)
-        self.export(self.out)
+        self.policy.export(self.out)
         if self.acc.is_main_process:
             runs.share_with_group(self.out)
         self.acc.wait_for_everyone()
-
-    def export(self, run_dir: Path) -> None:
-        """The trained weights in diffusers format (``Policy.export``; every process calls it)."""
-        self.policy.export(run_dir)
 
     def _resume(self, path: Path) -> None:
         state = ckpt.restore_run(path, self.acc, self.policy, self.method.name)

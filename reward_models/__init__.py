@@ -1,4 +1,5 @@
-"""Reward models: the contract, the registry and the built-in scorers.
+"""``flowrl.reward_models`` (this folder, ``reward_models/``: ``setup.py``'s ``SOURCE_FOLDERS``): the reward
+contract, the registry and the built-in scorers.
 
 Built-in names are registered as lazy ``"module:attr"`` strings, so importing this package loads neither
 transformers nor onnxruntime; a back end is imported when ``build_reward`` chooses it.
@@ -18,7 +19,6 @@ from flowrl.reward_models.base import (
     images_to_uint8,
     is_known_reward,
     list_rewards,
-    load_entry_points,
     register_reward,
     win_rates,
 )
@@ -75,7 +75,6 @@ __all__ = [
     "images_to_uint8",
     "is_known_reward",
     "list_rewards",
-    "load_entry_points",
     "register_reward",
     "win_rates",
 ]

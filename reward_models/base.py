@@ -5,9 +5,9 @@ float tensor of images ``(B, 3, H, W)`` in ``[0, 1]`` (video ``(B, F, 3, H, W)``
 ``B`` strings and ``metadata`` a list of ``B`` dicts (may be empty dicts). ``RewardOutput.scores`` has
 shape ``(B,)``; ``details`` holds optional per-sample extras (lists or tensors of length ``B``).
 
-Rewards are named in a registry. A name maps to a class or to a lazy ``"module:attr"`` string, so that
-heavy back ends are imported only when chosen; a user may also give ``"module:attr"`` directly, and an
-installed package adds names through the entry-point group ``flowrl.reward_models`` (``name =
+Rewards are named in a registry (``flowrl.registry``). A name maps to a class or to a lazy ``"module:attr"``
+string, so that heavy back ends are imported only when chosen; a user may also give ``"module:attr"`` directly,
+and an installed package adds names through the entry-point group ``flowrl.reward_models`` (``name =
 "module:attr"``), read once, lazily, the first time a name is looked up.
 
 Optional attributes a reward may declare (read by ``flowrl rewards test`` and the reward server):
@@ -22,23 +22,24 @@ AV-GRPO refuses such audio-video rewards as a phase's only ones).
 from __future__ import annotations
 
 import difflib
-import importlib
 import inspect
 import itertools
 import logging
 import math
-import os
-import sys
-import threading
 import time
 import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import wait as futures_wait
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, Union, runtime_checkable
 
 import numpy as np
 import torch
+
+from flowrl.registry import Registry
+from flowrl.registry import first_line as _first_line
+from flowrl.workers import Workers
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,9 @@ class RewardError(ValueError):
     """A reward returned something unusable (wrong shape, NaN) or could not be built."""
 
 
-# name -> class, factory or lazy "module:attr" string
-_REGISTRY: dict[str, Any] = {}
+ENTRY_POINT_GROUP = "flowrl.reward_models"
+# name -> class, factory or lazy "module:attr" string; a "module:attr" is a name too
+REWARDS = Registry("reward", ENTRY_POINT_GROUP, free_targets=True, error=RewardError)
 
 
 def register_reward(name: str, target: Any | None = None):
@@ -71,115 +73,25 @@ def register_reward(name: str, target: Any | None = None):
 
     Duplicate names are refused, so two plug-ins cannot silently shadow each other.
     """
-
-    def _add(obj: Any) -> Any:
-        # equality, not identity: re-importing a module re-registers equal "module:attr" strings
-        if name in _REGISTRY and _REGISTRY[name] != obj:
-            raise ValueError(f"reward name {name!r} is already registered")
-        _REGISTRY[name] = obj
-        return obj
-
-    if target is None:
-        return _add
-    return _add(target)
-
-
-ENTRY_POINT_GROUP = "flowrl.reward_models"
-_entry_points_read = False
-
-
-def load_entry_points(force: bool = False) -> list[str]:
-    """Register the rewards that installed packages declare in the ``flowrl.reward_models`` group.
-
-    Each entry point's value (``"module:attr"``) is registered lazily: nothing is imported. A plug-in name
-    that clashes with a registered one is skipped with a warning. Returns the names added.
-    """
-    global _entry_points_read
-    if _entry_points_read and not force:
-        return []
-    _entry_points_read = True
-    from importlib.metadata import entry_points
-
-    added = []
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name in _REGISTRY and _REGISTRY[ep.name] != ep.value:
-            logger.warning("reward plug-in %r (%s) skipped: the name is already registered", ep.name, ep.value)
-            continue
-        _REGISTRY[ep.name] = ep.value
-        added.append(ep.name)
-    return added
+    return REWARDS.register(name, target)
 
 
 def list_rewards() -> list[str]:
-    load_entry_points()
-    return sorted(_REGISTRY)
-
-
-def _import_module(module_name: str) -> Any:
-    """Import ``module_name``, looking in the working directory too when it is not found elsewhere.
-
-    ``python -m flowrl`` puts the working directory on ``sys.path`` but the installed ``flowrl`` console
-    script does not, so without this a ``my_rewards.py`` next to the user would be found by one and not by
-    the other. The directory is appended (installed packages keep precedence) and kept once it helped.
-    """
-    try:
-        return importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        cwd = os.getcwd()
-        searched = {os.path.abspath(p or os.curdir) for p in sys.path}
-        if exc.name != module_name.partition(".")[0] or cwd in searched:
-            raise  # a dependency of the module is missing, or the working directory was searched already
-        sys.path.append(cwd)
-        importlib.invalidate_caches()
-        try:
-            return importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            sys.path.remove(cwd)
-            raise
-
-
-def _import_attr(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise RewardError(f"reward {spec!r}: expected 'module:attr'")
-    try:
-        module = _import_module(module_name)
-    except ImportError as exc:
-        raise RewardError(f"reward {spec!r}: cannot import module {module_name!r} ({exc})") from exc
-    except Exception as exc:  # a user's module that fails on import (SyntaxError, NameError): one line, not a traceback
-        raise RewardError(f"reward {spec!r}: importing module {module_name!r} raised {_first_line(exc)}") from exc
-    try:
-        return getattr(module, attr)
-    except AttributeError as exc:
-        raise RewardError(f"reward {spec!r}: module {module_name!r} has no attribute {attr!r}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    """``"TypeName: first line of the message"`` (or the type's name alone)."""
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return REWARDS.names()
 
 
 def is_known_reward(name: str) -> bool:
-    if name not in _REGISTRY and ":" not in name:
-        load_entry_points()
-    return name in _REGISTRY or ":" in name
+    return REWARDS.known(name)
 
 
 def check_reward_name(name: str) -> None:
     """Raise a one-line error with the closest registered name if ``name`` is unknown."""
-    if is_known_reward(name):
-        return
-    close = difflib.get_close_matches(name, list_rewards(), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(list_rewards())}"
-    raise RewardError(f"unknown reward {name!r}{hint}")
+    REWARDS.check(name)
 
 
 def reward_target(name: str) -> Any:
     """The class (or function) registered as ``name`` or named ``module:attr``, imported but not built."""
-    check_reward_name(name)
-    target = _REGISTRY.get(name, name)
-    return _import_attr(target) if isinstance(target, str) else target
+    return REWARDS.get(name)
 
 
 def build_reward(name: str, **kwargs: Any) -> RewardModel:
@@ -226,8 +138,7 @@ def check_reward_args(name: str, kwargs: Mapping[str, Any], where: str | None = 
     check_reward_name(name)
     if not isinstance(kwargs, Mapping):
         raise RewardError(f"{where or 'arguments'}.{name}: expected a mapping of arguments, got {kwargs!r}")
-    target = _REGISTRY.get(name, name)
-    target = _import_attr(target) if isinstance(target, str) else target
+    target = reward_target(name)
     found = _reward_params(target)
     if found is None:
         return
@@ -390,33 +301,16 @@ class WeightedReward:
             raise RewardError(f"reward {name!r} raised {_first_line(exc)}") from exc
 
     def _watched(self, name: str, call: Callable[[], Any]) -> Any:
-        """``call()`` in a daemon thread, waited for with reports and the timeout; its exception is re-raised.
-
-        Not a ThreadPoolExecutor: its workers are joined at exit, so one hung call kept the process alive
-        after the timeout error. The thread gets the caller's grad mode and CUDA device (both per thread).
-        """
-        result: dict[str, Any] = {}
-        done = threading.Event()
-        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-        device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
-
-        def run() -> None:
-            try:
-                if device is not None:
-                    torch.cuda.set_device(device)
-                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                    result["value"] = call()
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
-                result["error"] = exc
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name=f"reward-{name}", daemon=True).start()
+        """``call()`` on a worker thread of its own (``flowrl.workers``), waited for with reports and the timeout;
+        its exception is re-raised. A call still hanging at the timeout is left to its daemon thread."""
+        workers = Workers(f"reward-{name}", 1)
+        future = workers.submit(call)
+        workers.close(timeout=0)  # the thread ends after the call
         start = time.monotonic()
         timeout = self.timeout_s if self.timeout_s > 0 else math.inf
         every = self.report_every_s if self.report_every_s > 0 else math.inf
         next_report = every
-        while not done.wait(max(0.0, min(timeout, next_report) - (time.monotonic() - start))):
+        while not futures_wait([future], max(0.0, min(timeout, next_report) - (time.monotonic() - start))).done:
             waited = time.monotonic() - start
             if waited >= timeout:
                 raise RewardError(f"reward {name!r} timed out after {self.timeout_s:g} s")
@@ -424,9 +318,7 @@ class WeightedReward:
                 limit = f"timeout {self.timeout_s:g} s" if self.timeout_s > 0 else "no timeout"
                 logger.warning("reward %r has given no answer for %g s (%s)", name, round(waited, 1), limit)
                 next_report += every
-        if "error" in result:
-            raise result["error"]
-        return result["value"]
+        return future.result()
 
     def __call__(self, media: torch.Tensor, prompts: list[str], metadata: list[dict]) -> RewardOutput:
         batch = len(prompts)

@@ -58,7 +58,7 @@ def add_command(sub: Any) -> None:
 
 
 def cmd_dpg(args: argparse.Namespace) -> int:
-    from flowrl.benchmarks.cli import _print_main, _require_out
+    from flowrl.benchmarks.commands import print_main, require_out
 
     from .data import OFFICIAL_PROMPTS, as_item, describe_source, load_questions
     from .evaluate import score_folder, summarize_run
@@ -80,15 +80,15 @@ def cmd_dpg(args: argparse.Namespace) -> int:
     if args.generate:
         from .generate import generate_dpg
 
-        out = _require_out(args, "--generate")
+        out = require_out(args, "--generate")
         items = [as_item(q) for q in questions.values()][: args.limit or None]
         record = generate_dpg(args.generate, items, out, overrides=args.overrides, seed=args.seed, steps=args.steps,
                               guidance=args.guidance, batch_size=args.batch_size, prompt_set=source)  # fmt: skip
-        _print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out} and their grids to "
+        print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out} and their grids to "
                     f"{Path(out) / 'grids'}; score with: flowrl eval dpg --judge {out} --out DIR")  # fmt: skip
         return 0
     if args.judge:
-        out = _require_out(args, "--judge")
+        out = require_out(args, "--judge")
         options = {
             "prompts": args.prompts, "questions": questions, "limit": args.limit, "resume": args.resume,
             "model": args.judge_model, "base_url": args.base_url, "answer_rule": args.answer_rule,

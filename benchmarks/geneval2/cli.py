@@ -72,7 +72,7 @@ def parse_waves(text: str) -> tuple[int, int]:
 
 
 def cmd_geneval2(args: argparse.Namespace) -> int:
-    from flowrl.benchmarks.cli import _print_main, _require_out
+    from flowrl.benchmarks.commands import print_main, require_out
 
     from .data import OFFICIAL_PROMPTS, OFFICIAL_QUESTIONS, describe_source, load_items
     from .evaluate import score_folder, summarize_run
@@ -96,19 +96,19 @@ def cmd_geneval2(args: argparse.Namespace) -> int:
     if args.generate:
         from .generate import generate_geneval2
 
-        out = _require_out(args, "--generate")
+        out = require_out(args, "--generate")
         record = generate_geneval2(
             args.generate, items[: args.limit or None], out, preset=args.preset, overrides=args.overrides,
             images_per_prompt=args.images_per_prompt, seed=args.seed, steps=args.steps, guidance=args.guidance,
             batch_size=args.batch_size, prompt_set=source,
         )  # fmt: skip
         s = record["settings"]
-        _print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out} ({args.preset}: "
+        print_main(f"wrote {record['images']} images for {record['prompts']} prompts to {out} ({args.preset}: "
                     f"{s['height']} px, {s['steps']} steps, guidance {s['guidance_scale']:g}); "
                     f"score with: flowrl eval geneval2 --judge {out} --out DIR")  # fmt: skip
         return 0
     if args.judge:
-        out = _require_out(args, "--judge")
+        out = require_out(args, "--judge")
         options = {
             "prompts": args.prompts, "images_per_prompt": args.images_per_prompt or 1, "limit": args.limit,
             "resume": args.resume, "model": args.judge_model, "base_url": args.base_url,

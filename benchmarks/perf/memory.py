@@ -26,8 +26,8 @@ DEFAULT_RECIPES = ["tiny-cpu", "toy-flow-grpo"]
 
 def measure(recipe: str, iterations: int, overrides: list[str], device: str) -> dict:
     """Train ``recipe`` briefly in a subprocess; its peak memory, throughput and the estimate."""
-    from flowrl.config import resolve_config
     from flowrl.estimate import estimate
+    from flowrl.resolve import resolve_config
 
     with tempfile.TemporaryDirectory(prefix="flowrl-mem-") as out:
         args = [f"output_dir={out}", f"train.iterations={iterations}", "log.eval_every=0", *overrides]

@@ -53,9 +53,10 @@ from typing import Callable
 import torch
 
 from flowrl.advantages import clip_advantages, group_advantages
-from flowrl.config import TrainConfig, config_from_dict, resolve_config
+from flowrl.config import TrainConfig, config_from_dict
 from flowrl.methods.seam import RewardTable
 from flowrl.plan import make_plan
+from flowrl.resolve import resolve_config
 from flowrl.reward_models import RewardOutput
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
@@ -170,11 +171,11 @@ def _reference_velocity(tr: Trainer, x, sigma: float, inputs, w: float) -> torch
     """The reference policy's velocity, no grad: the frozen copy (full fine-tuning) or the model with LoRA off."""
     ad = tr.adapter
     with torch.no_grad():
-        if tr.ref_model is not None:
-            return ad.velocity(x, sigma, inputs, w, model=tr.ref_model)
+        if tr.policy.ref_model is not None:
+            return ad.velocity(x, sigma, inputs, w, model=tr.policy.ref_model)
         ad.transformer.disable_adapters()
         try:
-            return ad.velocity(x, sigma, inputs, w, model=tr.model)
+            return ad.velocity(x, sigma, inputs, w, model=tr.policy.model)
         finally:
             ad.transformer.enable_adapters()
 
@@ -189,20 +190,24 @@ def _bare_fwd_bwd(tr: Trainer, batches) -> None:
         inputs = ad.model_inputs(b.cond, w)
         for j in plan.trained_indices:
             x, sigma = b.traj.pair(j)[0], float(plan.sigma[j])
-            v = ad.velocity(x, sigma, inputs, w, model=tr.model)
+            v = ad.velocity(x, sigma, inputs, w, model=tr.policy.model)
             loss = v.square().mean()
             if beta > 0:
                 loss = loss + beta * (v - _reference_velocity(tr, x, sigma, inputs, w)).square().mean()
             tr.acc.backward(loss / len(plan.trained_indices))
-    tr.acc.clip_grad_norm_(list(tr.trainable.values()), 1.0)
-    tr.optimizer.step()
-    tr.optimizer.zero_grad(set_to_none=True)
+    tr.acc.clip_grad_norm_(list(tr.policy.trainable.values()), 1.0)
+    tr.policy.optimizer.step()
+    tr.policy.optimizer.zero_grad(set_to_none=True)
 
 
 def bench_update(tr: Trainer, repeats: int) -> Timing:
     batches, group_ids = tr.collect(0)
-    adv = tr.method.credit(RewardTable(tr.score(batches).columns, group_ids)).values
-    return _side_by_side(lambda: tr.update(batches, adv, first=False), lambda: _bare_fwd_bwd(tr, batches), repeats)
+    adv = tr.method.credit(RewardTable(tr.scoring.score(batches).columns, group_ids)).values
+    return _side_by_side(
+        lambda: tr.updater.run(batches, adv, False, tr.context(0), trains=tr.method.begin(0).trains),
+        lambda: _bare_fwd_bwd(tr, batches),
+        repeats,
+    )
 
 
 def _steps(tr: Trainer, first: int) -> Callable[[], object]:
@@ -292,7 +297,7 @@ def _flow_grpo_loop(tr: Trainer, batches) -> None:
         a_b = adv[start : start + len(b.traj)].to(ad.device)
         start += len(b.traj)
         for j in trained:
-            v = ad.velocity(states[j], sigmas[j], inputs, w, model=tr.model)
+            v = ad.velocity(states[j], sigmas[j], inputs, w, model=tr.policy.model)
             _, lp, mean, std = _flow_grpo_sde_step(states[j], v, sigmas, j, a, x_next=states[j + 1])
             ratio = torch.exp(lp - old_lp[:, j])
             loss = torch.maximum(-a_b * ratio, -a_b * ratio.clamp(1 - clip, 1 + clip)).mean()
@@ -302,9 +307,9 @@ def _flow_grpo_loop(tr: Trainer, batches) -> None:
                 kl = ((mean - mean_ref) ** 2).mean(dim=tuple(range(1, mean.ndim))) / (2 * std**2)
                 loss = loss + beta * kl.mean()
             tr.acc.backward(loss / len(trained))
-    tr.acc.clip_grad_norm_(list(tr.trainable.values()), 1.0)
-    tr.optimizer.step()
-    tr.optimizer.zero_grad(set_to_none=True)
+    tr.acc.clip_grad_norm_(list(tr.policy.trainable.values()), 1.0)
+    tr.policy.optimizer.step()
+    tr.policy.optimizer.zero_grad(set_to_none=True)
 
 
 def bench_iteration_flow_grpo(tr: Trainer, repeats: int) -> Timing:
@@ -374,7 +379,7 @@ def bench_reward_overlap(
     def rollout_and_reward(overlap: bool):
         slow.scoring.overlap = overlap  # the reward phase reads train.reward_overlap once, when it is built
         batches_, _ = slow.collect(0)
-        slow.score(batches_)
+        slow.scoring.score(batches_)
 
     return _side_by_side(lambda: rollout_and_reward(True), lambda: rollout_and_reward(False), repeats)
 

@@ -48,7 +48,7 @@ def _high_water_gib() -> float:
 
 def worker(recipe: str, strategy: str, overrides: list[str]) -> None:
     """One process of the launch (under torchrun): train, then print this process's peak as one JSON line."""
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer, end_process_group
 
     if strategy == "fsdp":
@@ -85,8 +85,8 @@ def worker(recipe: str, strategy: str, overrides: list[str]) -> None:
 
 
 def measure(case: str, iterations: int, port: int) -> dict:
-    from flowrl.config import resolve_config
     from flowrl.estimate import estimate
+    from flowrl.resolve import resolve_config
 
     recipe, strategy, seq, extra = CASES[case]
     with tempfile.TemporaryDirectory(prefix="flowrl-pmem-") as out:

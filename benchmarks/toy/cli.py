@@ -217,7 +217,7 @@ def _check_model_path(path: str) -> None:
 def _train(args: argparse.Namespace) -> int:
     import time
 
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     from .pretrain import DEFAULT_LINK, cache_root

@@ -154,8 +154,8 @@ def run_one(
     args: argparse.Namespace,
     base_cache: dict | None = None,
 ) -> dict[str, Any]:
-    from flowrl.config import resolve_config
     from flowrl.logs import read_metrics
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     from .cli import _evaluate_run

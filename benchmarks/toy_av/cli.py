@@ -190,7 +190,7 @@ def _check_model_path(path: str) -> None:
 
 
 def _train(args: argparse.Namespace, recipe: str, base_cache: dict) -> dict[str, Any]:
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     from .pretrain import cache_root

@@ -136,7 +136,7 @@ def build_toy_av_pipeline(cfg: ToyAVConfig):
 
 
 def adapter_for(pipe, device: str = "cpu"):
-    from flowrl.pipelines.ltx2 import LTX2Adapter
+    from flowrl.pipelines.ltx2.adapter import LTX2Adapter
 
     return LTX2Adapter(pipe, resolution=world.SIZE, num_frames=world.FRAMES, fps=world.FPS,
                        max_sequence_length=MAX_SEQUENCE_LENGTH, device=device)  # fmt: skip

@@ -206,27 +206,3 @@ def desync_reward(offsets: torch.Tensor | Sequence[float]) -> torch.Tensor:
         _fail("offsets hold NaN or inf")
     return 0.0 - off.abs().mean(dim=-1)  # 0.0 - 0 is +0.0, not -0.0
 
-
-# the names that moved to the module of their kind, importable from here for one release
-_MOVED = {
-    "CappedNoise": "flowrl.sde",
-    "capped_noise": "flowrl.sde",
-    "sde_step_with_g": "flowrl.sde",
-    "policy_weight": "flowrl.losses",
-    "reward_weight": "flowrl.losses",
-    "kl_factor": "flowrl.losses",
-    "av_grpo_loss": "flowrl.losses",
-    "AVGRPOLoss": "flowrl.losses",
-    "PhaseState": "flowrl.methods.av_grpo",
-    "PhaseSchedule": "flowrl.methods.av_grpo",
-    "av_grpo_lr_factor": "flowrl.methods.av_grpo",
-    "av_grpo_learning_rate": "flowrl.methods.av_grpo",
-}
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        import importlib
-
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

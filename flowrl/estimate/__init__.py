@@ -124,89 +124,25 @@ device, the probe machinery), ``published`` (the published architectures), ``bas
 
 from __future__ import annotations
 
-from flowrl.estimate.base import Estimate, ModelSize
-from flowrl.estimate.families import FALLBACK_LORA_TARGETS, FAMILIES, PROFILES, TINY_FAMILY_PATHS
-from flowrl.estimate.ltx2 import LTX2_FPS, LTX2_NUM_FRAMES
+from flowrl.estimate.base import Estimate
 from flowrl.estimate.meta import component, lora_parameter_count
-from flowrl.estimate.model import (
-    BYTES,
-    CPU_RUNTIME_GIB,
-    CUDA_FLOPS,
-    GIB,
-    MATMUL_EFFICIENCY,
-    MODEL_SIZES,
-    OVERHEAD_S,
-    STRATEGIES,
-    estimate,
-    format_estimate,
-    is_tiny,
-    measure_matmul_flops,
-    model_size,
-)
-from flowrl.estimate.published import (
-    CLIP_G,
-    CLIP_L,
-    FLUX_DEV_TRANSFORMER,
-    FLUX_VAE,
-    GEMMA3_12B,
-    LTX2_VAE,
-    PUBLISHED,
-    SD3_TRANSFORMERS,
-    SD3_VAE,
-    T5_XXL,
-    T5GEMMA_B_ENCODER,
-    UMT5_XXL,
-    WAN21_1_3B,
-    WAN22_BOUNDARY_RATIO,
-    WAN_14B,
-)
-from flowrl.estimate.sd3 import CLIP_TOKENS, ROLLOUT_BLOCK_UNITS, VAE_DECODE_TENSORS
-from flowrl.estimate.stable_audio import SA3_DURATION_S, SA3_TEXT_TOKENS
-from flowrl.estimate.wan import WAN_NUM_FRAMES
+from flowrl.estimate.model import CPU_RUNTIME_GIB, GIB, estimate, format_estimate, is_tiny, model_size
+from flowrl.estimate.published import CLIP_G, CLIP_L, SD3_TRANSFORMERS, SD3_VAE, T5_XXL, WAN21_1_3B
 
 __all__ = [
-    "BYTES",
     "CLIP_G",
     "CLIP_L",
-    "CLIP_TOKENS",
     "CPU_RUNTIME_GIB",
-    "CUDA_FLOPS",
     "Estimate",
-    "FALLBACK_LORA_TARGETS",
-    "FAMILIES",
-    "FLUX_DEV_TRANSFORMER",
-    "FLUX_VAE",
-    "GEMMA3_12B",
     "GIB",
-    "LTX2_FPS",
-    "LTX2_NUM_FRAMES",
-    "LTX2_VAE",
-    "MATMUL_EFFICIENCY",
-    "MODEL_SIZES",
-    "ModelSize",
-    "OVERHEAD_S",
-    "PROFILES",
-    "PUBLISHED",
-    "ROLLOUT_BLOCK_UNITS",
-    "SA3_DURATION_S",
-    "SA3_TEXT_TOKENS",
     "SD3_TRANSFORMERS",
     "SD3_VAE",
-    "STRATEGIES",
-    "T5GEMMA_B_ENCODER",
     "T5_XXL",
-    "TINY_FAMILY_PATHS",
-    "UMT5_XXL",
-    "VAE_DECODE_TENSORS",
     "WAN21_1_3B",
-    "WAN22_BOUNDARY_RATIO",
-    "WAN_14B",
-    "WAN_NUM_FRAMES",
     "component",
     "estimate",
     "format_estimate",
     "is_tiny",
     "lora_parameter_count",
-    "measure_matmul_flops",
     "model_size",
 ]

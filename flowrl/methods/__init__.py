@@ -12,7 +12,7 @@ from typing import Any
 
 from flowrl.registry import Registry
 
-_METHODS = Registry(
+METHODS = Registry(
     "method",
     "flowrl.methods",
     {
@@ -37,7 +37,7 @@ _METHODS = Registry(
 
 def register_method(name: str, target: Any | None = None):
     """Register a method class (or ``"module:attr"``) under ``name``; usable as a decorator."""
-    return _METHODS.register(name, target)
+    return METHODS.register(name, target)
 
 
 # recipes: a registered method with other default parts, by name -> (base method, {part key: part name})
@@ -53,7 +53,7 @@ def register_recipe(name: str, base: str, **parts: str) -> None:
         raise ValueError(f"recipe {name!r}: {unknown[0]!r} is not a part key (credit, credit_norm, loss)")
     if _RECIPES.get(name, (base, parts)) != (base, parts):
         raise ValueError(f"method name {name!r} is already registered")
-    _METHODS.register(name, f"flowrl.methods:_recipe_{name}")
+    METHODS.register(name, f"flowrl.methods:_recipe_{name}")
     _RECIPES[name] = (base, dict(parts))
 
 
@@ -85,20 +85,20 @@ def recipes() -> dict[str, tuple[str, dict[str, str]]]:
 def list_methods(media_kind: str | None = None) -> list[str]:
     """The registered names; with ``media_kind``, those whose methods train that kind of media (AV-GRPO
     trains joint audio-video only)."""
-    names = _METHODS.names()
+    names = METHODS.names()
     if media_kind is None:
         return names
     return [n for n in names if media_kind in (method_class(n).media or (media_kind,))]
 
 
 def check_method_name(name: str) -> None:
-    _METHODS.check(name)
+    METHODS.check(name)
 
 
 def method_class(name: str) -> type:
-    return _METHODS.get(name)
+    return METHODS.get(name)
 
 
 def build_method(cfg: Any):
     """The configured method, its typed options checked (one-line errors)."""
-    return _METHODS.get(cfg.method.name)(cfg)
+    return METHODS.get(cfg.method.name)(cfg)

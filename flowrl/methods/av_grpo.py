@@ -7,8 +7,8 @@ their oracles: the credit in ``flowrl.credit.av_grpo``, the loss ``flowrl.losses
 zhiyuxu03/AV-GRPO ``ltx-trainer``, wins over the older text).
 
 * **Phases** (``PhaseSchedule``): the trained modality alternates, ``steps_per_phase`` iterations of video then
-  as many of audio on the same prompts (``prompt_iteration`` points the audio phase at the video phase's prompt
-  draws); the optimizer state is cleared at every switch (``after_update``), and the phase travels in
+  as many of audio on the same prompts (``begin`` points the audio phase at the video phase's prompt draws); the
+  optimizer state is cleared at every switch (``end``), and the phase travels in
   checkpoints (``state_dict``).
 * **Anchor**: per prompt group, one deterministic joint ODE trajectory of both modalities (the group's first
   member's noise, ``sample.guidance_scale``), every step's states cached.
@@ -131,7 +131,6 @@ class AVGRPO(MethodBase):
     # its metrics (``Part.metrics``): the phase (1: video trains), the groups on a fallback, the transitions whose
     # std the cap lowered, NaN switches
     default_credit = "modality_zscore"
-    default_loss = "av_grpo"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -194,12 +193,18 @@ class AVGRPO(MethodBase):
         )
 
     def begin(self, iteration: int) -> Turn:
-        """The cycle's prompt draw (``prompt_iteration``) and the phase's parameters (``trains``)."""
-        return Turn(prompts_of=self.prompt_iteration(iteration), trains=self.trains)
+        """The step's prompt draw, both phases of a cycle using the cycle's ``steps_per_phase`` draws; and the
+        phase's parameters (``_phase_trains``)."""
+        s = self.schedule_state.state
+        return Turn(prompts_of=s.cycle * self.options.steps_per_phase + s.step_in_phase, trains=self._phase_trains)
 
     def end(self) -> Ending:
-        """The optimizer state is cleared at a phase switch (``after_update``)."""
-        return Ending(reset_optimizer=self.after_update())
+        """The phase schedule advances; the optimizer state is cleared at a phase switch (or after ``on_nan``
+        switched the phase already: the optimizer state goes with the phase)."""
+        if self._dropped:
+            self._dropped = False
+            return Ending(reset_optimizer=True)
+        return Ending(reset_optimizer=self.schedule_state.after_step())
 
     # ------------------------------------------------------------------ phases
     @property
@@ -257,12 +262,7 @@ class AVGRPO(MethodBase):
             t.lr_min_ratio,
         )
 
-    def prompt_iteration(self, iteration: int) -> int:
-        """The prompt draw of this step: both phases of a cycle use the cycle's ``steps_per_phase`` draws."""
-        s = self.schedule_state.state
-        return s.cycle * self.options.steps_per_phase + s.step_in_phase
-
-    def trains(self, name: str) -> bool:
+    def _phase_trains(self, name: str) -> bool:
         """This phase's parameter groups (``PHASE_GROUPS``); with ``frozen_input=dropped`` the trained tower alone:
         the code's forward leaves the cross-modal attention and its shared tables out, so they get no gradient
         (the code's AdamW skips them)."""
@@ -270,12 +270,6 @@ class AVGRPO(MethodBase):
             return True
         groups = PHASE_GROUPS[self.phase] if self.options.frozen_input == "anchor" else (self.phase,)
         return self._tower_of(name) in groups
-
-    def after_update(self) -> bool:
-        if self._dropped:  # on_nan switched already; the optimizer state goes with the phase
-            self._dropped = False
-            return True
-        return self.schedule_state.after_step()
 
     # ------------------------------------------------------------------ exploration
     def plan(self, ctx: Context) -> StepPlan:
@@ -367,7 +361,7 @@ class AVGRPO(MethodBase):
         return Advantages(adv, keep, metrics=dict(self._last))
 
     # ------------------------------------------------------------------ loss
-    def weighted_loss(
+    def transition_loss(
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``av_grpo``: lambda_pol PPO-clip plus beta lambda_rw KL of the phase's modality."""

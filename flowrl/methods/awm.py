@@ -130,7 +130,7 @@ class AWM(ForwardProcess):
     name = "awm"
     Options = AWMOptions
     default_credit = "group_zscore"
-    default_loss = "awm"
+    keeps_flat_rows = True  # its regression pulls every row, a 0 advantage too
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -179,7 +179,7 @@ class AWM(ForwardProcess):
             return strata_times(sigmas[:-1], shape, self.options.time_fraction, gen, device)
         return super().noising_times(sigmas, shape, gen, device)
 
-    def awm_transition_loss(
+    def transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``awm``: the clipped ratio of the surrogate log-probs times the scaled advantage, plus the

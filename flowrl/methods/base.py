@@ -96,10 +96,12 @@ class MethodBase:
     name = "method"
     Options: type = NoOptions
     # the default parts, by registered name (``flowrl.methods.parts``); ``method.credit``, ``method.credit_norm``
-    # and ``method.loss`` choose others where they fit
+    # and ``method.loss`` choose others where they fit. No loss part: the method's own ``transition_loss``
     default_credit: str = "group_zscore"
     default_credit_norm: str = "none"
-    default_loss: str = "ppo_clip"
+    default_loss: str | None = None
+    # its own loss still pulls a row whose advantage is 0 (a regression on its target): every row trains
+    keeps_flat_rows = False
     # the media kinds of the pipelines it trains (``adapter.media_kind``; ``Needs.media``); None: every kind
     media: tuple[str, ...] | None = None
     # the method computes a recomputed SDE step and lets a ``policy`` loss part score it (Flow-GRPO's family)
@@ -121,7 +123,7 @@ class MethodBase:
         self.parts = compose(self.name, type(self), self.options, cfg, self.records())
         self._credit_rule = self.parts.credit.load()
         self._credit_norm = self.parts.credit_norm.load()
-        self._loss = self.parts.loss.load()
+        self._loss = self.parts.loss.load() if self.parts.loss is not None else None
 
     def records(self) -> frozenset[str]:
         """What this method's exploration records (``flowrl.methods.parts.RECORDS``), which the parts need."""
@@ -144,10 +146,10 @@ class MethodBase:
 
     def credit(self, table: RewardTable) -> Advantages:
         """The iteration's advantages: the credit part on ``table``, then the credit normalisation part. Rows
-        whose advantage is 0 at every trained transition carry no signal (``keep`` None), unless the loss part
-        still pulls them (``Part.keeps_flat_rows``: every row trains)."""
+        whose advantage is 0 at every trained transition carry no signal (``keep`` None), unless the method's own
+        loss still pulls them (``keeps_flat_rows``: every row trains)."""
         adv = self._credit_norm(self._credit_rule(self, table), self)
-        if self.parts.loss.keeps_flat_rows and adv.keep is None:
+        if self.keeps_flat_rows and adv.keep is None:
             adv.keep = torch.ones(adv.values.shape[0], dtype=torch.bool, device=adv.values.device)
         return adv
 
@@ -155,9 +157,9 @@ class MethodBase:
         self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss of transition ``j`` of the unit ``traj`` (its rows' conditioning ``cond``;
-        ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,). Default: the loss part itself (a
-        ``transition`` part, called as ``part(method, ctx, traj, j, cond, advantages)``)."""
-        return self._loss(self, ctx, traj, j, cond, advantages)
+        ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,): every method defines its own (Flow-GRPO's
+        scores the recomputed step with the loss part, ``method.loss``)."""
+        raise NotImplementedError(f"method {self.name} defines no transition_loss")
 
     def schedule(self, num_units: int) -> list[list[TrainEntry]]:
         """The iteration's optimizer steps over its ``num_units`` training units (the rollout batches of

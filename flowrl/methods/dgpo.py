@@ -85,7 +85,6 @@ class DGPO(ForwardProcess):
     name = "dgpo"
     Options = DGPOOptions
     default_credit = "group_zscore"
-    default_loss = "dgpo"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -137,7 +136,7 @@ class DGPO(ForwardProcess):
                 )
         return Experience(unit, {"final": x0})
 
-    def dgpo_transition_loss(
+    def transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``dgpo``: ``dgpo_loss`` with the clip, plus kl_beta times the velocity KL."""

@@ -88,12 +88,12 @@ class DiffusionNFT(ForwardProcess):
     name = "diffusion_nft"
     Options = DiffusionNFTOptions
     default_credit = "group_zscore"
-    default_loss = "nft"
+    keeps_flat_rows = True  # its regression pulls every row, a 0 advantage too
 
     def target_weights(self) -> tuple[str, ...]:
         return ("old", "ref") if self.options.kl_beta > 0 else ("old",)
 
-    def nft_transition_loss(
+    def transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``nft``: A_max times ``nft_loss`` plus kl_beta ||v_theta - v_ref||^2."""

@@ -122,7 +122,6 @@ class DPO(MethodBase):
     Options = DPOOptions
     media = ("image", "video", "audio")  # one latent tensor per sample (offline: images, which it encodes)
     default_credit = "preference_pairs"
-    default_loss = "dpo"
 
     def __init__(self, cfg):
         super().__init__(cfg)
@@ -173,7 +172,7 @@ class DPO(MethodBase):
         t, noise = grouped_noisings(self.options, ctx, batch.group_ids, tuple(x0.shape[1:]), "dpo_noising")
         return Experience(Endpoints(x0, t, noise, batch.group_ids), {"final": x0}, info)
 
-    def dpo_transition_loss(
+    def transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``dpo``: the mean over the unit's pairs of ``dpo_loss`` at their shared noising j."""

@@ -183,7 +183,7 @@ class ForwardProcess(MethodBase):
     media = ("image", "video", "audio")
 
     Options = ForwardProcessOptions
-    # a forward-process loss part (``keeps_flat_rows``) still trains a row of a flat group (towards the reference,
+    # a forward-process loss (``keeps_flat_rows``) still trains a row of a flat group (towards the reference,
     # for RAM); it records no per-step log-probs, so the on-policy check does not apply
 
     def __init__(self, cfg):

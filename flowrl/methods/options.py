@@ -1,4 +1,4 @@
-"""Flow-GRPO's knobs as method options, and the deprecated keys that set them.
+"""Flow-GRPO's knobs as method options.
 
 Flow-GRPO's knobs come in groups, each a dataclass that a method's options extend where the method reads them:
 
@@ -8,15 +8,9 @@ Flow-GRPO's knobs come in groups, each a dataclass that a method's options exten
 * ``AdvantageClipOptions``: the clip of the advantages.
 
 ``FlowGRPOOptions`` holds all of them. A method with a knob of the same name that means something else (TP-GRPO's
-``window_size``, Pref-GRPO's ``std_eps``) keeps its own field, which the deprecated keys never set.
-
-The deprecated keys (``sample.noise_level``, ``train.beta``, ...; ``DEPRECATED_KEYS``) are accepted for one
-release: at config resolution each sets ``method.options.<name>`` with a FutureWarning; given together with
-``method.options.<name>`` at the same level (one recipe file, or the command line) and a different value, it
-is a ``ConfigError``; a later level wins over an earlier one (the command line over the recipe, a recipe over
-its ``base:``). Set for a method that has no such knob, an old key, like one of Flow-GRPO's knobs left in
-``method.options`` by a recipe written for another method, is a one-line warning naming the method and is
-dropped: the method never read it, and a shared list of overrides (one per method) keeps working.
+``window_size``, Pref-GRPO's ``std_eps``) keeps its own field. One of Flow-GRPO's knobs set for a method that has no
+such knob (left in ``method.options`` by a recipe written for another method) is a one-line warning naming the
+method and is dropped: the method never read it, and a shared list of overrides (one per method) keeps working.
 """
 
 from __future__ import annotations
@@ -93,19 +87,12 @@ class FlowGRPOOptions(SDEOptions, PolicyOptions, GroupZScoreOptions, AdvantageCl
         check_knobs(self)
 
 
-# the knobs that were sample.* keys before they moved to method.options (the window schedule never was)
-_SAMPLE_KEYS = ("sde_type", "noise_level", "window_size", "window_range", "timestep_fraction")
-# the deprecated keys (one release) -> the option each sets
-DEPRECATED_KEYS = {
-    **{f"sample.{name}": name for name in _SAMPLE_KEYS},
-    **{f"train.{f.name}": f.name for g in KNOB_GROUPS[1:] for f in dataclasses.fields(g)},
-}
 KNOB_NAMES = frozenset(f.name for g in KNOB_GROUPS for f in dataclasses.fields(g))
 
 
 def shared_knobs(options_cls: type) -> frozenset[str]:
     """The names of Flow-GRPO's knobs an options class holds from the knob groups (a field of the same name that
-    a class of its own declares is its own knob, which the deprecated keys do not set)."""
+    a class of its own declares is its own knob)."""
     if not dataclasses.is_dataclass(options_cls):
         return frozenset()
     groups = [g for g in KNOB_GROUPS if issubclass(options_cls, g)]
@@ -174,33 +161,7 @@ def check_steps(options: Any, num_steps: int) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# the deprecated keys
-def alias_partner(key: str) -> str | None:
-    """The other spelling of a knob: ``sample.noise_level`` <-> ``method.options.noise_level``; None if none."""
-    if key in DEPRECATED_KEYS:
-        return f"method.options.{DEPRECATED_KEYS[key]}"
-    name = key.removeprefix("method.options.")
-    if name != key:
-        return next((old for old, new in DEPRECATED_KEYS.items() if new == name), None)
-    return None
-
-
-def drop_partners(tree: dict[str, Any], keys: Any, keep: Any = ()) -> None:
-    """A higher level (a recipe over its base, the command line over the recipe) setting a knob under one spelling
-    replaces a lower level's other spelling: remove each key's ``alias_partner`` from ``tree``, except those in
-    ``keep`` (set at the same level, and compared when the config resolves)."""
-    for key in keys:
-        partner = alias_partner(key)
-        if partner is None or partner in keep:
-            continue
-        *parents, last = partner.split(".")
-        node = tree
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if isinstance(node, dict):
-            node.pop(last, None)
-
-
+# a method's knobs in a config
 def carry_options(tree: dict[str, Any], name: Any, keep: Any = ()) -> None:
     """``method.name`` set to ``name`` over a lower level's method (the command line over a recipe, a recipe over its
     ``base:``): the lower level's ``method.options`` were written for its own method, so of Flow-GRPO's knobs among
@@ -228,22 +189,9 @@ def carry_options(tree: dict[str, Any], name: Any, keep: Any = ()) -> None:
             del options[key]
 
 
-def over_base(merged: dict[str, Any], data: dict[str, Any]) -> None:
-    """A recipe's settings ``data`` over its base's ``merged``: each knob ``data`` sets replaces the base's other
-    spelling, and a method of its own keeps only the base's Flow-GRPO knobs it holds (``carry_options``)."""
-    from flowrl.configkit import flatten_config
-
-    drop_partners(merged, flatten_config(data))
-    method = data.get("method")
-    if isinstance(method, dict) and "name" in method and "options" not in method:  # its options replace the base's
-        carry_options(merged, method["name"])
-
-
-def resolve_knobs(cfg: Any) -> None:
-    """At config resolution: each deprecated key set (not None) moves to ``method.options`` of a method that holds
-    the knob (a FutureWarning naming the new key; a ``ConfigError`` when ``method.options`` gives another value),
-    or is dropped with a warning naming a method that has none; Flow-GRPO's knobs in ``method.options`` of a method
-    without them are dropped with a warning. The knobs are then checked (range, ``sample.num_steps``)."""
+def drop_foreign_knobs(cfg: Any) -> None:
+    """Flow-GRPO's knobs in ``method.options`` of a method without them are dropped with a warning naming the method;
+    the knobs it holds are then checked (range, ``sample.num_steps``)."""
     from flowrl.configkit import build_section
     from flowrl.methods import method_class
 
@@ -252,22 +200,6 @@ def resolve_knobs(cfg: Any) -> None:
     knobs = shared_knobs(options_cls)
     fields = {f.name for f in dataclasses.fields(options_cls)} if dataclasses.is_dataclass(options_cls) else set()
     options = cfg.method.options
-    for old, new in DEPRECATED_KEYS.items():
-        section, attr = old.split(".")
-        value = getattr(getattr(cfg, section), attr)
-        if value is None:
-            continue
-        setattr(getattr(cfg, section), attr, None)
-        if new not in knobs:
-            own = f" (method.options.{new} is its own knob, which {old} never set)" if new in fields else ""
-            warnings.warn(f"{old}={value}: method {name} has no such knob{own}; ignored", UserWarning, stacklevel=4)
-            continue
-        warnings.warn(f"{old} is deprecated; use method.options.{new}", FutureWarning, stacklevel=4)
-        if new in options and options[new] != value:
-            raise ConfigError(
-                f"{old}={value} and method.options.{new}={options[new]} disagree: give method.options.{new} only"
-            )
-        options[new] = value
     for key in sorted(KNOB_NAMES & set(options) - fields):
         warnings.warn(
             f"method.options.{key}: method {name} has no such knob (one of Flow-GRPO's); ignored",
@@ -283,23 +215,18 @@ def resolve_knobs(cfg: Any) -> None:
             raise ConfigError(f"{exc} (method {name})") from None
 
 
-def normalise_knobs(flat: dict[str, Any]) -> dict[str, Any]:
-    """A flattened config dict (``flowrl.config.flatten_config``) with the deprecated keys at their new home and
-    the method's Flow-GRPO knobs at their defaults where unset, so a run saved before the knobs moved compares
-    equal to the same run after (``flowrl.config.math_changes``)."""
+def with_knob_defaults(flat: dict[str, Any]) -> dict[str, Any]:
+    """A flattened config dict (``flowrl.configkit.flatten_config``) with the method's Flow-GRPO knobs at their
+    defaults where unset, so a knob given at its default compares equal to one left unset
+    (``flowrl.resolve.math_changes``)."""
     from flowrl.methods import method_class
 
     try:
-        options_cls = method_class(flat.get("method.name", "flow_grpo"))
+        options_cls = method_class(flat.get("method.name", "flow_grpo")).Options
     except ValueError:
         return flat
-    options_cls = options_cls.Options
     knobs = shared_knobs(options_cls)
     out = dict(flat)
-    for old, new in DEPRECATED_KEYS.items():
-        value = out.pop(old, None)
-        if value is not None and new in knobs:
-            out.setdefault(f"method.options.{new}", value)
     for f in dataclasses.fields(options_cls) if knobs else ():
         if f.name in knobs:
             out.setdefault(f"method.options.{f.name}", f.default)

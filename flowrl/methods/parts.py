@@ -5,26 +5,28 @@ Three kinds of part, each chosen by a method by default and swappable from the c
 * **credit rules** (``method.credit``): a reward table to advantages (``credit(method, table) -> Advantages``);
 * **credit normalisations** (``method.credit_norm``): applied to a credit rule's advantages over the whole
   iteration (``gdpo``: GDPO's batch re-normalisation, then the clip);
-* **transition losses** (``method.loss``): the loss of one trained transition. A ``policy`` loss scores the
-  recomputed step of an SDE transition (PPO-clip, RatioNorm); a ``transition`` loss is the whole loss of a
-  unit's transition (the forward-process regressions, AV-GRPO's weighted loss).
+* **policy losses** (``method.loss``): the loss of one trained transition on the recomputed step of an SDE
+  transition (PPO-clip, RatioNorm, Flow-DPPO's mask), taken by every method built on Flow-GRPO's loss. A method
+  whose loss fits no other method (the forward-process regressions, AV-GRPO's weighted loss, DPO, SFT, reward
+  backprop) has it as its own ``transition_loss``, not as a part: the registries list what can be recombined.
 
 A part declares what it needs: ``requires``, facts a method's exploration records (``MethodBase.records``:
 ``log_probs``, ``gaussian_means``, ``endpoints``, ``joint_phases``, ...), and ``reads``, the
 ``method.options`` fields it reads (Flow-GRPO's knobs among them: ``flowrl.methods.options``). A composition whose method lacks one is refused in one line naming both
 parts and why, when the config resolves (before any weight loads).
 
-A part's ``target`` is ``"module:attr"`` (``attr`` may be ``Class.function``), imported only when chosen.
+A part's ``target`` is ``"module:attr"`` (``attr`` may be ``Class.function``), imported only when chosen. The
+registries are ``flowrl.registry.Registry``'s, as the methods', families' and rewards' are.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from flowrl.registry import Registry, import_target
 
 # what an exploration may record, in words (for the one-line refusals)
 RECORDS = {
@@ -45,53 +47,25 @@ class Part:
     summary: str  # one line: what it computes
     requires: frozenset[str] = frozenset()  # facts the method's exploration must record (``RECORDS``)
     reads: tuple[str, ...] = ()  # the ``method.options`` fields it reads
-    kind: str = "credit"  # credit | norm | policy | transition
+    kind: str = "credit"  # credit | norm | policy
     metrics: tuple[str, ...] = ()  # the figures it reports (logged as method/<name>)
-    keeps_flat_rows: bool = False  # a loss that still pulls a row whose advantage is 0 (every row trains)
 
     def load(self) -> Callable[..., Any]:
-        module, _, attr = self.target.partition(":")
-        obj: Any = importlib.import_module(module)
-        for name in attr.split("."):
-            obj = getattr(obj, name)
-        return obj
+        return import_target(self.target, "part", ValueError, self.name)
 
 
-class Parts:
-    """A registry of parts of one kind: refuses duplicate names, suggests close ones."""
-
-    def __init__(self, key: str):
-        self.key = key  # the config key that chooses one
-        self._parts: dict[str, Part] = {}
-
-    def register(self, part: Part) -> Part:
-        if part.name in self._parts and self._parts[part.name] != part:
-            raise ValueError(f"{self.key}: a part named {part.name!r} is already registered")
-        self._parts[part.name] = part
-        return part
-
-    def names(self) -> list[str]:
-        return sorted(self._parts)
-
-    def get(self, name: str) -> Part:
-        if name not in self._parts:
-            close = difflib.get_close_matches(name, list(self._parts), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(self.names())}"
-            raise ValueError(f"{self.key}: unknown part {name!r}{hint}")
-        return self._parts[name]
-
-
-CREDIT_RULES = Parts("method.credit")
-CREDIT_NORMS = Parts("method.credit_norm")
-LOSSES = Parts("method.loss")
+# each registry's ``where`` is the config key that chooses one of its parts
+CREDIT_RULES = Registry("part", where="method.credit")
+CREDIT_NORMS = Registry("part", where="method.credit_norm")
+LOSSES = Registry("part", where="method.loss")
 
 
 def register_credit_rule(part: Part) -> Part:
-    return CREDIT_RULES.register(part)
+    return CREDIT_RULES.register(part.name, part)
 
 
 def register_loss(part: Part) -> Part:
-    return LOSSES.register(part)
+    return LOSSES.register(part.name, part)
 
 
 _M = "flowrl.methods"
@@ -193,7 +167,7 @@ for _part in (
         reads=("adv_clip_max",),
     ),
 ):
-    CREDIT_NORMS.register(_part)
+    CREDIT_NORMS.register(_part.name, _part)
 
 for _part in (
     Part(
@@ -221,74 +195,6 @@ for _part in (
         reads=("kl_threshold", "kl_sigma_cap", "beta"),
         kind="policy",
     ),
-    Part(
-        "ram_regression",
-        f"{_M}.ram:RAM.regression_loss",
-        "RAM: the velocity regressed on v_ref + m A ((eps - x0) - v_old)",
-        requires=frozenset({"endpoints"}),
-        reads=("reward_multiplier", "target_velocity"),
-        kind="transition",
-        keeps_flat_rows=True,
-    ),
-    Part(
-        "nft",
-        f"{_M}.diffusion_nft:DiffusionNFT.nft_transition_loss",
-        "DiffusionNFT: the negative-aware x0 regression of the implicit positive and negative policies",
-        requires=frozenset({"endpoints"}),
-        reads=("beta", "kl_beta", "adv_clip_max"),
-        kind="transition",
-        keeps_flat_rows=True,
-    ),
-    Part(
-        "awm",
-        f"{_M}.awm:AWM.awm_transition_loss",
-        "AWM: the clipped ratio of the weighted flow-matching surrogate log-probs times the advantage, plus the "
-        "velocity KLs to the reference and to a slow average",
-        requires=frozenset({"endpoints"}),
-        reads=("weighting", "ghuber_power", "clip_range", "advantage_max", "adv_clip_max", "kl_beta", "ema_kl_beta"),
-        kind="transition",
-        keeps_flat_rows=True,
-    ),
-    Part(
-        "av_grpo",
-        f"{_M}.av_grpo:AVGRPO.weighted_loss",
-        "AV-GRPO: lambda_pol-weighted PPO-clip plus beta lambda_rw times the Gaussian KL, per phase",
-        requires=frozenset({"log_probs", "joint_phases"}),
-        reads=("clip_range", "beta_video", "beta_audio"),
-        kind="transition",
-    ),
-    Part(
-        "reward_backprop",
-        f"{_M}.reward_backprop:RewardBackprop.backprop_loss",
-        "ReFL / DRaFT-K: -lambda r(decode(x0_hat)) backpropagated through the reward, the decoder and K steps",
-        reads=("reward_weight", "kl_weight", "decode_checkpointing"),
-        kind="transition",
-        keeps_flat_rows=True,
-    ),
-    Part(
-        "dpo",
-        f"{_M}.dpo:DPO.dpo_transition_loss",
-        "Diffusion-DPO: -log sigmoid(-(beta/2)(Delta_w - Delta_l)), Delta = ||v - u||^2 - ||v_ref - u||^2",
-        requires=frozenset({"endpoints"}),
-        reads=("beta",),
-        kind="transition",
-    ),
-    Part(
-        "dgpo",
-        f"{_M}.dgpo:DGPO.dgpo_transition_loss",
-        "DGPO: each error weighted by A and its group's sigmoid of the summed implicit rewards; clip and KL",
-        requires=frozenset({"endpoints"}),
-        reads=("beta_dpo", "clip_range", "kl_beta", "use_ema_ref"),
-        kind="transition",
-    ),
-    Part(
-        "flow_matching",
-        f"{_M}.sft:SFT.flow_matching_loss",
-        "SFT: the flow-matching regression ||v_theta(x_t) - (eps - x0)||^2 on the dataset's media",
-        requires=frozenset({"endpoints"}),
-        kind="transition",
-        keeps_flat_rows=True,
-    ),
 ):
     register_loss(_part)
 
@@ -312,7 +218,7 @@ class Composition:
 
     credit: Part
     credit_norm: Part
-    loss: Part
+    loss: Part | None  # None: the method's own ``transition_loss``
 
 
 def compose(method_name: str, cls: type, options: Any, cfg: Any, records: frozenset[str]) -> Composition:
@@ -327,36 +233,37 @@ def compose(method_name: str, cls: type, options: Any, cfg: Any, records: frozen
         "loss": m.loss or cls.default_loss,
     }
     registries = {"credit": CREDIT_RULES, "credit_norm": CREDIT_NORMS, "loss": LOSSES}
-    parts = {}
+    parts: dict[str, Part | None] = {}
     for key, name in chosen.items():
         try:
-            parts[key] = registries[key].get(name)
+            parts[key] = registries[key].get(name) if name is not None else None
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     fields = {f.name for f in dataclasses.fields(options)} if dataclasses.is_dataclass(options) else set()
+
+    def own(key: str) -> str:
+        return getattr(cls, "default_" + key) or f"{method_name}'s own transition_loss"
+
     for key, part in parts.items():
-        label = f"{registries[key].key}={part.name}"
+        if part is None:
+            continue
+        label = f"{registries[key].where}={part.name}"
         missing = [r for r in RECORDS if r in part.requires and r not in records]
         if missing:
             raise ConfigError(
                 f"{label}: needs {RECORDS[missing[0]]}, which method {method_name}'s exploration does not "
-                f"record (its own {key}: {getattr(cls, 'default_' + key)})"
+                f"record (its own {key}: {own(key)})"
             )
         lacking = [f for f in part.reads if f not in fields]
         if lacking:
             raise ConfigError(
                 f"{label}: reads method.options.{lacking[0]}, which method {method_name}'s options do not have "
-                f"(its own {key}: {getattr(cls, 'default_' + key)})"
+                f"(its own {key}: {own(key)})"
             )
-    if parts["loss"].kind == "policy" and not cls.hosts_policy_loss:
+    if parts["loss"] is not None and not cls.hosts_policy_loss:
         raise ConfigError(
             f"method.loss={parts['loss'].name}: a policy loss on a recomputed SDE step, which method "
-            f"{method_name} does not take (its own loss: {cls.default_loss})"
-        )
-    if parts["loss"].kind == "transition" and parts["loss"].name != cls.default_loss:
-        raise ConfigError(
-            f"method.loss={parts['loss'].name}: the whole transition loss of method "
-            f"{_owner(parts['loss'])}, whose exploration and options method {method_name} does not share"
+            f"{method_name} does not take (its own loss: {own('loss')})"
         )
     return Composition(parts["credit"], parts["credit_norm"], parts["loss"])
 
@@ -371,32 +278,11 @@ def joint_pipeline(cfg: Any) -> bool:
         return False
 
 
-def _owner(part: Part) -> str:
-    return part.target.split(":")[0].rsplit(".", 1)[-1]
-
-
 # ------------------------------------------------------------------------------------------- config keys
-# deprecated keys that choose a part (one release): key -> (part key, part name)
-PART_ALIASES = {"train.ratio_norm": ("loss", "ratio_norm"), "train.batch_renorm": ("credit_norm", "gdpo")}
-
-
-def check_part_keys(cfg: Any) -> None:
-    """At config resolution: ``method.credit`` / ``credit_norm`` / ``loss`` name registered parts, and the
-    deprecated ``train.ratio_norm`` / ``train.batch_renorm`` set ``method.loss`` / ``method.credit_norm`` with a
-    FutureWarning (refused where the method or pipeline cannot take RatioNorm, in their own words)."""
-    import warnings
-
+def check_part_names(cfg: Any) -> None:
+    """``method.credit`` / ``credit_norm`` / ``loss``, where set, name registered parts (one line with the closest)."""
     from flowrl.configkit import ConfigError
-    from flowrl.methods import method_class
 
-    for key, (part, name) in PART_ALIASES.items():
-        if not getattr(cfg.train, key.split(".")[1]):
-            continue
-        warnings.warn(f"{key} is deprecated; use method.{part}={name}", FutureWarning, stacklevel=5)
-        chosen = getattr(cfg.method, part)
-        if chosen not in (None, name):
-            raise ConfigError(f"{key}: chooses method.{part}={name}, but method.{part}={chosen} is set too")
-        setattr(cfg.method, part, name)
     for key, registry in (("credit", CREDIT_RULES), ("credit_norm", CREDIT_NORMS), ("loss", LOSSES)):
         name = getattr(cfg.method, key)
         if name is not None:
@@ -404,14 +290,3 @@ def check_part_keys(cfg: Any) -> None:
                 registry.get(name)
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
-    if cfg.train.ratio_norm:
-        if not method_class(cfg.method.name).hosts_policy_loss:
-            raise ConfigError(
-                f"train.ratio_norm: method {cfg.method.name} has no clipped PPO ratio to normalise "
-                "(RatioNorm applies to Flow-GRPO's loss and the methods built on it)"
-            )
-        if joint_pipeline(cfg):
-            raise ConfigError(
-                f"train.ratio_norm: model.pipeline={cfg.model.pipeline} steps joint latents with "
-                "one std per modality, where RatioNorm's single step scale is not defined"
-            )

@@ -74,7 +74,7 @@ class RAM(ForwardProcess):
     name = "ram"
     Options = RAMOptions
     default_credit = "iteration_zscore"
-    default_loss = "ram_regression"
+    keeps_flat_rows = True  # its regression pulls every row, a 0 advantage too
 
     def target_weights(self) -> tuple[str, ...]:
         return ("ref", self.options.target_velocity)
@@ -82,7 +82,7 @@ class RAM(ForwardProcess):
     def schedule(self, num_units: int) -> list[list[TrainEntry]]:
         return [[TrainEntry(q) for q in range(num_units)]]  # one optimizer step over every item of the iteration
 
-    def regression_loss(
+    def transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``ram_regression``: mean (v_theta(x_t) - y)^2, y = ``ram_target`` (v_ref in every one)."""

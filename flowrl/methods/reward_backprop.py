@@ -175,7 +175,7 @@ class RewardBackprop(MethodBase):
     name = "reward_backprop"
     Options = RewardBackpropOptions
     default_credit = "uniform"
-    default_loss = "reward_backprop"
+    keeps_flat_rows = True  # the reward's gradient pulls every row; there is no advantage to be 0
     min_group_size = 1  # each sample's reward is backpropagated on its own
     media = ("image", "video")
 
@@ -269,7 +269,7 @@ class RewardBackprop(MethodBase):
         return gaussian_velocity_kl(v_cond, v_ref, sigma)
 
     # ------------------------------------------------------------------ the loss
-    def backprop_loss(
+    def transition_loss(
         self, ctx: Context, unit: ChainStart, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``reward_backprop``: -lambda mean(a r(decode(x̂0))) (+ kl_weight KL), a the rows' credit."""

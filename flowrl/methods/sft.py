@@ -34,7 +34,7 @@ class SFT(MethodBase):
     Options = NoisingOptions
     media = ("image",)  # the images it encodes (video and audio targets: not read yet)
     default_credit = "targets"
-    default_loss = "flow_matching"
+    keeps_flat_rows = True  # every row is a target to regress on
     min_group_size = 1  # each row is its own target
 
     def records(self) -> frozenset[str]:
@@ -60,7 +60,7 @@ class SFT(MethodBase):
         t, noise = torch.stack([d[0] for d in draws]), torch.stack([d[1] for d in draws])
         return Experience(Endpoints(x0, t, noise, batch.group_ids), {"final": x0})
 
-    def flow_matching_loss(
+    def transition_loss(
         self, ctx: Context, traj: Endpoints, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss part ``flow_matching``: the mean of ``velocity_error`` over the unit's rows at noising j."""

@@ -75,8 +75,9 @@ def lora_run(tmp_path_factory):
     from peft import LoraConfig
     from peft.utils import get_peft_model_state_dict
 
-    from flowrl.config import dump_config, resolve_config
+    from flowrl.config import dump_config
     from flowrl.pipelines.sd3 import SD3Adapter
+    from flowrl.resolve import resolve_config
 
     run = tmp_path_factory.mktemp("run")
     cfg = resolve_config("tiny-cpu", [f"output_dir={run}"])

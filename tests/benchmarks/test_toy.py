@@ -150,12 +150,12 @@ def test_tiny_pretrain_writes_a_loadable_pipeline_and_is_reused(toy_model):
 
 
 def test_short_rl_run_completes_and_evaluates(toy_model, tmp_path):
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     cfg = resolve_config("toy-flow-grpo", [
         f"output_dir={tmp_path}", f"model.path={toy_model}", "train.iterations=2", "sample.num_steps=3",
-        "sample.eval_num_steps=3", "sample.window_range=[0,3]", "sample.group_size=2",
+        "sample.eval_num_steps=3", "method.options.window_range=[0,3]", "sample.group_size=2",
         "sample.prompts_per_iteration=2", "sample.batch_size=4",
         "log.eval_every=1", "log.eval_num_prompts=6",
     ])  # fmt: skip
@@ -176,7 +176,7 @@ def test_compare_writes_a_table_and_a_plot(toy_model, tmp_path):
     from flowrl.benchmarks.toy.compare import main
 
     out = tmp_path / "cmp"
-    small = ["sample.num_steps=3", "sample.eval_num_steps=3", "sample.window_range=[0,3]", "sample.group_size=2",
+    small = ["sample.num_steps=3", "sample.eval_num_steps=3", "method.options.window_range=[0,3]", "sample.group_size=2",
              "sample.prompts_per_iteration=2",
              "sample.batch_size=4", "log.eval_every=1", "log.eval_num_prompts=6"]  # fmt: skip
     assert main(["--out", str(out), "--model", str(toy_model), "--iterations", "1", "--only", "flow_grpo",
@@ -207,7 +207,7 @@ def test_missing_model_fails_with_a_line_naming_the_pretrain_command(tmp_path, m
 
 
 def test_recipe_validates_and_help_works():
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
 
     cfg = resolve_config("toy-flow-grpo", [])
     assert cfg.reward == {"toy_geneval": 1.0} and cfg.eval_reward == {"toy_geneval_accuracy": 1.0}
@@ -220,8 +220,9 @@ def test_each_methods_toy_recipe_is_what_the_comparison_runs():
     """toy-<method>.yaml (for ``flowrl eval toy toy-<method>``) resolves to the comparison's run of that
     method: toy-flow-grpo with ``method.name`` and ``METHOD_SETTINGS`` (output_dir aside)."""
     from flowrl.benchmarks.toy.compare import METHOD_SETTINGS, NO_TOY_RUN, RECIPE
-    from flowrl.config import recipe_names, resolve_config
+    from flowrl.config import recipe_names
     from flowrl.methods import list_methods
+    from flowrl.resolve import resolve_config
 
     for method in list_methods("image"):
         if method == "flow_grpo" or method in NO_TOY_RUN:

@@ -180,7 +180,7 @@ def test_pretrain_writes_a_pipeline_that_loads(tmp_path):
 
 
 def test_recipes_resolve_and_share_the_budget():
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
 
     flow, av = resolve_config("toy-av-flow-grpo"), resolve_config("toy-av-av-grpo")
     assert flow.model == av.model and flow.reward == av.reward and flow.sample == av.sample

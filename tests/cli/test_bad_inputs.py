@@ -80,34 +80,39 @@ CASES = [
     (V + ["seed=abc"], "seed: expected an integer"),
     (V + ["train.ema=maybe"], "train.ema: expected true or false"),
     (V + ["train.learning_rate=fast"], "train.learning_rate: expected float"),
-    (V + ["sample.window_range=3"], "sample.window_range: expected a list"),
+    (V + ["method.options.window_range=3"], "method.options.window_range: expected a list"),
     (V + ["train.adam_betas=[0.9, x]"], "train.adam_betas[1]: expected float"),
     (V + ["reward=5"], "reward: expected a mapping"),
     (V + ["reward.jpeg_compressibility=high"], "reward.jpeg_compressibility: expected float"),
     (V + ["train=3"], "train: expected a mapping of settings"),
     (V + ["train.lora=yes"], "train.lora: expected a mapping of settings"),
     (V + ["train.iterations.x=1"], "train.iterations: is not a group of settings"),
+    # keys that moved before the first release: one line naming the new key
+    (V + ["train.beta=0.01"], "train.beta is method.options.beta now"),
+    (V + ["sample.noise_level=0.9"], "sample.noise_level is method.options.noise_level now"),
+    (V + ["train.ratio_norm=true"], "train.ratio_norm is method.loss=ratio_norm now"),
+    (V + ["train.batch_renorm=true"], "train.batch_renorm is method.credit_norm=gdpo now"),
     # out-of-range values and choices
     (V + ["train.learning_rate=0"], "train.learning_rate: must be > 0"),
-    (V + ["train.clip_range=-1"], "method.options.clip_range: must be > 0"),
-    (V + ["train.beta=-0.1"], "method.options.beta: must be >= 0"),
-    (V + ["train.adv_clip_max=0"], "method.options.adv_clip_max: must be > 0"),
+    (V + ["method.options.clip_range=-1"], "method.options.clip_range: must be > 0"),
+    (V + ["method.options.beta=-0.1"], "method.options.beta: must be >= 0"),
+    (V + ["method.options.adv_clip_max=0"], "method.options.adv_clip_max: must be > 0"),
     (V + ["train.adam_betas=[0.9, 1.5]"], "train.adam_betas: expected two values in [0, 1)"),
     (V + ["train.ema_decay=1.0"], "train.ema_decay: must be in [0, 1)"),
     (V + ["train.mixed_precision=fp64"], "train.mixed_precision: 'fp64' is not one of no, fp16, bf16"),
     (V + ["train.on_reward_error=ignore"], "train.on_reward_error: 'ignore' is not one of stop, skip"),
     (V + ["train.lora.dropout=1.0"], "train.lora.dropout: must be in [0, 1)"),
     (V + ["train.lora.init=xavier"], "train.lora.init: 'xavier' is not one of gaussian, default"),
-    (V + ["sample.sde_type=ddim"], "method.options.sde_type: 'ddim' is not one of flow_sde, cps, dance_sde"),
+    (V + ["method.options.sde_type=ddim"], "method.options.sde_type: 'ddim' is not one of flow_sde, cps, dance_sde"),
     (
         V + ["sample.group_size=1"],
         "sample.group_size: method flow_grpo compares the samples of a prompt, so it needs at least 2",
     ),
     (V + ["sample.num_steps=0"], "sample.num_steps: must be > 0"),
-    (V + ["sample.timestep_fraction=1.5"], "method.options.timestep_fraction: must be in (0, 1]"),
-    (V + ["sample.window_size=9"], "method.options.window_size: 9 exceeds sample.num_steps=6"),
+    (V + ["method.options.timestep_fraction=1.5"], "method.options.timestep_fraction: must be in (0, 1]"),
+    (V + ["method.options.window_size=9"], "method.options.window_size: 9 exceeds sample.num_steps=6"),
     (
-        V + ["sample.window_size=2", "sample.window_range=[4, 5]"],
+        V + ["method.options.window_size=2", "method.options.window_range=[4, 5]"],
         "method.options.window_range: [4, 5] must be [lo, hi]",
     ),
     (V + ["sample.batch_size=0"], "sample.batch_size: must be > 0"),
@@ -153,7 +158,7 @@ CASES = [
     (V + ["method.name=e_grpo", "method.options.trained_steps=[0]"], "e_grpo's branches start at active_steps"),
     (V + ["method.name=e_grpo", "method.options.tau=high"], "method.options.tau: expected float, got 'high'"),
     (
-        V + ["method.name=grpo_guard", "sample.sde_type=cps"],
+        V + ["method.name=grpo_guard", "method.options.sde_type=cps"],
         "method.options.sde_type: grpo_guard needs a Gaussian step",
     ),
     (V + ["reward.no_such_module:fn=1"], "cannot import module 'no_such_module'"),
@@ -209,8 +214,8 @@ CASES = [
     (V + ["train=5", "train.iterations=3"], "train: was set to 5, not a group of settings; cannot also set"),
     (V + ["train.lora=null", "train.lora.rank=4"], "train.lora: was set to None, not a group of settings"),
     (V + ["train.learning_rate=nan"], "train.learning_rate: expected float, got 'nan'"),
-    (V + ["train.beta=inf"], "train.beta: expected float, got 'inf'"),
-    (V + ["train.clip_range=.nan"], "train.clip_range: expected a finite number"),
+    (V + ["method.options.beta=inf"], "method.options.beta: expected float, got 'inf'"),
+    (V + ["method.options.clip_range=.nan"], "method.options.clip_range: expected a finite number"),
     (["validate", "{tmp}/floats.yaml"], "train.iterations: expected an integer, got '1e3'"),
     # rules naming a metric the run does not log
     (
@@ -519,7 +524,8 @@ def test_a_setting_without_effect_warns_in_one_line(overrides, message, caplog, 
 
 
 def test_no_shipped_recipe_holds_a_setting_without_effect():
-    from flowrl.config import inert_settings, recipe_names, resolve_config
+    from flowrl.config import inert_settings, recipe_names
+    from flowrl.resolve import resolve_config
 
     found = {name: inert_settings(resolve_config(name)) for name in recipe_names()}
     assert found == {name: [] for name in recipe_names()}

@@ -4,9 +4,10 @@ import pytest
 import torch
 
 from flowrl.benchmarks.toy.sft_data import SFT_DATA, ensure_sft_renders
-from flowrl.config import ConfigError, config_from_dict, load_recipe, recipe_names, resolve_config
+from flowrl.config import ConfigError, config_from_dict, recipe_names
 from flowrl.data import GroupSampler, load_prompts
 from flowrl.methods import build_method
+from flowrl.resolve import load_recipe, resolve_config
 
 
 @pytest.mark.parametrize("name", recipe_names())
@@ -46,15 +47,15 @@ def test_overrides_are_typed():
         [
             "train.iterations=3",
             "train.learning_rate=1e-4",
-            "sample.window_size=2",
-            "sample.window_range=[0, 4]",
+            "method.options.window_size=2",
+            "method.options.window_range=[0, 4]",
             "reward.jpeg_incompressibility=0.5",
             "train.lora.target_modules=[attn.to_q]",
             "seed=7",
         ],
     )
     assert cfg.train.iterations == 3 and cfg.train.learning_rate == 1e-4 and cfg.seed == 7
-    assert cfg.method.options["window_range"] == [0, 4]  # sample.window_range: a deprecated alias
+    assert cfg.method.options["window_range"] == [0, 4]
     assert cfg.reward == {"jpeg_compressibility": 1.0, "jpeg_incompressibility": 0.5}
     assert cfg.train.lora.target_modules == ["attn.to_q"]
 
@@ -68,12 +69,12 @@ def test_overrides_are_typed():
         ("train.iterations=2.5", "train.iterations: expected an integer, got 2.5"),
         ("train.ema=maybe", "train.ema: expected true or false, got 'maybe'"),
         ("train.learning_rate=-1", "train.learning_rate: must be > 0, got -1.0"),
-        ("sample.sde_type=sdee", "method.options.sde_type: 'sdee' is not one of flow_sde, cps, dance_sde"),
+        ("method.options.sde_type=sdee", "method.options.sde_type: 'sdee' is not one of flow_sde, cps, dance_sde"),
         (
             "sample.group_size=1",
             "sample.group_size: method flow_grpo compares the samples of a prompt, so it needs at least 2 per prompt, got 1",
         ),
-        ("sample.window_size=20", "method.options.window_size: 20 exceeds sample.num_steps=6"),
+        ("method.options.window_size=20", "method.options.window_size: 20 exceeds sample.num_steps=6"),
         ("model.resolution=30", "model.resolution: must be a multiple of 16, got 30"),
         ("model.dtype=fp8", "model.dtype: 'fp8' is not one of fp32, fp16, bf16"),
         ("train.mixed_precision=fp64", "train.mixed_precision: 'fp64' is not one of no, fp16, bf16"),
@@ -166,7 +167,8 @@ def test_a_recipe_can_start_from_a_base_recipe(tmp_path):
 def test_a_key_added_since_the_checkpoint_counts_as_its_default():
     """A run saved before a config key existed ran with that key's default: resuming it is no change,
     unless the new config sets something else."""
-    from flowrl.config import Config, math_changes
+    from flowrl.config import Config
+    from flowrl.resolve import math_changes
 
     new = Config().to_dict()
     old = {**new, "train": {k: v for k, v in new["train"].items() if not k.startswith("lr_")}}
@@ -187,7 +189,7 @@ def test_a_recipe_whose_reward_replaces_the_default_one_resumes_without_changes(
     """The default config's reward is ``{jpeg_compressibility: 1.0}``; a run of ``reward: {video: 1.0}`` holds no
     such key, and neither does its resume: the default's entry of a free-form mapping is no setting of either
     (it was reported as ``reward.jpeg_compressibility (1.0 -> '<unset>')``)."""
-    from flowrl.config import math_changes, resolve_config
+    from flowrl.resolve import math_changes, resolve_config
 
     cfg = resolve_config("tiny-wan").to_dict()
     assert math_changes(cfg, resolve_config("tiny-wan").to_dict()) == []
@@ -195,41 +197,37 @@ def test_a_recipe_whose_reward_replaces_the_default_one_resumes_without_changes(
     assert math_changes(cfg, changed) == ["reward.video (1.0 -> 2.0)"]
 
 
-def test_flow_grpo_knobs_old_keys_are_deprecated_aliases_of_method_options():
-    """sample.* / train.* of Flow-GRPO's knobs set method.options.* for one release, with a FutureWarning naming the
-    new key; the command line's old key replaces the recipe's new one; both at one level and different: one line."""
-    with pytest.warns(FutureWarning, match=r"sample\.noise_level is deprecated; use method\.options\.noise_level"):
-        cfg = resolve_config("tiny-cpu", ["sample.noise_level=0.9"])
-    assert cfg.method.options["noise_level"] == 0.9 and cfg.sample.noise_level is None
-    with pytest.warns(FutureWarning, match=r"train\.beta is deprecated"):
-        assert resolve_config("tiny-cpu", ["train.beta=0.01"]).method.options["beta"] == 0.01  # recipe: 0.0
-    assert resolve_config("tiny-cpu", ["method.options.beta=0.02"]).method.options["beta"] == 0.02
-    with pytest.raises(ConfigError, match=r"^train\.beta=0\.01 and method\.options\.beta=0\.02 disagree"):
-        resolve_config("tiny-cpu", ["train.beta=0.01", "method.options.beta=0.02"])
-    with pytest.warns(FutureWarning):
-        assert (
-            resolve_config("tiny-cpu", ["train.beta=0.02", "method.options.beta=0.02"]).method.options["beta"] == 0.02
-        )
+@pytest.mark.parametrize("key", sorted(__import__("flowrl.migration").migration.MOVED_KEYS))
+def test_a_moved_key_is_one_line_naming_its_new_key(key, tmp_path):
+    """The keys that moved before the first release (``flowrl.migration.MOVED_KEYS``), on the command line or in a
+    recipe file: one line naming the setting that replaced each."""
+    from flowrl.migration import MOVED_KEYS
+
+    value = "true" if key in ("train.ratio_norm", "train.batch_renorm") else "[0, 4]" if "range" in key else "0.5"
+    with pytest.raises(ConfigError, match=rf"^{key} is {MOVED_KEYS[key]} now$"):
+        resolve_config("tiny-cpu", [f"{key}={value}"])
+    section, name = key.split(".")
+    recipe = tmp_path / "old.yaml"
+    recipe.write_text(f"base: tiny-cpu\n{section}:\n  {name}: {value}\n")
+    with pytest.raises(ConfigError, match=rf"^{key} is {MOVED_KEYS[key]} now$"):
+        resolve_config(str(recipe))
 
 
-def test_an_old_key_for_a_method_without_the_knob_is_a_warning_naming_it():
-    """ram has no Flow-GRPO knob, DiffusionNFT's beta and TP-GRPO's window are their own: the old key is ignored with
-    one warning line naming the method (as before, when it was ignored silently), and a recipe's Flow-GRPO
-    options do not become another method's own knobs of the same name."""
-    with pytest.warns(UserWarning, match=r"^train\.beta=0\.01: method ram has no such knob; ignored$"):
-        cfg = resolve_config("tiny-cpu", ["method.name=ram", "train.beta=0.01"])
+def test_a_flow_grpo_knob_for_a_method_without_it_is_a_warning_naming_it():
+    """ram has no Flow-GRPO knob, DiffusionNFT's beta and TP-GRPO's window are their own: a Flow-GRPO knob left in
+    ``method.options`` is ignored with one warning line naming the method, and a recipe's Flow-GRPO options do not
+    become another method's own knobs of the same name."""
+    with pytest.warns(UserWarning, match=r"^method\.options\.beta: method ram has no such knob \(one of Flow-GRPO's\)"):
+        cfg = resolve_config("tiny-cpu", ["method.options.beta=0.01", "method.name=ram"])
     assert "beta" not in cfg.method.options
-    with pytest.warns(UserWarning, match=r"method diffusion_nft has no such knob \(method\.options\.beta is its own"):
-        resolve_config("tiny-cpu", ["method.name=diffusion_nft", "train.beta=0.01"])
     with pytest.warns(UserWarning, match=r"method\.options\.beta \(set for method flow_grpo\): method diffusion_nft"):
         cfg = resolve_config("tiny-cpu", ["method.name=diffusion_nft"])
     assert build_method(cfg).options.beta == 1.0 and cfg.method.options["global_std"] is False
-    with pytest.warns(UserWarning, match=r"sample\.window_size=2: method tp_grpo has no such knob"):
-        cfg = resolve_config("tiny-cpu", ["method.name=tp_grpo", "sample.window_size=2"])
+    cfg = resolve_config("tiny-cpu", ["method.name=tp_grpo"])
     assert build_method(cfg).options.window_size is None
 
 
-def test_no_shipped_recipe_sets_a_deprecated_key_or_a_knob_its_method_ignores():
+def test_no_shipped_recipe_sets_a_knob_its_method_ignores():
     import warnings
 
     for name in recipe_names():
@@ -238,14 +236,13 @@ def test_no_shipped_recipe_sets_a_deprecated_key_or_a_knob_its_method_ignores():
             resolve_config(name)
 
 
-def test_a_run_saved_with_the_old_keys_resumes_without_a_change():
-    from flowrl.config import math_changes
+def test_a_knob_given_at_its_default_is_no_change_of_the_math():
+    from flowrl.resolve import math_changes
 
     old = resolve_config("toy-flow-grpo").to_dict()
     old["method"]["options"] = {}
-    old["sample"].update(sde_type="cps", noise_level=0.8, window_size=2, window_range=[0, 4], timestep_fraction=0.99)
-    old["train"].update(clip_range=1e-4, beta=0.0, global_std=False, adv_clip_max=5.0, std_eps=1e-4)
-    assert math_changes(old, resolve_config("toy-flow-grpo").to_dict()) == []
-    assert math_changes(old, resolve_config("toy-flow-grpo", ["method.options.beta=0.1"]).to_dict()) == [
-        "method.options.beta (0.0 -> 0.1)"
+    new = resolve_config("toy-flow-grpo", ["method.options={clip_range: 1.0e-4, adv_clip_max: 5.0}"]).to_dict()
+    assert math_changes(old, new) == []
+    assert math_changes(old, {**new, "method": {**new["method"], "options": {"beta": 0.1}}}) == [
+        "method.options.beta (0.004 -> 0.1)"
     ]

@@ -18,12 +18,17 @@ def _names(registry) -> dict[str, str]:
     return {name: registry.get(name).kind for name in registry.names()}
 
 
-def test_every_loss_is_listed_under_its_kind():
+def test_every_loss_is_listed_and_each_own_loss_named():
     listed = DOC.split("- **Losses**", 1)[1].split("\n- ", 1)[0].split("\n\n", 1)[0]
-    policy, transition = listed.split("Transition losses", 1)
-    kinds = _names(LOSSES)
-    assert set(re.findall(r"`([a-z0-9_]+)`", policy)) - {"method"} == {n for n, k in kinds.items() if k == "policy"}
-    assert set(re.findall(r"`([a-z0-9_]+)`", transition)) == {n for n, k in kinds.items() if k == "transition"}
+    policy, own = listed.split("A loss that fits only its own method", 1)
+    assert set(re.findall(r"`([a-z0-9_]+)`", policy)) - {"method"} == set(_names(LOSSES))
+    assert all(k == "policy" for k in _names(LOSSES).values())
+    from flowrl.methods import list_methods, method_class
+
+    titles = {"ram": "RAM", "diffusion_nft": "DiffusionNFT", "awm": "AWM", "av_grpo": "AV-GRPO"}
+    titles |= {"reward_backprop": "reward backprop", "dpo": "DPO", "dgpo": "DGPO", "sft": "SFT"}
+    owners = {n for n in list_methods() if method_class(n).default_loss is None}
+    assert owners == set(titles) and all(titles[n] in own for n in owners)
 
 
 def test_every_credit_norm_is_listed():

@@ -14,17 +14,10 @@ import torch
 import yaml
 
 from flowrl.cli import _split_recipe, build_parser, main
-from flowrl.config import (
-    ConfigError,
-    dump_config,
-    load_recipe,
-    merge_overrides,
-    parse_override,
-    recipe_names,
-    resolve_config,
-)
+from flowrl.config import ConfigError, dump_config, parse_override, recipe_names
 from flowrl.config_reference import reference
 from flowrl.methods.options import flow_knobs
+from flowrl.resolve import load_recipe, merge_overrides, resolve_config
 from tiny_runs import NO_SAVES, small
 
 DOCS = Path(__file__).parents[2] / "docs"
@@ -281,7 +274,7 @@ def test_the_example_recipe_resolves_as_the_guide_says(tmp_path, monkeypatch, ca
     cfg, tiny = resolve_config("my-tiny.yaml"), resolve_config("tiny-cpu")
     assert cfg.output_dir == "runs/my-tiny" and cfg.train.iterations == 20 and cfg.train.learning_rate == 5e-3
     # sections merge one level deep: the base's other train keys stay ...
-    for key in ("clip_range", "beta", "optimizer_steps_per_iteration", "global_std"):
+    for key in ("weight_decay", "optimizer_steps_per_iteration", "max_grad_norm"):
         assert getattr(cfg.train, key) == getattr(tiny.train, key), key
     assert cfg.sample == tiny.sample and cfg.model == tiny.model
     # ... a mapping inside a section is replaced whole
@@ -395,7 +388,7 @@ def test_a_tiny_run_logs_the_guide_s_metrics_with_the_exact_values_it_states(tmp
             f"output_dir={tmp_path}",
             *SMALL,
             "train.iterations=2",
-            "train.beta=0.01",
+            "method.options.beta=0.01",
             "train.optimizer_steps_per_iteration=1",
             "log.eval_every=1",
             "reward.jpeg_incompressibility=0.5",
@@ -446,10 +439,9 @@ def _reward_table() -> list[tuple[str, str, str, str]]:
 
 
 def _reward_target(name: str):
-    from flowrl.reward_models.base import _REGISTRY, _import_attr
+    from flowrl.reward_models.base import reward_target
 
-    target = _REGISTRY[name]
-    return _import_attr(target) if isinstance(target, str) else target
+    return reward_target(name)
 
 
 def test_every_reward_argument_of_the_local_models_guide_exists_with_its_default():

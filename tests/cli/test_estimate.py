@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.estimate import (
     CPU_RUNTIME_GIB,
     GIB,
@@ -23,6 +23,7 @@ from flowrl.estimate import (
 )
 from flowrl.estimate.meta import saved_bytes
 from flowrl.estimate.sd3 import sd3_flops_per_row, vae_decode_cost
+from flowrl.resolve import resolve_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -184,7 +185,7 @@ def test_local_folder_configs_are_read(tmp_path):
 
 _MEASURE = r"""
 import json, sys
-from flowrl.config import resolve_config
+from flowrl.resolve import resolve_config
 from flowrl.estimate import estimate
 from flowrl.trainer import Trainer
 
@@ -611,8 +612,8 @@ def test_guidance_passes_follow_the_adapters():
 def test_video_states_kept_only_for_trained_transitions():
     """Rollout buffers hold the states Trajectory.trained_only keeps: a window of 2 keeps 3 of T + 1."""
     recipe, overrides = TINY_FAMILIES["wan"]
-    every = estimate(_family_cfg(recipe, overrides, "sample.timestep_fraction=1.0"), device="cpu", flops=1e12)
-    window = estimate(_family_cfg(recipe, overrides, "sample.window_size=2"), device="cpu", flops=1e12)
+    every = estimate(_family_cfg(recipe, overrides, "method.options.timestep_fraction=1.0"), device="cpu", flops=1e12)
+    window = estimate(_family_cfg(recipe, overrides, "method.options.window_size=2"), device="cpu", flops=1e12)
     state = window.model.latent_elems * 4 * 32 / 2**30
     cond = window.model.cond_elems * 4 * 32 / 2**30
     assert every.memory_gib["rollout buffers"] == pytest.approx(7 * state + cond)  # 6 steps: all 7 states
@@ -878,8 +879,8 @@ def test_every_published_recipe_fits_its_declared_launch():
 
 GOLDEN = Path(__file__).parents[1] / "assets" / "estimate_golden.txt"
 GOLDEN_EXTRA = [  # overrides that reach the branches the recipes leave out
-    ("tiny-cpu", ["train.lora.enabled=false", "train.beta=0.01", "train.ema=true"], {}),
-    ("tiny-cpu", ["train.gradient_checkpointing=true", "sample.window_size=2"], {}),
+    ("tiny-cpu", ["train.lora.enabled=false", "method.options.beta=0.01", "train.ema=true"], {}),
+    ("tiny-cpu", ["train.gradient_checkpointing=true", "method.options.window_size=2"], {}),
     ("tiny-wan", ["model.path=tiny-a14b", "model.trained_experts=low_noise"], {}),
     ("tiny-audio", ["model.path=tiny-base", "sample.guidance_scale=1.0"], {}),
     ("sd35m-pickscore", [], {"world_size": 8, "strategy": "fsdp"}),

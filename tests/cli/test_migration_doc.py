@@ -4,8 +4,8 @@ and the values it converts to are ones flowrl takes."""
 import re
 from pathlib import Path
 
-from flowrl.config import resolve_config
 from flowrl.config_reference import reference
+from flowrl.resolve import resolve_config
 
 DOC = Path(__file__).parents[2] / "docs" / "migration.md"
 
@@ -44,16 +44,16 @@ def test_the_flow_factory_values_convert_to_values_flowrl_takes():
         ["model.pipeline=sd3"],
         ["method.name=flow_grpo"],
         ["method.name=grpo_guard"],
-        ["sample.sde_type=flow_sde"],
-        ["sample.sde_type=dance_sde"],
-        ["sample.sde_type=cps"],
+        ["method.options.sde_type=flow_sde"],
+        ["method.options.sde_type=dance_sde"],
+        ["method.options.sde_type=cps"],
         ["train.lora.enabled=false"],
         ["log.trackers=[wandb]"],
         ["log.trackers=[tensorboard]"],
         ["log.trackers=[swanlab]"],
         ["log.trackers=[]"],
         ["train.ema=false"],
-        ["sample.window_size=2", "sample.window_range=[1,6]"],
+        ["method.options.window_size=2", "method.options.window_range=[1,6]"],
         ["reward={pickscore: 1.0}"],
     ):
         resolve_config("tiny-cpu", overrides)

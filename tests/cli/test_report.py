@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from flowrl.cli import main
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.report import load_run, sections, series_of, write_report
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 
 TRAIN = [

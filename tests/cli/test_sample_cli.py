@@ -130,8 +130,8 @@ def test_a_rank_mismatch_names_the_tensor_and_writes_nothing(run, tmp_path, caps
 def test_generate_is_the_pipeline_call_sample_made_before():
     import torch
 
-    from flowrl.config import resolve_config
     from flowrl.pipelines.sd3 import SD3Adapter
+    from flowrl.resolve import resolve_config
 
     cfg = resolve_config("tiny-cpu", [])
     adapter = SD3Adapter.from_config(cfg.model, seed=cfg.seed)

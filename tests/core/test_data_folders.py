@@ -50,7 +50,7 @@ def test_jsonl_comes_before_txt_and_a_folder_without_a_train_file_is_one_line(tm
 
 
 def test_the_trainer_evaluates_on_the_folders_test_split(tmp_path):
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     data = tmp_path / "data"

@@ -5,8 +5,9 @@ import json
 import pytest
 
 from flowrl.cli import main
-from flowrl.config import ConfigError, DataConfig, resolve_config
+from flowrl.config import ConfigError, DataConfig
 from flowrl.data import load_eval_prompts, load_prompts, load_train_prompts
+from flowrl.resolve import resolve_config
 
 datasets = pytest.importorskip("datasets")
 datasets.disable_progress_bars()

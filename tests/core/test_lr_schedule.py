@@ -5,8 +5,9 @@ import math
 
 import pytest
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.lr import lr_factor
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 
 SMALL = [
@@ -45,12 +46,12 @@ def test_the_trainer_follows_the_schedule_and_resumes_it(tmp_path, one_thread):
         "train.optimizer_steps_per_iteration=2",
     ]
     full = Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'full'}", *SMALL, *opts, "train.iterations=3"]))
-    assert full.total_optimizer_steps == 6
+    assert full.updater.total_optimizer_steps == 6
     rows = full.train()
     expected = [0.01 * lr_factor(s, 6, "cosine", 1) for s in range(6)]
     for i, row in enumerate(rows):
         assert row["policy/lr"] == pytest.approx((expected[2 * i] + expected[2 * i + 1]) / 2)
-    assert full.optimizer.param_groups[0]["lr"] == pytest.approx(expected[-1])
+    assert full.policy.optimizer.param_groups[0]["lr"] == pytest.approx(expected[-1])
     Trainer(
         resolve_config("tiny-cpu", [f"output_dir={tmp_path / 'part'}", *SMALL, *opts, "train.iterations=1"])
     ).train()

@@ -6,8 +6,9 @@ import json
 import pytest
 from PIL import Image
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.media_data import check_media_folder, row_media
+from flowrl.resolve import resolve_config
 
 
 def _folder(tmp_path, rows, files=("a.png", "b.png")):

@@ -161,7 +161,7 @@ def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter
         kept.final
     assert torch.equal(kept.select(torch.tensor([1])).pair(s)[1], full.states[1:, s + 1])
 
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     tr = Trainer(
@@ -169,8 +169,8 @@ def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter
             "tiny-cpu",
             [
                 f"output_dir={tmp_path}",
-                "sample.window_size=2",
-                "sample.window_range=[0,4]",
+                "method.options.window_size=2",
+                "method.options.window_range=[0,4]",
                 "sample.group_size=4",
                 "sample.prompts_per_iteration=2",
                 "sample.batch_size=4",
@@ -212,7 +212,7 @@ def test_a_rollout_can_hold_only_the_trained_states_and_the_final_one(adapter):
 def test_offloaded_states_wait_on_the_cpu_and_train_exactly_the_same(tmp_path):
     """``train.offload_states``: the rollout batches hold their states on the CPU; the update moves each one's
     back for its own loss, so the trained weights are bitwise those of a run without offloading."""
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
     from flowrl.trainer import Trainer
 
     base = [
@@ -237,5 +237,5 @@ def test_offloaded_states_wait_on_the_cpu_and_train_exactly_the_same(tmp_path):
             moved = batches[0].traj.states_to(torch.device("meta"))
             assert moved.states.device.type == "meta" and moved.log_probs.device.type == "cpu"
         tr.train()
-        trained[offload] = {n: p.detach().clone() for n, p in tr.trainable.items()}
+        trained[offload] = {n: p.detach().clone() for n, p in tr.policy.trainable.items()}
     assert all(torch.equal(trained[False][n], trained[True][n]) for n in trained[False])

@@ -10,12 +10,12 @@ import pytest
 import torch
 from PIL import Image
 
-from flowrl.config import resolve_config
 from flowrl.configkit import ConfigError
 from flowrl.data import check_source_images, item_images, load_eval_prompts, load_prompts, with_source_images
 from flowrl.pipelines.base import adapter_class, source_images_of
 from flowrl.pipelines.kit.images import ImageCache, image_hash, load_image
 from flowrl.pipelines.kit.prompts import cached_rows
+from flowrl.resolve import resolve_config
 
 
 def _png(path, value: int, size=(6, 4)):

@@ -64,15 +64,15 @@ def test_gdpo_z_scores_the_weighted_sum_of_group_z_scores_again_over_the_batch(t
     the weighted sum, then (A - mean) / (std + 1e-8) over the whole gathered batch (sample std), and the
     clamp to ±adv_clip_max only after it (fastvideo/train_flux.py)."""
     from flowrl.advantages import batch_zscore
-    from flowrl.config import resolve_config
     from flowrl.methods import build_method
+    from flowrl.resolve import resolve_config
 
     cfg = resolve_config(
         "tiny-cpu",
         [
             f"output_dir={tmp_path}",
             "method.name=pref_grpo",
-            "train.batch_renorm=true",
+            "method.credit_norm=gdpo",
             "reward={jpeg_compressibility: 0.4, aesthetic: 0.6}",
         ],
     )

@@ -240,8 +240,8 @@ def test_tiling_rejects_bad_ranges():
 
 
 def _e_grpo(*overrides):
-    from flowrl.config import resolve_config
     from flowrl.methods import build_method
+    from flowrl.resolve import resolve_config
 
     # T = 4: merged branches at n = 0, 1 (K = 2), one granularity; rewards a (weight 1) and b (weight 0.5)
     return build_method(

@@ -18,8 +18,8 @@ import sys
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
-from flowrl.config import resolve_config
 from flowrl.policy import Policy
+from flowrl.resolve import resolve_config
 from flowrl.sharding import is_sharded, local_bytes
 from flowrl.trainer import Trainer, end_process_group
 
@@ -70,7 +70,7 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     recipe = args.pop(0) if args and "=" not in args[0] else "tiny-cpu"
     trainer = Trainer(resolve_config(recipe, args))
-    assert all(type(p).__name__ == "DTensor" for p in trainer.trainable.values())
+    assert all(type(p).__name__ == "DTensor" for p in trainer.policy.trainable.values())
     (trainer.out / f"bytes-{trainer.acc.process_index}.json").write_text(
         json.dumps(weight_bytes(trainer.policy), indent=1)
     )

@@ -16,8 +16,8 @@ import sys
 import torch
 
 import flowrl.trainer
-from flowrl.config import resolve_config
 from flowrl.policy import Policy
+from flowrl.resolve import resolve_config
 
 
 class _UnitInputs(torch.autograd.Function):

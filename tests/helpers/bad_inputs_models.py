@@ -41,7 +41,8 @@ def prepare(tmp: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from flowrl.config import dump_config, resolve_config
+    from flowrl.config import dump_config
+    from flowrl.resolve import resolve_config
 
     tmp = Path(tmp)
     (tmp / "emptydir").mkdir()

@@ -19,7 +19,7 @@ COMMON = [
 METHODS = {
     "flow_dppo": [
         "method.name=flow_dppo",
-        "train.beta=0.01",
+        "method.options.beta=0.01",
         "method.options.window_size=2",
         "method.options.window_range=[0,3]",
         "method.options.window_schedule=iteration",

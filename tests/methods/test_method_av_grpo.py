@@ -15,12 +15,13 @@ import torch
 
 from _processes import KEYS as COMPARED
 from _processes import needs_torchrun, torchrun, train_metrics
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
 from flowrl.methods.av_grpo import PHASE_GROUPS
 from flowrl.methods.seam import RewardTable, TrainEntry
 from flowrl.preflight import preflight
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 from tiny_runs import same_numbers, small
@@ -79,13 +80,13 @@ def test_a_phase_leaves_the_other_tower_and_its_cross_attention_bit_identical(tm
             "reward_args={video: {reward: jpeg_compressibility}, band_energy: {low_hz: 1000, high_hz: 12000}}",
         ]
     tr = _trainer(tmp_path, *overrides)
-    before = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    before = {n: p.detach().clone() for n, p in tr.policy.trainable.items()}
     rows = tr.train()
     # the training forward sees the anchored partner the rollout saw: the first pass is on-policy to float
     # rounding (the ratio of later optimizer steps of the iteration moves: one step per sample and transition)
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-6
     tower_of = tr.adapter.tower_of
-    moved = {n for n, p in tr.trainable.items() if not torch.equal(before[n], p)}
+    moved = {n for n, p in tr.policy.trainable.items() if not torch.equal(before[n], p)}
     frozen = {n for n in before if tower_of(n) not in PHASE_GROUPS[phase]}
     trained = set(before) - frozen
     assert frozen and not (moved & frozen), sorted(moved & frozen)[:3]
@@ -104,16 +105,16 @@ def test_phases_alternate_on_the_same_prompts_and_clear_the_optimizer(tmp_path, 
         return original(k)
 
     tr.sampler.iteration = record
-    opt = getattr(tr.optimizer, "optimizer", tr.optimizer)
+    opt = getattr(tr.policy.optimizer, "optimizer", tr.policy.optimizer)
     sizes = []
-    original_update = tr.update
+    original_update = tr.updater.run
 
     def update(*args, **kwargs):
         out = original_update(*args, **kwargs)
         sizes.append(len(opt.state))
         return out
 
-    tr.update = update
+    tr.updater.run = update
     rows = tr.train()
     assert [r["method/av/phase_video"] for r in rows] == [1.0, 1.0, 0.0]
     assert draws[:3] == [0, 1, 0]  # the audio phase revisits the video phase's first prompt draw
@@ -211,7 +212,7 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
     here, member i of both groups at transition k in step (i, k), i then k, all at one learning rate."""
     tr = _trainer(tmp_path)
     assert tr.method.schedule(2) == [[(0, k, i), (1, k, i)] for i in range(4) for k in range(3)]
-    assert tr.total_optimizer_steps == 12
+    assert tr.updater.total_optimizer_steps == 12
     passes, rates = [], []
     update_unit = tr.updater.unit
 
@@ -220,7 +221,7 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
         return update_unit(ctx, b, adv, transitions, *args)
 
     tr.updater.unit = record
-    opt = getattr(tr.optimizer, "optimizer", tr.optimizer)
+    opt = getattr(tr.policy.optimizer, "optimizer", tr.policy.optimizer)
     step = opt.step
 
     def stepping(*args, **kwargs):
@@ -236,7 +237,7 @@ def test_one_optimizer_step_per_sample_and_transition_sample_order_then_time_ord
     other = _trainer(
         tmp_path / "other", "method.options.optimizer_steps=train", "train.optimizer_steps_per_iteration=1"
     )
-    assert other.method.schedule(2) == [[TrainEntry(0), TrainEntry(1)]] and other.total_optimizer_steps == 1
+    assert other.method.schedule(2) == [[TrainEntry(0), TrainEntry(1)]] and other.updater.total_optimizer_steps == 1
 
 
 def test_the_first_av_grpo_step_runs_at_the_first_rate_then_the_schedule_per_av_grpo_step(tmp_path, one_thread):
@@ -271,10 +272,10 @@ def test_dropped_frozen_input_is_one_conditional_pass_without_cfg(tmp_path, one_
         return velocity(x, sigma, inputs, guidance_scale, model=model, **options)
 
     batches, group_ids = tr.collect(0)
-    scored = tr.score(batches)
+    scored = tr.scoring.score(batches)
     adv = tr.method.credit(RewardTable(scored.columns, group_ids)).values
     tr.adapter.velocity = record
-    tr.update(batches, adv, first=True)
+    tr.updater.run(batches, adv, True, tr.context(0), trains=tr.method.begin(0).trains)
     assert calls and all(rows == inputs for rows, inputs, _ in calls)  # no CFG rows
     assert all(options == {"isolate_modalities": True, "unguided": True} for _, _, options in calls)
 
@@ -283,11 +284,11 @@ def test_the_shipped_tiny_recipe_trains_its_audio_phase(tmp_path, one_thread):
     """With the video pinned to the anchor a video reward is flat in the audio phase; the recipe's audio phase
     trains on a reward the audio moves, so its advantages are not 0 and the audio tower's LoRA moves."""
     tr = _trainer(tmp_path, "method.options.start=audio")
-    before = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    before = {n: p.detach().clone() for n, p in tr.policy.trainable.items()}
     rows = tr.train()
     assert rows[0]["method/av/phase_video"] == 0.0 and rows[0]["adv/abs_mean"] > 0.5
     assert rows[0]["cost/optimizer_steps"] > 1
-    moved = {n for n, p in tr.trainable.items() if not torch.equal(before[n], p)}
+    moved = {n for n, p in tr.policy.trainable.items() if not torch.equal(before[n], p)}
     assert any(tr.adapter.tower_of(n) == "audio" for n in moved)
     assert not any(tr.adapter.tower_of(n) == "video" for n in moved)
 

@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods import build_method
 from flowrl.methods.awm import AWM, AWMOptions, matching_loss, strata_times, surrogate_log_prob
 from flowrl.methods.forward_process import Endpoints
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
 
@@ -107,16 +108,16 @@ def test_costs_one_step_and_the_kl_average(tmp_path, one_thread):
     current (the old log-prob), reference and KL-EMA velocities, and N K training rows (every row trains); one
     optimizer step; the KL-EMA moves with d = min(0.001 s, 0.3) = 0.001 after it."""
     tr = _trainer(tmp_path, "train.iterations=1")
-    initial = {k: p.detach().clone() for k, p in tr.trainable.items()}
+    initial = {k: p.detach().clone() for k, p in tr.policy.trainable.items()}
     (row,) = tr.train()
     n, t, k = 8, 4, 2
     assert row["cost/reward_calls"] == n
     assert row["cost/nfe"] == n * t * 2 + n * k * 3 + n * k
-    assert tr.optimizer_steps == 1 and row["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
+    assert tr.updater.optimizer_steps == 1 and row["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-6)
     assert tr.method.averages()["old"](1) == pytest.approx(0.001)
-    for name, p in tr.trainable.items():
+    for name, p in tr.policy.trainable.items():
         want = 0.001 * initial[name] + 0.999 * p.detach().float()
-        torch.testing.assert_close(tr.averages["old"].shadow[name], want)
+        torch.testing.assert_close(tr.policy.averages["old"].shadow[name], want)
 
 
 def test_the_default_noisings_are_six_strata_or_what_the_grid_holds():

@@ -7,13 +7,13 @@ import json
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.credit.entropy import merge_length
 from flowrl.credit.granular import tail_indices
 from flowrl.losses import ratio_norm_log_ratio
 from flowrl.methods import build_method, list_methods
 from flowrl.methods.g2rpo import group_rows
 from flowrl.methods.seam import RewardTable, TrainEntry
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
 
@@ -107,7 +107,7 @@ def test_branch_methods_cost_what_the_spec_counts(tmp_path, one_thread, method, 
     # the update: one optimizer step per branch, each unit (one group) forwarded once per step: 2 x 2 x 2 rows
     assert rows[0]["cost/nfe"] == rollout_nfe + 8
     assert rows[0]["cost/reward_calls"] == calls
-    assert tr.optimizer_steps == len(pairs)
+    assert tr.updater.optimizer_steps == len(pairs)
     assert rows[0]["policy/onpolicy_logp_diff"] == 0.0
 
 
@@ -191,11 +191,11 @@ def test_the_context_swaps_in_the_ema_weights_and_restores_the_policy(tmp_path):
     tr = _trainer(tmp_path, "train.ema=true", "train.ema_every=1", "train.iterations=1")
     tr.train()
     ctx = tr.context(1)
-    policy = {k: p.detach().clone() for k, p in tr.trainable.items()}
-    assert any(not torch.equal(policy[k], tr.ema.shadow[k]) for k in policy)
+    policy = {k: p.detach().clone() for k, p in tr.policy.trainable.items()}
+    assert any(not torch.equal(policy[k], tr.policy.ema.shadow[k]) for k in policy)
     with ctx.ema_weights():
-        assert all(torch.equal(p, tr.ema.shadow[k]) for k, p in tr.trainable.items())
-    assert all(torch.equal(p, policy[k]) for k, p in tr.trainable.items())
+        assert all(torch.equal(p, tr.policy.ema.shadow[k]) for k, p in tr.policy.trainable.items())
+    assert all(torch.equal(p, policy[k]) for k, p in tr.policy.trainable.items())
     with (
         pytest.raises(RuntimeError, match="set train.ema=true"),
         _trainer(tmp_path / "no-ema").context(0).ema_weights(),

@@ -10,9 +10,9 @@ from collections.abc import Callable, Mapping
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.methods import build_method, list_methods
 from flowrl.methods.seam import Advantages, Needs, RewardTable
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_SAVES, small
 

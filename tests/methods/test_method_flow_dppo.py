@@ -6,9 +6,10 @@ import math
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.losses import dppo_mask_loss
 from flowrl.methods import build_method
+from flowrl.resolve import resolve_config
 from flowrl.sde import flow_sde
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
@@ -117,7 +118,7 @@ def test_a_tiny_run_trains_with_unirls_cap(tmp_path, one_thread):
 def test_costs_and_one_iteration(tmp_path, one_thread):
     """N T CFG rollout rows, then per kept row each of its K = int(0.99 T) transitions: the policy's forward and
     (beta > 0) the reference's, both with CFG (2 rows)."""
-    tr = _trainer(tmp_path, "train.iterations=1", "train.beta=0.01")
+    tr = _trainer(tmp_path, "train.iterations=1", "method.options.beta=0.01")
     assert tr.method.keep_means and tr.method.parts.loss.name == "dppo_mask"
     (row,) = tr.train()
     n, t, k = 8, 4, 3
@@ -155,7 +156,7 @@ def test_the_loss_part_needs_the_threshold():
 
 
 def test_resume_repeats_the_uninterrupted_run_exactly(tmp_path, one_thread):
-    opts = ["log.save_every=1", "train.beta=0.01"]
+    opts = ["log.save_every=1", "method.options.beta=0.01"]
     assert_resume_repeats(lambda out, *o: _trainer(out, *o).train(), tmp_path, *opts)
 
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 
 from flowrl.advantages import group_zscore
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods.diffusion_nft import nft_loss, optimality_weight
 from flowrl.methods.forward_process import ramp_decay, sample_times
 from flowrl.methods.ram import ram_target
 from flowrl.policy import ParamAverage
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 from tiny_runs import NO_EVAL, assert_resume_repeats, same_numbers, small
@@ -119,7 +120,7 @@ def test_the_loss_at_initialisation(tmp_path, one_thread, method):
         else:
             tl.loss.backward()
     if method == "diffusion_nft":
-        assert max(float(p.grad.abs().max()) for p in tr.trainable.values() if p.grad is not None) < 1e-6
+        assert max(float(p.grad.abs().max()) for p in tr.policy.trainable.values() if p.grad is not None) < 1e-6
 
 
 @pytest.mark.parametrize("method", ["ram", "diffusion_nft"])
@@ -130,19 +131,19 @@ def test_costs_steps_and_the_lagged_policy(tmp_path, one_thread, method, caplog)
     with caplog.at_level(logging.WARNING, logger="flowrl.trainer"):
         tr = _trainer(tmp_path, f"method.name={method}", "train.iterations=1")
     assert "does not apply to method" in caplog.text
-    initial = {k: p.detach().clone() for k, p in tr.trainable.items()}
-    assert all(torch.equal(initial[k], v) for k, v in tr.averages["old"].shadow.items())
+    initial = {k: p.detach().clone() for k, p in tr.policy.trainable.items()}
+    assert all(torch.equal(initial[k], v) for k, v in tr.policy.averages["old"].shadow.items())
     (row,) = tr.train()
     n, t, k, targets = 8, 4, 2, 2
     assert row["cost/reward_calls"] == n
     assert row["cost/nfe"] == n * t * 2 + n * k * targets + n * k
     assert "policy/onpolicy_logp_diff" not in row and "policy/clip_frac" not in row
     if method == "ram":
-        assert tr.optimizer_steps == 1
-    assert tr.averages["old"].updates == 1
+        assert tr.updater.optimizer_steps == 1
+    assert tr.policy.averages["old"].updates == 1
     d = tr.method.averages()["old"](1)
-    for name, p in tr.trainable.items():  # θ_old = d θ_0 + (1 - d) θ_1
-        torch.testing.assert_close(tr.averages["old"].shadow[name], d * initial[name] + (1 - d) * p.detach().float())
+    for name, p in tr.policy.trainable.items():  # θ_old = d θ_0 + (1 - d) θ_1
+        torch.testing.assert_close(tr.policy.averages["old"].shadow[name], d * initial[name] + (1 - d) * p.detach().float())
     ckpt = tmp_path / "checkpoints" / "iter-000001"
     assert (ckpt / "average-old.safetensors").is_file()
 
@@ -158,10 +159,10 @@ def test_endpoints_come_from_the_lagged_policy(tmp_path, one_thread):
     tr = _trainer(tmp_path, "method.name=ram", "train.iterations=1")
     tr.train()
     ctx = tr.context(1)
-    policy = {k: p.detach().clone() for k, p in tr.trainable.items()}
+    policy = {k: p.detach().clone() for k, p in tr.policy.trainable.items()}
     with ctx.average_weights("old"):
-        assert all(torch.equal(p, tr.averages["old"].shadow[k]) for k, p in tr.trainable.items())
-    assert all(torch.equal(p, policy[k]) for k, p in tr.trainable.items())
+        assert all(torch.equal(p, tr.policy.averages["old"].shadow[k]) for k, p in tr.policy.trainable.items())
+    assert all(torch.equal(p, policy[k]) for k, p in tr.policy.trainable.items())
     old = tr.collect(1, ctx)[0][0].traj.x0
     tr.method.options.endpoint_policy = "current"
     current = tr.collect(1, ctx)[0][0].traj.x0
@@ -171,8 +172,8 @@ def test_endpoints_come_from_the_lagged_policy(tmp_path, one_thread):
 
 
 def test_full_fine_tuning_keeps_a_reference_for_ram_without_kl(tmp_path, one_thread):
-    tr = _trainer(tmp_path, "method.name=ram", "train.beta=0", "train.lora.enabled=false")
-    assert tr.ref_model is not None
+    tr = _trainer(tmp_path, "method.name=ram", "train.lora.enabled=false")
+    assert tr.policy.ref_model is not None
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,14 @@
 """Methods composed of parts (``flowrl.methods.parts``): each method's default parts, a part swapped from the
 command line where it fits, a mismatch refused in one line naming both parts, recipes, deprecated aliases."""
 
-import warnings
 
 import pytest
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods import build_method, list_methods, method_class, recipes
-from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, Part, Parts
+from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, Part
+from flowrl.registry import Registry
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_SAVES, small
 
@@ -22,12 +23,14 @@ def _recipe(name):
 @pytest.mark.parametrize("name", list_methods())
 def test_every_method_names_registered_default_parts(name):
     cls = method_class(name)
-    CREDIT_RULES.get(cls.default_credit), CREDIT_NORMS.get(cls.default_credit_norm), LOSSES.get(cls.default_loss)
+    CREDIT_RULES.get(cls.default_credit), CREDIT_NORMS.get(cls.default_credit_norm)
+    assert cls.default_loss is None or LOSSES.get(cls.default_loss).kind == "policy"
     own = (
         ["reward.smoothness=1", "reward.jpeg_compressibility=0"] if name == "reward_backprop" else []
     )  # differentiable
     method = build_method(resolve_config(_recipe(name), [f"method.name={name}", *own]))
-    assert (method.parts.credit.name, method.parts.loss.name) == (cls.default_credit, cls.default_loss)
+    loss = method.parts.loss.name if method.parts.loss is not None else None  # None: its own transition_loss
+    assert (method.parts.credit.name, loss) == (cls.default_credit, cls.default_loss)
 
 
 def test_pref_grpo_with_ratio_norm_and_gdpo_is_a_composition():
@@ -36,16 +39,14 @@ def test_pref_grpo_with_ratio_norm_and_gdpo_is_a_composition():
     assert (parts.credit.name, parts.credit_norm.name, parts.loss.name) == ("win_rates", "gdpo", "ratio_norm")
 
 
-def test_the_deprecated_aliases_warn_naming_the_new_key_and_choose_the_same_parts():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        old = resolve_config("tiny-cpu", ["method.name=pref_grpo", "train.ratio_norm=true", "train.batch_renorm=true"])
-    messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
-    assert "train.ratio_norm is deprecated; use method.loss=ratio_norm" in messages
-    assert "train.batch_renorm is deprecated; use method.credit_norm=gdpo" in messages
-    assert (old.method.loss, old.method.credit_norm) == ("ratio_norm", "gdpo")
-    with pytest.raises(ConfigError, match=r"^train.ratio_norm: chooses method.loss=ratio_norm, but method.loss=ppo"):
-        resolve_config("tiny-cpu", ["train.ratio_norm=true", "method.loss=ppo_clip"])
+def test_the_moved_part_keys_are_one_line_errors_naming_the_new_key(tmp_path):
+    for key, new in (("train.ratio_norm", "method.loss=ratio_norm"), ("train.batch_renorm", "method.credit_norm=gdpo")):
+        with pytest.raises(ConfigError, match=rf"^{key} is {new} now$"):
+            resolve_config("tiny-cpu", [f"{key}=true"])
+        recipe = tmp_path / "old.yaml"
+        recipe.write_text(f"base: tiny-cpu\ntrain:\n  {key.split('.')[1]}: true\n")
+        with pytest.raises(ConfigError, match=rf"^{key} is {new} now$"):
+            resolve_config(str(recipe))
 
 
 @pytest.mark.parametrize(
@@ -58,8 +59,8 @@ def test_the_deprecated_aliases_warn_naming_the_new_key_and_choose_the_same_part
         (["method.name=ram", "method.loss=ratio_norm"], "method.loss=ratio_norm: needs per-step log-probs"),
         (["method.name=flow_grpo", "method.credit=dense_gains"], "method.credit=dense_gains: needs ODE completions"),
         (["method.name=flow_grpo", "method.credit=win_rates"], "reads method.options.win_rate_from, which method"),
-        (["method.name=diffusion_nft", "method.loss=ram_regression"], "method.loss=ram_regression: reads"),
-        (["method.name=flow_grpo", "method.loss=nft"], "method.loss=nft: needs clean ODE endpoints"),
+        (["method.name=diffusion_nft", "method.loss=ppo_clip"], "method.loss=ppo_clip: needs per-step log-probs"),
+        (["method.name=flow_grpo", "method.loss=nft"], "method.loss: unknown part 'nft'"),  # DiffusionNFT's own
         (["method.name=flow_grpo", "method.loss=ratio_nrm"], "method.loss: unknown part 'ratio_nrm'; did you mean"),
     ],
 )
@@ -73,10 +74,21 @@ def test_a_mismatched_composition_is_one_line_naming_both_parts(overrides, messa
 
 
 def test_a_part_registry_refuses_a_duplicate_name():
-    parts = Parts("method.loss")
-    parts.register(Part("x", "flowrl.losses:ppo_clip_loss", "one"))
-    with pytest.raises(ValueError, match="already registered"):
-        parts.register(Part("x", "flowrl.losses:ppo_clip_loss", "another"))
+    parts = Registry("part", where="method.loss")
+    parts.register("x", Part("x", "flowrl.losses:ppo_clip_loss", "one"))
+    with pytest.raises(ValueError, match="^method.loss: part name 'x' is already registered$"):
+        parts.register("x", Part("x", "flowrl.losses:ppo_clip_loss", "another"))
+
+
+def test_the_loss_registry_holds_only_what_can_be_recombined():
+    """Every registered loss is a policy loss that every method hosting one may take; a method's own loss is its
+    ``transition_loss``, named by no registry."""
+    from flowrl.methods import list_methods, method_class
+
+    assert LOSSES.names() == ["dppo_mask", "ppo_clip", "ratio_norm"]
+    own = [n for n in list_methods() if method_class(n).default_loss is None]
+    assert own == ["av_grpo", "awm", "dgpo", "diffusion_nft", "dpo", "ram", "reward_backprop", "sft"]
+    assert all("transition_loss" in vars(method_class(n)) for n in own)
 
 
 def test_grpo_guard_is_a_recipe_of_flow_grpo_with_ratio_norm(tmp_path, one_thread):

@@ -1,7 +1,7 @@
 """Pref-GRPO on the method seam (specs/addon_methods.md §5): the win-rate oracles, credit with pairwise and
 score-derived win rates z-scored per component, the exact judge-call count, the per-sample subset of
 trained transitions forwarding only its rows, two processes against one; the authors' current switches for
-every method (GDPO ``train.batch_renorm``, RatioNorm ``train.ratio_norm``, ``sample.same_noise_in_group``) and
+every method (GDPO ``method.credit_norm=gdpo``, RatioNorm ``method.loss=ratio_norm``, ``sample.same_noise_in_group``) and
 the ``sd35m-pref-grpo`` recipe's released settings."""
 
 import itertools
@@ -12,15 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods import build_method
 from flowrl.methods.pref_grpo import score_win_rates
 from flowrl.methods.seam import RewardTable
+from flowrl.resolve import resolve_config
 from flowrl.reward_models.base import win_rates
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, same_numbers, small
 
-SMALL = small(4, *NO_EVAL, "train.beta=0")
+SMALL = small(4, *NO_EVAL)
 PAIRWISE = ["reward={'pairwise_rewards:Brighter': 1.0}"]
 
 
@@ -143,10 +144,10 @@ def test_each_sample_trains_its_own_subset_and_only_its_rows_are_forwarded(tmp_p
     masks = torch.cat([b.traj.row_mask for b in batches])
     assert masks.shape == (8, 4) and masks.sum(dim=1).tolist() == [2] * 8
     assert len({tuple(m.tolist()) for m in masks}) > 1  # not one draw for all
-    scored = tr.score(batches)
+    scored = tr.scoring.score(batches)
     adv = tr.method.credit(RewardTable(scored.columns, group_ids)).values
     tr.policy.nfe = 0
-    upd = tr.update(batches, adv, first=True, ctx=tr.context(0))
+    upd = tr.updater.run(batches, adv, True, tr.context(0), trains=tr.method.begin(0).trains)
     kept = adv != 0
     assert tr.policy.nfe == 2 * int(masks[kept].sum())
     assert upd["onpolicy_logp_diff"] <= 1e-4
@@ -167,7 +168,7 @@ def test_bad_options_are_one_line_errors(tmp_path):
 @pytest.mark.skipif(sys.platform != "linux", reason="gloo on linux")
 @pytest.mark.parametrize(
     "switches",
-    [[], ["train.batch_renorm=true", "train.ratio_norm=true", "sample.same_noise_in_group=true"]],
+    [[], ["method.credit_norm=gdpo", "method.loss=ratio_norm", "sample.same_noise_in_group=true"]],
     ids=["plain", "authors-switches"],
 )
 def test_two_processes_give_one_processs_win_rates(tmp_path, switches):
@@ -204,9 +205,9 @@ def _same(a: list[dict], b: list[dict]) -> None:
 
 
 def test_ratio_norm_on_flow_grpo_is_grpo_guard(tmp_path, one_thread):
-    """``train.ratio_norm`` makes Flow-GRPO's loss GRPO-Guard's: the same run, metric for metric."""
+    """``method.loss=ratio_norm`` makes Flow-GRPO's loss GRPO-Guard's: the same run, metric for metric."""
     _same(
-        _run(tmp_path / "a", "method.name=flow_grpo", "train.ratio_norm=true"),
+        _run(tmp_path / "a", "method.name=flow_grpo", "method.loss=ratio_norm"),
         _run(tmp_path / "b", "method.name=grpo_guard"),
     )
 
@@ -217,7 +218,9 @@ def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_t
     -mean(A) / |Δ_j| (CodeGoat24/Pref-GRPO fastvideo/train_flux.py --rationorm, commit 3e787f6: the bias per
     sample, the scale the step's std, the policy loss divided by sqrt(|dt|)^2)."""
     tr = Trainer(
-        resolve_config("tiny-cpu", [f"output_dir={tmp_path}", *SMALL, f"method.name={method}", "train.ratio_norm=true"])
+        resolve_config(
+            "tiny-cpu", [f"output_dir={tmp_path}", *SMALL, f"method.name={method}", "method.loss=ratio_norm"]
+        )
     )
     ctx = tr.context(0)
     b = tr.collect(0, ctx)[0][0]
@@ -232,19 +235,22 @@ def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_t
 
 def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
     for overrides, message in (
-        (["method.name=ram"], "train.ratio_norm: method ram has no clipped PPO ratio"),
-        (["method.name=flow_grpo", "sample.sde_type=cps"], "method.options.sde_type: flow_grpo needs a Gaussian step"),
+        (["method.name=ram"], "method.loss=ratio_norm: reads method.options.clip_range, which method ram's options"),
+        (
+            ["method.name=flow_grpo", "method.options.sde_type=cps"],
+            "method.options.sde_type: flow_grpo needs a Gaussian step",
+        ),
         (["method.name=tp_grpo"], "method.options.sde_type: tp_grpo needs a Gaussian step"),  # CPS by default
     ):
         with pytest.raises(ConfigError) as err:
-            build_method(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "train.ratio_norm=true", *overrides]))
+            build_method(resolve_config("tiny-cpu", [f"output_dir={tmp_path}", "method.loss=ratio_norm", *overrides]))
         assert message in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(ConfigError, match=r"^train.ratio_norm: model.pipeline=ltx2 steps joint latents [^\n]*$"):
-        resolve_config("tiny-ltx2", [f"output_dir={tmp_path}", "train.ratio_norm=true"])
+    with pytest.raises(ConfigError, match=r"^method.loss=ratio_norm: model.pipeline=ltx2 steps joint latents [^\n]*$"):
+        build_method(resolve_config("tiny-ltx2", [f"output_dir={tmp_path}", "method.loss=ratio_norm"]))
 
 
 def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
-    """``train.batch_renorm`` (the deprecated alias of ``method.credit_norm=gdpo``) z-scores the credit part's
+    """``method.credit_norm=gdpo`` z-scores the credit part's
     advantages over the iteration before the clip (a part every method takes); the update gets exactly
     clip(batch_zscore(credit))."""
     from flowrl.advantages import batch_zscore
@@ -255,13 +261,13 @@ def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
             tmp_path,
             "reward={'pairwise_rewards:Brighter': 0.4, jpeg_compressibility: 0.6}",
             "train.iterations=1",
-            "train.batch_renorm=true",
-            "train.ratio_norm=true",
+            "method.credit_norm=gdpo",
+            "method.loss=ratio_norm",
             "sample.same_noise_in_group=true",
         )
     )
     seen = {}
-    update, rule = tr.update, tr.method._credit_rule
+    update, rule = tr.updater.run, tr.method._credit_rule
 
     def spy_rule(method, table):  # the credit part, before the credit normalisation
         adv = rule(method, table)
@@ -272,7 +278,7 @@ def test_gdpo_and_ratio_norm_from_the_command_line_keys(tmp_path, one_thread):
         seen["adv"] = adv_all
         return update(batches, adv_all, *args, **kwargs)
 
-    tr.method._credit_rule, tr.update = spy_rule, spy_update
+    tr.method._credit_rule, tr.updater.run = spy_rule, spy_update
     (row,) = tr.train()
     torch.testing.assert_close(seen["adv"], batch_zscore(seen["credit"]).clamp(-5, 5), rtol=0, atol=0)
     assert float(seen["adv"].std()) == pytest.approx(1.0, rel=1e-5)  # the batch's sample std, before any clip
@@ -303,8 +309,8 @@ def test_shared_noise_is_one_draw_per_group_on_any_number_of_processes(tmp_path)
 def test_resume_with_the_authors_switches_repeats_the_uninterrupted_run(tmp_path, one_thread):
     switches = [
         *PAIRWISE,
-        "train.batch_renorm=true",
-        "train.ratio_norm=true",
+        "method.credit_norm=gdpo",
+        "method.loss=ratio_norm",
         "sample.same_noise_in_group=true",
         "log.save_every=1",
     ]

@@ -4,8 +4,9 @@ errors. Their math by hand: tests/credit/test_preference.py."""
 
 import pytest
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods import build_method
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
 

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods.reward_backprop import (
     band_steps,
     cond_grad_velocity,
@@ -20,6 +20,7 @@ from flowrl.methods.reward_backprop import (
     reward_backprop_loss,
     stop_step,
 )
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
 
@@ -155,7 +156,7 @@ def test_costs_equal_their_formula_and_every_parameter_moves(tmp_path, one_threa
     the chain's x̂0; update: K (P + 1) (the conditional row again, with grad). Reward calls: N x 2 rewards in the
     reward phase (smoothness, JPEG at weight 0) and N x 1 through the loss (smoothness)."""
     tr = Trainer(_cfg(tmp_path, f"method.options.mode={mode}", *extra, "train.iterations=1"))
-    before = {k: p.detach().clone() for k, p in tr.trainable.items()}
+    before = {k: p.detach().clone() for k, p in tr.policy.trainable.items()}
     starts = []
     explore = tr.method.explore
 
@@ -174,7 +175,7 @@ def test_costs_equal_their_formula_and_every_parameter_moves(tmp_path, one_threa
     assert row["adv/kept_frac"] == 1.0 and "policy/onpolicy_logp_diff" not in row
     # the loss is -lambda r of the same x̂0 the reward phase scored (first step, same weights; second step moved)
     assert row["policy/pg_loss"] == pytest.approx(-row["reward/smoothness/mean"], rel=1e-2)
-    unchanged = [name for name, q in tr.trainable.items() if torch.equal(q, before[name])]
+    unchanged = [name for name, q in tr.policy.trainable.items() if torch.equal(q, before[name])]
     assert not unchanged, unchanged[:3]
 
 
@@ -197,9 +198,9 @@ def test_the_reward_gradient_reaches_the_transformer_through_the_decoder(tmp_pat
     b = batches[0]
     out = tr.method.transition_loss(ctx, b.traj, 0, b.cond, torch.ones(4))
     out.loss.backward()
-    assert all(p.grad is not None for p in tr.trainable.values())
+    assert all(p.grad is not None for p in tr.policy.trainable.values())
     # LoRA's B starts at 0, so at the first step only the B tensors have a gradient (A's is B^T times it)
-    assert all(p.grad.abs().sum() > 0 for name, p in tr.trainable.items() if "lora_B" in name)
+    assert all(p.grad.abs().sum() > 0 for name, p in tr.policy.trainable.items() if "lora_B" in name)
     tr.method.options.cfg_grad = "both"
     both = tr.method.transition_loss(ctx, b.traj, 0, b.cond, torch.ones(4))
     torch.testing.assert_close(both.loss, out.loss, rtol=1e-5, atol=1e-6)
@@ -219,10 +220,10 @@ def test_video_backpropagates_through_the_checkpointed_decoder(tmp_path, one_thr
          "train.iterations=1", "log.eval_every=0", "method.options.decode_checkpointing=true"],
     )  # fmt: skip
     tr = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in tr.trainable.items()}
+    before = {k: p.detach().clone() for k, p in tr.policy.trainable.items()}
     (row,) = tr.train()
     assert row["policy/grad_norm"] > 0 and row["policy/pg_loss"] == pytest.approx(-row["reward/mean"], rel=1e-2)
-    assert any(not torch.equal(p, before[k]) for k, p in tr.trainable.items())
+    assert any(not torch.equal(p, before[k]) for k, p in tr.policy.trainable.items())
 
 
 @pytest.mark.slow

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from flowrl.cli import main
-from flowrl.config import resolve_config
 from flowrl.methods import build_method, list_methods, register_method
 from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 
 ASSETS = Path(__file__).parents[1] / "assets"
@@ -58,7 +58,7 @@ def test_cost_counts_every_forward_and_reward_call(tmp_path):
             "sample.prompts_per_iteration=2",
             "sample.batch_size=4",
             "train.iterations=2",
-            "train.beta=0.01",
+            "method.options.beta=0.01",
             "log.save_every=1000",
         ],
     )
@@ -78,16 +78,17 @@ def test_method_options_are_typed_and_checked():
         build_method(resolve_config("tiny-cpu", ["method.options={windw: 3}"]))
 
 
-def test_register_method_refuses_a_duplicate_and_lists_the_new_one(monkeypatch):
+def test_register_method_refuses_a_duplicate_and_lists_the_new_one():
     import flowrl.methods
 
-    monkeypatch.setattr(flowrl.methods._METHODS, "_items", dict(flowrl.methods._METHODS._items))  # undone after
-    register_method("flow_grpo_copy_for_test", "flowrl.methods.flow_grpo:FlowGRPO")
-    assert "flow_grpo_copy_for_test" in list_methods()
-    with pytest.raises(ValueError, match="already registered"):
-        register_method("flow_grpo_copy_for_test", FlowGRPO)
-    cfg = resolve_config("tiny-cpu", ["method.name=flow_grpo_copy_for_test"])
-    assert isinstance(build_method(cfg), FlowGRPO)
+    with flowrl.methods.METHODS.temporary():  # the name is forgotten after the block
+        register_method("flow_grpo_copy_for_test", "flowrl.methods.flow_grpo:FlowGRPO")
+        assert "flow_grpo_copy_for_test" in list_methods()
+        with pytest.raises(ValueError, match="already registered"):
+            register_method("flow_grpo_copy_for_test", FlowGRPO)
+        cfg = resolve_config("tiny-cpu", ["method.name=flow_grpo_copy_for_test"])
+        assert isinstance(build_method(cfg), FlowGRPO)
+    assert "flow_grpo_copy_for_test" not in list_methods()
 
 
 def test_method_state_is_saved_and_restored(tmp_path, monkeypatch):

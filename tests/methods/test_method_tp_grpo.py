@@ -7,12 +7,12 @@ import torch
 
 from flowrl.advantages import clip_advantages
 from flowrl.cli import main
-from flowrl.config import resolve_config
 from flowrl.credit.turning_point import extra_cost, turning_point_credit
 from flowrl.methods import build_method
 from flowrl.methods.base import Context
 from flowrl.methods.seam import RewardTable
 from flowrl.methods.tp_grpo import TPGRPO
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_SAVES, assert_resume_repeats, small
 
@@ -46,7 +46,7 @@ def test_cost_is_the_spec_count_with_the_default_window(tmp_path, one_thread, be
     §2's extra T + Σ_{m=1..W-1} (T - m) = 4 + 3 + 2 = 9 (``extra_cost``), so 2 * 13 = 26; 8 samples: 208.
     Update: 8 samples x 3 trained window transitions x 2 rows = 48 policy forwards, and as many reference
     forwards with beta > 0. Reward calls: W + 1 = 4 a sample, 32."""
-    rows = _train(tmp_path, "train.iterations=2", f"train.beta={beta}")
+    rows = _train(tmp_path, "train.iterations=2", f"method.options.beta={beta}")
     per_sample = 2 * 4 + extra_cost(4, 3, cfg_passes=2).nfe
     assert per_sample == 26
     assert all(r["adv/kept_frac"] == 1.0 for r in rows)  # no row dropped: every sample trains
@@ -162,7 +162,7 @@ def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
             "sample.batch_size=2",
             "sample.group_size=2",
             "method.options.window_size=2",
-            "train.global_std=false",
+            "method.options.global_std=false",
         ],
     )
     table = torch.tensor([[0.5, 0.6, 0.8], [0.2, 0.4, 0.7], [0.5, 0.55, 0.6], [0.5, 0.4, 0.3]])  # R_0, R_1, R_2
@@ -191,7 +191,7 @@ def test_turning_points_are_balanced_within_each_rollout_batch_by_default():
                 "sample.batch_size=2",
                 "sample.group_size=2",
                 "method.options.window_size=2",
-                "train.global_std=false",
+                "method.options.global_std=false",
                 "method.options.balance_pool=iteration",
             ],
         )

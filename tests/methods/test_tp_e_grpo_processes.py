@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from _processes import KEYS, needs_torchrun, torchrun, train_metrics
-from flowrl.config import resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 from tiny_runs import same_numbers
@@ -21,7 +21,7 @@ COMMON = [
     "sample.num_steps=4",
     "sample.group_size=4",
     "sample.prompts_per_iteration=2",
-    "train.beta=0.01",
+    "method.options.beta=0.01",
     "log.sample_every=1000",
     "log.eval_every=0",
     TWO_REWARDS,

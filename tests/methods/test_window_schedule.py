@@ -7,9 +7,10 @@ import random
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.methods import build_method
 from flowrl.plan import make_plan, window_start
+from flowrl.resolve import resolve_config
 from flowrl.seeds import seed_of
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, assert_resume_repeats, small

@@ -9,9 +9,10 @@ import functools
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.pipelines.sd3 import SD3Adapter
 from flowrl.pipelines.sd3.attention import DispatchedJointAttention
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -160,7 +161,7 @@ def _train_compiled_and_not(tmp_path, overrides):
     without and with train.compile; returns both trainers and their metrics."""
     runs = {}
     for compiled in (False, True):
-        extra = ["train.iterations=2", "train.beta=0.01", "log.save_every=1", f"train.compile={str(compiled).lower()}"]
+        extra = ["train.iterations=2", "method.options.beta=0.01", "log.save_every=1", f"train.compile={str(compiled).lower()}"]
         cfg = _cfg(tmp_path / f"compile-{compiled}", overrides, *extra)
         trainer = Trainer(cfg)
         runs[compiled] = (trainer, trainer.train())
@@ -176,7 +177,7 @@ def _check_like_the_eager_run(tmp_path, runs):
     assert rows[0]["reward/mean"] == pytest.approx(eager_rows[0]["reward/mean"], abs=1e-5)
     assert rows[1]["policy/kl"] > 0  # the reference (LoRA disabled) differs from the trained policy
     # parameter names, checkpoints and the diffusers LoRA export are the uncompiled run's
-    assert list(compiled.trainable) == list(eager.trainable)
+    assert list(compiled.policy.trainable) == list(eager.policy.trainable)
     ours, theirs = _checkpoint(tmp_path / "compile-True"), _checkpoint(tmp_path / "compile-False")
     assert sorted(ours) == sorted(theirs) and all(ours[k].shape == theirs[k].shape for k in ours)
     assert _lora_keys(tmp_path / "compile-True") == _lora_keys(tmp_path / "compile-False")

@@ -6,9 +6,10 @@ scale the forward-process methods regress at, and non-square images."""
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.pipelines.base import Guidance, adapter_class, list_pipelines
 from flowrl.preflight import preflight
+from flowrl.resolve import resolve_config
 
 FAMILIES = {
     "sd3": ("tiny-cpu", "image"),

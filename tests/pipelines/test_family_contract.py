@@ -24,12 +24,13 @@ import re
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.logs import read_metrics
 from flowrl.media import media_kind
 from flowrl.methods import build_method, list_methods
 from flowrl.pipelines.base import Guidance, PipelineAdapter, adapter_class, list_pipelines, source_images_of
 from flowrl.plan import make_plan, ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.reward_models.base import PairwiseReward
 from flowrl.rollout import encode_rows, rollout, transition
 from flowrl.trainer import Trainer
@@ -260,7 +261,7 @@ def _method_overrides(method: str, kind: str) -> list[str]:
     if method in ("ram", "diffusion_nft"):
         return ["method.options.num_noisings=2"]
     if method == "pref_grpo":
-        return [f"reward={{'test_family_contract:{PAIRWISE[kind]}': 1.0}}", "reward_args={}", "train.beta=0"]
+        return [f"reward={{'test_family_contract:{PAIRWISE[kind]}': 1.0}}", "reward_args={}", "method.options.beta=0"]
     if method == "dense_grpo":  # its calibration samples rounds before training: two are enough here
         return ["method.options.calibration_max_rounds=2"]
     if method == "dgpo":  # its training times come from the head of the tiny recipe's short grid

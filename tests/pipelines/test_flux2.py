@@ -7,11 +7,11 @@ de-normalisation, each against Flux2KleinPipeline's own loop; a short training r
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, list_pipelines
 from flowrl.pipelines.flux2 import Flux2Adapter
 from flowrl.pipelines.flux2.layout import mu_of
 from flowrl.plan import ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 

@@ -8,12 +8,12 @@ import re
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, list_pipelines
 from flowrl.pipelines.flux import FluxAdapter
 from flowrl.pipelines.flux.layout import flux_mu
 from flowrl.pipelines.flux.tiny import build_tiny_flux
 from flowrl.plan import ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, small
@@ -113,11 +113,11 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
     """`flowrl train tiny-flux train.iterations=2` through the Trainer (smaller batches)."""
     cfg = resolve_config("tiny-flux", [f"output_dir={tmp_path}", *SMALL, "train.iterations=2"])
     trainer = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert [r["iteration"] for r in rows] == [0, 1]
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
-    unchanged = [k for k, p in trainer.trainable.items() if torch.equal(p, before[k])]
+    unchanged = [k for k, p in trainer.policy.trainable.items() if torch.equal(p, before[k])]
     assert not unchanged, f"{len(unchanged)} of {len(before)} trainable tensors did not change, e.g. {unchanged[:3]}"
     assert (tmp_path / "lora" / "pytorch_lora_weights.safetensors").is_file()
 
@@ -127,7 +127,7 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
     def strip(name):  # drop the adapter name ("default", "default_0", ...)
         return re.sub(r"\.(lora_[AB])\.[^.]+\.", r".\1.", name)
 
-    trained = {strip(k): v for k, v in trainer.trainable.items()}
+    trained = {strip(k): v for k, v in trainer.policy.trainable.items()}
     loaded = {strip(k): v for k, v in pipe.transformer.named_parameters() if "lora_" in k}
     assert trained.keys() == loaded.keys()
     for k, v in trained.items():

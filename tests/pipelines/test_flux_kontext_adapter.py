@@ -7,11 +7,11 @@ carry each row's source (every method runs an iteration in tests/pipelines/test_
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, source_images_of
 from flowrl.pipelines.flux_kontext import FluxKontextAdapter
 from flowrl.pipelines.kit.images import load_image
 from flowrl.plan import make_plan, ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout, transition
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, small

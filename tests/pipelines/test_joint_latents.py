@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from flowrl import latents
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import cfg_guidance
 from flowrl.plan import make_plan
+from flowrl.resolve import resolve_config
 from flowrl.reward_models.base import RewardOutput
 from flowrl.rollout import rollout, transition
 from flowrl.sde import flow_sde, flow_sde_g, joint_step
@@ -272,7 +272,7 @@ def test_flow_grpo_trains_a_two_modality_model_end_to_end(tmp_path, monkeypatch,
             "sample.prompts_per_iteration=2",
             "sample.batch_size=4",
             "train.learning_rate=1e-2",
-            "train.beta=0.01",
+            "method.options.beta=0.01",
             "reward={'test_joint_latents:BrightAndLoud': 1.0}",
             "reward_args={}",
             "log.save_every=1000",
@@ -280,14 +280,14 @@ def test_flow_grpo_trains_a_two_modality_model_end_to_end(tmp_path, monkeypatch,
         ],
     )
     tr = Trainer(cfg)
-    before = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    before = {n: p.detach().clone() for n, p in tr.policy.trainable.items()}
     rows = tr.train()
     assert len(rows) == 2 and all("skipped" not in r for r in rows)
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-6
     kept = round(rows[0]["adv/kept_frac"] * 8)
     # CFG rows: the rollout's 4 steps, the update's 3 trained ones, and as many for the frozen KL reference
     assert rows[0]["cost/nfe"] == 2 * (8 * 4 + kept * 3 + kept * 3)
-    assert all(not torch.equal(before[n], p) for n, p in tr.trainable.items()), "a parameter did not move"
+    assert all(not torch.equal(before[n], p) for n, p in tr.policy.trainable.items()), "a parameter did not move"
     assert "monitor/video/temporal_change" in rows[0] and "monitor/audio/rms" in rows[0]
     samples = tmp_path / "samples"
     assert (samples / "iter-000001.png").is_file()
@@ -315,10 +315,10 @@ def test_flowrl_trains_the_tiny_ltx2_on_both_modalities(tmp_path, one_thread):
         ],
     )
     tr = Trainer(cfg)
-    before = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    before = {n: p.detach().clone() for n, p in tr.policy.trainable.items()}
     rows = tr.train()
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-5 and "skipped" not in rows[0]
-    moved = {n for n, p in tr.trainable.items() if not torch.equal(before[n], p)}
+    moved = {n for n, p in tr.policy.trainable.items() if not torch.equal(before[n], p)}
     assert moved == set(before), sorted(set(before) - moved)[:3]
     assert any(".audio_attn1." in n for n in moved) and any(".attn1." in n and "audio" not in n for n in moved)
     with av.open(str(tmp_path / "samples" / "iter-000001" / "0000.mp4")) as container:

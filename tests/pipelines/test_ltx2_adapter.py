@@ -13,7 +13,13 @@ import torch
 from flowrl.config import ModelConfig
 from flowrl.media import media_kind
 from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.ltx2 import CONDITION_KEYS, LTX2_LORA_TARGETS, LTX2_UNGUIDED_CALL_KWARGS, LTX2Adapter, tower_of
+from flowrl.pipelines.ltx2.adapter import (
+    CONDITION_KEYS,
+    LTX2_LORA_TARGETS,
+    LTX2_UNGUIDED_CALL_KWARGS,
+    LTX2Adapter,
+    tower_of,
+)
 from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 
 PROMPTS = ["a red cat", "a blue dog"]

@@ -141,8 +141,8 @@ def test_single_file_keys_reads_only_the_header(single_file):
 def test_every_family_names_the_pipeline_classes_and_tiny_models_it_loads():
     """The family check (``check_model_family``) reads each adapter's pipeline classes and tiny paths: every family
     declares them, its tiny recipe's model.path is one of its tiny paths, and no two families share a class."""
-    from flowrl.config import resolve_config
     from flowrl.pipelines.base import adapter_class, list_pipelines, pipeline_classes_of, tiny_paths_of
+    from flowrl.resolve import resolve_config
 
     owner: dict[str, str] = {}
     for name in list_pipelines():

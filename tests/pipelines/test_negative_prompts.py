@@ -8,11 +8,12 @@ import torch
 from PIL import Image
 
 from flowrl.cli import main
-from flowrl.config import Config, ConfigError, DataConfig, ModelConfig, math_changes, resolve_config
+from flowrl.config import Config, ConfigError, DataConfig, ModelConfig
 from flowrl.data import load_prompts, load_train_prompts
 from flowrl.pipelines.base import concat, select
 from flowrl.pipelines.sd3 import SD3Adapter
 from flowrl.plan import make_plan, ode_plan
+from flowrl.resolve import math_changes, resolve_config
 from flowrl.rollout import rollout, transition
 
 # words the tiny tokenizers know (the shipped prompt sets'), so that each negative embeds differently

@@ -7,10 +7,11 @@ published sizes."""
 import pytest
 import torch
 
-from flowrl.config import ModelConfig, resolve_config
+from flowrl.config import ModelConfig
 from flowrl.pipelines.base import adapter_class, list_pipelines, select
 from flowrl.pipelines.kit.qwen_vl import make_qwen_tokenizer
 from flowrl.pipelines.qwen_image import QwenImageAdapter
+from flowrl.resolve import resolve_config
 
 SHORT, LONG = "a red cat", "a small blue dog next to a large white house by the sea"
 

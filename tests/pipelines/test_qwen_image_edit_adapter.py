@@ -123,10 +123,10 @@ def test_model_source_area_sets_the_source_size_the_layout_and_the_estimate_coun
     """``model.source_area``: each source VAE-encoded (and, for Edit-Plus, seen by the VL encoder, at most 384 x
     384) at that area instead of the pipelines' 1024 x 1024, so the source's packed tokens in every forward shrink
     from 64 x 64 to 2 x 2 at 32 x 32; the family layout and the estimate count the same tokens."""
-    from flowrl.config import resolve_config
     from flowrl.configkit import ConfigError
     from flowrl.estimate.qwen_image_edit import _source_grid
     from flowrl.pipelines.qwen_image_edit import QwenImageEditAdapter, layout
+    from flowrl.resolve import resolve_config
 
     small = ModelConfig(pipeline="qwen_image_edit", path="tiny-plus", resolution=32, max_sequence_length=64,
                         source_area=32 * 32)  # fmt: skip

@@ -11,11 +11,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.stable_audio import SA3_LORA_TARGETS, StableAudioAdapter, load_lora, wake_tiny_same
-from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio
+from flowrl.pipelines.stable_audio.adapter import SA3_LORA_TARGETS, StableAudioAdapter, load_lora
+from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio, wake_tiny_same
 from flowrl.plan import ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, small
@@ -193,12 +193,12 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
     cfg = resolve_config("tiny-audio", [f"output_dir={tmp_path}", *SMALL, "train.iterations=2"])
     trainer = Trainer(cfg)
     assert trainer.adapter.media_kind == "audio"
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert [r["iteration"] for r in rows] == [0, 1]
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
     assert 0.0 <= rows[0]["reward/band_energy/mean"] <= 1.0
-    unchanged = [k for k, p in trainer.trainable.items() if torch.equal(p, before[k])]
+    unchanged = [k for k, p in trainer.policy.trainable.items() if torch.equal(p, before[k])]
     assert not unchanged, f"{len(unchanged)} of {len(before)} trainable tensors did not change, e.g. {unchanged[:3]}"
     assert (tmp_path / "lora" / "pytorch_lora_weights.safetensors").is_file()
 
@@ -206,7 +206,7 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
     pipe = _pipe(seed=cfg.seed, distilled=True)
     before_audio = StableAudioAdapter(pipe, duration_s=1.0).generate(PROMPTS, 3, 1.0, torch.Generator().manual_seed(0))
     load_lora(pipe, tmp_path / "lora")
-    trained = {_strip(k): v for k, v in trainer.trainable.items()}
+    trained = {_strip(k): v for k, v in trainer.policy.trainable.items()}
     loaded = {_strip(k): v for k, v in pipe.transformer.named_parameters() if "lora_" in k}
     assert trained.keys() == loaded.keys() and trained
     for k, v in trained.items():
@@ -280,7 +280,7 @@ def test_model_path_refusals(tmp_path):
 
 def test_an_offline_hub_id_fails_in_one_line(monkeypatch):
     from flowrl.pipelines.kit.loading import HubUnavailableError
-    from flowrl.pipelines.stable_audio import load_stable_audio_pipeline
+    from flowrl.pipelines.stable_audio.adapter import load_stable_audio_pipeline
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(HubUnavailableError, match="offline") as err:

@@ -9,9 +9,10 @@ import weakref
 import pytest
 import torch
 
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.pipelines.base import adapter_class
 from flowrl.pipelines.kit import text_encoders
+from flowrl.resolve import resolve_config
 from flowrl.rollout import encode_rows
 
 PROMPTS = ["a red apple on a table", "a photo of a cat", "a blue car in the city"]

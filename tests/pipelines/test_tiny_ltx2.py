@@ -10,7 +10,7 @@ import socket
 import pytest
 import torch
 
-from flowrl.pipelines.ltx2 import LTX2_UNGUIDED_CALL_KWARGS
+from flowrl.pipelines.ltx2.adapter import LTX2_UNGUIDED_CALL_KWARGS
 from flowrl.pipelines.ltx2.layout import (
     LTX2_SCHEDULER_CONFIG,
     ltx2_audio_latent_length,

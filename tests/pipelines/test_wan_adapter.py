@@ -12,11 +12,12 @@ import re
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, list_pipelines
-from flowrl.pipelines.wan import LORA_FILES, WanAdapter, WanExperts
+from flowrl.pipelines.wan.adapter import LORA_FILES, WanAdapter
+from flowrl.pipelines.wan.experts import WanExperts
 from flowrl.pipelines.wan.tiny import build_tiny_wan
 from flowrl.plan import make_plan, ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout, transition
 from flowrl.sde import flow_sde_g, step
 from flowrl.trainer import Trainer
@@ -287,11 +288,11 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
     """`flowrl train tiny-wan train.iterations=2` through the Trainer (smaller batches)."""
     cfg = resolve_config("tiny-wan", [f"output_dir={tmp_path}", *SMALL, "train.iterations=2"])
     trainer = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert [r["iteration"] for r in rows] == [0, 1]
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4 and rows[0]["reward/video/mean"] < 0
-    unchanged = [k for k, p in trainer.trainable.items() if torch.equal(p, before[k])]
+    unchanged = [k for k, p in trainer.policy.trainable.items() if torch.equal(p, before[k])]
     assert not unchanged, f"{len(unchanged)} of {len(before)} trainable tensors did not change, e.g. {unchanged[:3]}"
     assert sorted(p.name for p in (tmp_path / "lora").iterdir()) == ["pytorch_lora_weights.safetensors"]
 
@@ -299,7 +300,7 @@ def test_training_is_on_policy_changes_every_lora_weight_and_exports_a_loadable_
     kwargs = dict(prompt=PROMPTS, num_inference_steps=3, output_type="latent", **PIPE_KW)
     base = pipe(**kwargs, generator=torch.Generator().manual_seed(0)).frames
     pipe.load_lora_weights(str(tmp_path / "lora"))
-    trained = {_strip(k): v for k, v in trainer.trainable.items()}
+    trained = {_strip(k): v for k, v in trainer.policy.trainable.items()}
     loaded = {_strip(k): v for k, v in pipe.transformer.named_parameters() if "lora_" in k}
     assert trained.keys() == loaded.keys()
     for k, v in trained.items():
@@ -324,12 +325,12 @@ def test_two_expert_training_trains_only_its_experts(tmp_path, one_thread, train
     )
     trainer = Trainer(cfg)
     experts = trainer.adapter.transformer
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
     names = ("high_noise", "low_noise") if trained == "both" else (trained,)
-    assert {k.split(".")[0] for k in trainer.trainable} == set(names)
-    assert all(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    assert {k.split(".")[0] for k in trainer.policy.trainable} == set(names)
+    assert all(not torch.equal(p, before[k]) for k, p in trainer.policy.trainable.items())
     base = build_tiny_wan(seed=cfg.seed, two_experts=True)
     for name, pipe_part in (("high_noise", base.transformer), ("low_noise", base.transformer_2)):
         if name in names:
@@ -342,7 +343,7 @@ def test_two_expert_training_trains_only_its_experts(tmp_path, one_thread, train
     assert files == sorted(LORA_FILES[n] for n in names)
     fresh = _adapter("tiny-a14b")
     assert fresh.load_trained(tmp_path).startswith("LoRA")
-    trained_rows = {_strip(k): v for k, v in trainer.trainable.items()}
+    trained_rows = {_strip(k): v for k, v in trainer.policy.trainable.items()}
     loaded = {
         f"{n}.{_strip(k)}": v for n, e in fresh.transformer.experts() for k, v in e.named_parameters() if "lora_" in k
     }
@@ -362,20 +363,20 @@ def test_two_expert_full_fine_tuning_keeps_the_frozen_expert_and_round_trips(tmp
             "model.trained_experts=low_noise",
             "train.lora.enabled=false",
             "train.learning_rate=1e-4",
-            "train.beta=0.004",
+            "method.options.beta=0.004",
         ],
     )
     trainer = Trainer(cfg)
     experts = trainer.adapter.transformer
-    assert trainer.ref_model.high_noise is experts.high_noise  # the frozen expert is shared, not copied
-    assert trainer.ref_model.low_noise is not experts.low_noise
+    assert trainer.policy.ref_model.high_noise is experts.high_noise  # the frozen expert is shared, not copied
+    assert trainer.policy.ref_model.low_noise is not experts.low_noise
     high = copy.deepcopy(experts.high_noise.state_dict())
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     assert before and all(k.startswith("low_noise.") for k in before)
     rows = trainer.train()
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
     assert all(torch.equal(v, high[k]) for k, v in experts.high_noise.state_dict().items())
-    assert any(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    assert any(not torch.equal(p, before[k]) for k, p in trainer.policy.trainable.items())
     fresh = _adapter("tiny-a14b")
     assert fresh.load_trained(tmp_path) == "fine-tuned experts"
     for name in ("high_noise", "low_noise"):
@@ -395,10 +396,10 @@ def test_full_fine_tuning_of_wan21_round_trips(tmp_path, one_thread):
         ],
     )
     trainer = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
-    assert any(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    assert any(not torch.equal(p, before[k]) for k, p in trainer.policy.trainable.items())
     fresh = _adapter("tiny")
     assert fresh.load_trained(tmp_path) == "fine-tuned transformer" and fresh.transformer is fresh.pipe.transformer
     theirs = fresh.transformer.state_dict()

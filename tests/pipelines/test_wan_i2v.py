@@ -10,12 +10,12 @@ import re
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, list_pipelines
 from flowrl.pipelines.wan_i2v import WanI2VAdapter
 from flowrl.pipelines.wan_i2v.adapter import image_key
 from flowrl.pipelines.wan_i2v.tiny import build_tiny_wan_i2v
 from flowrl.plan import make_plan, ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout, transition
 from tiny_runs import NO_EVAL, small
 
@@ -220,10 +220,10 @@ def test_tiny_wan_i2v_trains_from_its_rows_source_images(tmp_path, one_thread):
 
     cfg = resolve_config("tiny-wan-i2v", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1"])
     trainer = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
-    assert all(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    assert all(not torch.equal(p, before[k]) for k, p in trainer.policy.trainable.items())
     assert WanI2VAdapter.from_config(cfg.model, seed=cfg.seed).load_trained(tmp_path) == "LoRA"
 
 

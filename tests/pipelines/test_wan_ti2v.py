@@ -8,11 +8,11 @@ import re
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class
 from flowrl.pipelines.wan import layout
 from flowrl.pipelines.wan.tiny import build_tiny_wan
 from flowrl.plan import make_plan, ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout, transition
 from flowrl.trainer import Trainer
 from tiny_runs import NO_EVAL, small
@@ -96,15 +96,15 @@ def test_recomputed_log_prob_equals_the_rollouts(ti2v, one_thread):
 def test_training_is_on_policy_and_its_lora_loads_into_wan_pipeline(tmp_path, one_thread):
     cfg = resolve_config("tiny-wan-ti2v", [f"output_dir={tmp_path}", *SMALL, "train.iterations=1"])
     trainer = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert rows[0]["policy/onpolicy_logp_diff"] <= 1e-4
-    assert all(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    assert all(not torch.equal(p, before[k]) for k, p in trainer.policy.trainable.items())
     pipe = build_tiny_wan(seed=cfg.seed, ti2v=True)
     pipe.load_lora_weights(str(tmp_path / "lora"))
     strip = lambda k: re.sub(r"\.(lora_[AB])\.[^.]+\.", r".\1.", k)  # noqa: E731
     loaded = {strip(k): v for k, v in pipe.transformer.named_parameters() if "lora_" in k}
-    trained = {strip(k): v for k, v in trainer.trainable.items()}
+    trained = {strip(k): v for k, v in trainer.policy.trainable.items()}
     assert loaded.keys() == trained.keys()
     for k, v in trained.items():
         torch.testing.assert_close(loaded[k].float(), v.detach().float(), rtol=0, atol=0)

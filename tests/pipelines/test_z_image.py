@@ -7,10 +7,10 @@ method) is tests/pipelines/test_family_contract.py's."""
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.pipelines.base import adapter_class, list_pipelines
 from flowrl.pipelines.z_image import ZImageAdapter
 from flowrl.plan import ode_plan
+from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
 

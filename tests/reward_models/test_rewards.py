@@ -319,11 +319,14 @@ def test_unknown_name_suggests_the_closest():
         build_reward("pickscor")
 
 
-def test_duplicate_registration_is_refused(monkeypatch):
-    monkeypatch.setattr(reward_base, "_REGISTRY", dict(reward_base._REGISTRY))
-    register_reward("ocr", "flowrl.reward_models.ocr:OcrReward")  # the same target again: allowed
-    with pytest.raises(ValueError, match="already registered"):
-        register_reward("ocr", _spec("constant_one"))
+def test_duplicate_registration_is_refused():
+    with reward_base.REWARDS.temporary():
+        register_reward("ocr", "flowrl.reward_models.ocr:OcrReward")  # the same target again: allowed
+        with pytest.raises(ValueError, match="already registered"):
+            register_reward("ocr", _spec("constant_one"))
+        register_reward("constant_one_for_test", _spec("constant_one"))
+        assert "constant_one_for_test" in reward_base.list_rewards()
+    assert "constant_one_for_test" not in reward_base.list_rewards()  # forgotten after the block
 
 
 def test_importing_the_package_stays_light():

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from flowrl.checkpoint import list_checkpoints
-from flowrl.config import resolve_config
+from flowrl.resolve import resolve_config
 from flowrl.reward_models import RewardError
 from flowrl.trainer import Trainer
 from tiny_runs import small
 
 HELPERS = Path(__file__).parents[1] / "helpers"
-SMALL = small(2, "log.sample_every=1000", "train.beta=0.01")
+SMALL = small(2, "log.sample_every=1000", "method.options.beta=0.01")
 
 
 def _cfg(tmp_path, *extra):

@@ -12,9 +12,9 @@ import time
 import pytest
 
 from flowrl.checkpoint import list_checkpoints
-from flowrl.config import resolve_config
 from flowrl.interrupts import Interrupted
 from flowrl.logs import read_metrics
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 
@@ -26,7 +26,7 @@ RUN = [
     "train.iterations=6",
     "log.save_every=2",
     "log.sample_every=1000",
-    "train.beta=0.01",
+    "method.options.beta=0.01",
     "train.ema=true",
     "train.ema_every=1",
     "log.eval_every=3",

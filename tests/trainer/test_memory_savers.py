@@ -7,7 +7,8 @@ import sys
 import pytest
 import torch
 
-from flowrl.config import ConfigError, math_changes, resolve_config
+from flowrl.config import ConfigError
+from flowrl.resolve import math_changes, resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import NO_SAVES, small
 
@@ -80,7 +81,7 @@ def test_adamw_8bit_state_is_a_quarter_and_resumes_exactly(tmp_path):
     full = Trainer(_cfg(tmp_path / "full", *base, "train.iterations=4", "train.optimizer=adamw_8bit"))
     rows_full = full.train()
     optimizer = full.policy.optimizer.optimizer
-    params = sum(p.numel() for p in full.trainable.values())
+    params = sum(p.numel() for p in full.policy.trainable.values())
     for p, s in optimizer.state.items():  # torchao keeps a tensor under 4096 values (the output LoRA's B) in fp32
         big = p.numel() >= 4096 and p.numel() % 256 == 0
         assert is_8bit_state(s["exp_avg"]) == is_8bit_state(s["exp_avg_sq"]) == big, tuple(p.shape)
@@ -102,7 +103,7 @@ def test_adamw_8bit_state_is_a_quarter_and_resumes_exactly(tmp_path):
     for a, b in zip(rows_full[2:], rows):
         for key in ("reward/mean", "policy/loss", "policy/grad_norm"):
             assert a[key] == b[key], key
-    assert all(torch.equal(p, resumed.trainable[n]) for n, p in full.trainable.items())
+    assert all(torch.equal(p, resumed.policy.trainable[n]) for n, p in full.policy.trainable.items())
 
     plain = Trainer(_cfg(tmp_path / "adamw", *base, "train.iterations=1"))
     plain.train()
@@ -191,7 +192,7 @@ def test_activation_offload_trains_bit_for_bit_the_same(tmp_path, monkeypatch):
             _cfg(tmp_path / str(offload), "train.iterations=2", f"train.activation_offload={str(offload).lower()}")
         )
         rows = tr.train()
-        runs[offload] = (rows, {n: p.detach().clone() for n, p in tr.trainable.items()})
+        runs[offload] = (rows, {n: p.detach().clone() for n, p in tr.policy.trainable.items()})
     assert moved and min(moved) > 0  # every forward's activations went to the host copy
     (rows_a, weights_a), (rows_b, weights_b) = runs[False], runs[True]
     assert all(torch.equal(weights_a[n], weights_b[n]) for n in weights_a)
@@ -255,11 +256,11 @@ def test_a_lora_run_trains_on_a_quantized_base(tmp_path, mode, tolerance):
         got = transformer(**inputs).sample
     error = float((got - want).norm() / want.norm())
     assert error < tolerance, error
-    before = {n: p.detach().clone() for n, p in tr.trainable.items()}
+    before = {n: p.detach().clone() for n, p in tr.policy.trainable.items()}
     rows = tr.train()
     assert all(math.isfinite(r[k]) for r in rows for k in ("policy/loss", "policy/grad_norm", "reward/mean"))
     assert rows[0]["policy/onpolicy_logp_diff"] == 0.0
-    assert all(not torch.equal(p, before[n]) for n, p in tr.trainable.items())
+    assert all(not torch.equal(p, before[n]) for n, p in tr.policy.trainable.items())
     assert (tmp_path / mode / "lora" / "pytorch_lora_weights.safetensors").is_file()
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from flowrl.config import resolve_config
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 
 SMALL = [
@@ -16,7 +16,7 @@ SMALL = [
     "train.iterations=2",
     "log.save_every=100",
     "log.sample_every=100",
-    "train.beta=0.01",
+    "method.options.beta=0.01",
 ]
 KEYS = ["reward/mean", "reward/std", "adv/abs_mean", "policy/loss", "policy/kl", "policy/grad_norm"]
 

@@ -53,7 +53,7 @@ def test_a_slow_reward_is_reported_while_waiting_then_timed_out(caplog):
     assert 1 <= len(reports) <= 3, reports  # at 0.15, 0.3 and 0.45 s (fewer if this machine is very busy)
     pattern = r"^reward 'slow' has given no answer for 0\.[1-5] s \(timeout 0\.5 s\)$"
     assert all(re.match(pattern, r) for r in reports), reports
-    hung = [t for t in threading.enumerate() if t.name == "reward-slow"]
+    hung = [t for t in threading.enumerate() if t.name == "reward-slow-0"]  # flowrl.workers names it
     assert hung and all(t.daemon for t in hung)  # cannot keep the interpreter alive
 
 
@@ -242,7 +242,7 @@ def test_the_readme_reward_works_with_the_installed_console_script(tmp_path):
 
 
 def test_the_working_directory_is_searched_last_and_only_when_needed(tmp_path, monkeypatch):
-    from flowrl.reward_models.base import _import_attr
+    from flowrl.registry import import_target as _import_attr
 
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p and os.path.abspath(p) != str(tmp_path)])
     monkeypatch.chdir(tmp_path)

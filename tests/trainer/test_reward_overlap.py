@@ -8,7 +8,7 @@ import time
 import pytest
 
 import fault_rewards
-from flowrl.config import resolve_config
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from tiny_runs import same_numbers
 
@@ -70,7 +70,7 @@ def test_a_share_of_one_batch_starts_no_reward_thread(tmp_path, one_thread):
     before = workers()
     batches, _ = tr.collect(0)
     assert len(batches) == 1 and batches[0].pending is None
-    assert tr.score(batches).final.shape == (4,)
+    assert tr.scoring.score(batches).final.shape == (4,)
     assert workers() == before
 
 

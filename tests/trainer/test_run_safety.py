@@ -12,9 +12,9 @@ import yaml
 
 from flowrl.checkpoint import list_checkpoints
 from flowrl.cli import main
-from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
 from flowrl.preflight import logged_metric_names
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
 from tiny_runs import small
@@ -194,9 +194,9 @@ def test_debug_after_the_command_and_a_closed_pipe(tmp_path):
 
 def test_yaml_floats_without_a_dot_are_floats(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("train:\n  learning_rate: 1e-3\n  clip_range: 2E-4\n")
+    recipe.write_text("train:\n  learning_rate: 1e-3\n  weight_decay: 2E-4\n")
     cfg = resolve_config(str(recipe), [])
-    assert cfg.train.learning_rate == 1e-3 and cfg.method.options["clip_range"] == 2e-4  # train.clip_range: an alias
+    assert cfg.train.learning_rate == 1e-3 and cfg.train.weight_decay == 2e-4
 
 
 def test_state_json_records_the_run_config(tmp_path):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from flowrl.config import resolve_config
+from flowrl.resolve import resolve_config
 
 
 class _FakePlugin:

@@ -83,8 +83,8 @@ def test_a_family_that_cannot_split_a_sample_is_refused_in_one_line(recipe, fami
 def test_qwen_image_pads_the_prompt_to_the_group_and_refuses_image_tokens_it_does_not_divide():
     from types import SimpleNamespace
 
-    from flowrl.config import resolve_config
     from flowrl.pipelines.qwen_image import QwenImageAdapter
+    from flowrl.resolve import resolve_config
 
     adapter = QwenImageAdapter.from_config(resolve_config("tiny-qwen-image").model)
     embeds, mask = torch.ones(2, 5, 3), torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
@@ -102,8 +102,8 @@ def test_qwen_image_pads_the_prompt_to_the_group_and_refuses_image_tokens_it_doe
 def test_ltx2_refuses_a_token_count_the_group_does_not_divide():
     from types import SimpleNamespace
 
-    from flowrl.config import resolve_config
-    from flowrl.pipelines.ltx2 import LTX2Adapter
+    from flowrl.pipelines.ltx2.adapter import LTX2Adapter
+    from flowrl.resolve import resolve_config
 
     adapter = LTX2Adapter.from_config(resolve_config("tiny-ltx2").model)
     assert set(adapter.sequence_parallel_plan[""]) >= {"hidden_states", "audio_hidden_states"}  # both towers split

@@ -6,9 +6,10 @@ from pathlib import Path
 import pytest
 
 from flowrl import trackers
-from flowrl.config import ConfigError, resolve_config
+from flowrl.config import ConfigError
 from flowrl.logs import read_metrics
 from flowrl.preflight import preflight
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 
 TINY = [

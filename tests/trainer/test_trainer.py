@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-from flowrl.config import resolve_config
 from flowrl.logs import read_metrics
+from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import OnPolicyError
 
@@ -26,11 +26,11 @@ def _cfg(tmp_path, base, *extra):
 
 
 def test_short_run_changes_every_trainable_parameter_and_logs_metrics(tmp_path, tiny_cfg_overrides):
-    cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=2", "train.beta=0.01", "log.save_every=2")
+    cfg = _cfg(tmp_path, tiny_cfg_overrides, "train.iterations=2", "method.options.beta=0.01", "log.save_every=2")
     trainer = Trainer(cfg)
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     trainer.train()
-    unchanged = [k for k, p in trainer.trainable.items() if torch.equal(p, before[k])]
+    unchanged = [k for k, p in trainer.policy.trainable.items() if torch.equal(p, before[k])]
     assert not unchanged, f"{len(unchanged)} of {len(before)} trainable tensors did not change, e.g. {unchanged[:3]}"
     rows = read_metrics(tmp_path / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [0, 1]
@@ -57,7 +57,7 @@ def test_exported_lora_loads_into_a_diffusers_pipeline(tmp_path, tiny_cfg_overri
     def strip(name):  # drop the adapter name ("default", "default_0", ...) from parameter names
         return re.sub(r"\.(lora_[AB])\.[^.]+\.", r".\1.", name)
 
-    trained = {strip(k): v for k, v in trainer.trainable.items()}
+    trained = {strip(k): v for k, v in trainer.policy.trainable.items()}
     loaded = {strip(k): v for k, v in pipe.transformer.named_parameters() if "lora_" in k}
     assert set(loaded) == set(trained)
     for name, value in trained.items():
@@ -65,7 +65,7 @@ def test_exported_lora_loads_into_a_diffusers_pipeline(tmp_path, tiny_cfg_overri
 
 
 def test_resume_continues_with_the_same_metrics(tmp_path, tiny_cfg_overrides):
-    base = [*tiny_cfg_overrides, "log.save_every=2", "train.beta=0.01"]
+    base = [*tiny_cfg_overrides, "log.save_every=2", "method.options.beta=0.01"]
     full = Trainer(_cfg(tmp_path / "full", base, "train.iterations=4")).train()
     Trainer(_cfg(tmp_path / "part", base, "train.iterations=2")).train()
     ckpt = tmp_path / "part" / "checkpoints" / "iter-000002"
@@ -115,15 +115,15 @@ def test_full_finetune_with_ema_checkpointing_and_kl(tmp_path, tiny_cfg_override
         "train.ema=true",
         "train.ema_every=1",
         "train.gradient_checkpointing=true",
-        "train.beta=0.01",
+        "method.options.beta=0.01",
         "log.save_every=2",
     )
     trainer = Trainer(cfg)
-    assert trainer.ref_model is not None
-    before = {k: p.detach().clone() for k, p in trainer.trainable.items()}
+    assert trainer.policy.ref_model is not None
+    before = {k: p.detach().clone() for k, p in trainer.policy.trainable.items()}
     rows = trainer.train()
     assert rows[0]["policy/onpolicy_logp_diff"] == 0.0  # gradient checkpointing recomputes the same forward
-    changed = sum(not torch.equal(p, before[k]) for k, p in trainer.trainable.items())
+    changed = sum(not torch.equal(p, before[k]) for k, p in trainer.policy.trainable.items())
     assert changed == len(before)
     assert rows[1]["policy/kl"] > 0
     # the export holds the EMA weights, not the live ones
@@ -131,8 +131,8 @@ def test_full_finetune_with_ema_checkpointing_and_kl(tmp_path, tiny_cfg_override
 
     exported = SD3Transformer2DModel.from_pretrained(tmp_path / "transformer")
     name = "proj_out.weight"
-    assert torch.allclose(dict(exported.named_parameters())[name], trainer.ema.shadow[name])
-    assert not torch.equal(trainer.ema.shadow[name], trainer.trainable[name].float())
+    assert torch.allclose(dict(exported.named_parameters())[name], trainer.policy.ema.shadow[name])
+    assert not torch.equal(trainer.policy.ema.shadow[name], trainer.policy.trainable[name].float())
 
 
 def test_periodic_evaluation_on_held_out_prompts(tmp_path, tiny_cfg_overrides):

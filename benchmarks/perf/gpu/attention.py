@@ -62,8 +62,9 @@ def bench_attention(
     """One SD3.5-M-size iteration (after a warm-up iteration) for today's path, each attention backend that
     runs here, and torch.compile with today's attention and with the fastest backend: seconds, ratio to
     today's, and the first update's on-policy log-prob gap."""
-    from flowrl.config import config_from_dict, merge_overrides
+    from flowrl.config import config_from_dict
     from flowrl.pipelines.kit.loading import DTYPES
+    from flowrl.resolve import merge_overrides
 
     clock.say(f"attention: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
     pipe = build_sd35m(scale, device, DTYPES[precision])

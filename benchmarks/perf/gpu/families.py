@@ -100,15 +100,15 @@ FAMILY_RUNS = {
             "model.max_sequence_length=512",
             "train.gradient_checkpointing=true",
             "sample.num_steps=10",
-            "sample.window_size=1",
-            "sample.window_range=[1,4]",
+            "method.options.window_size=1",
+            "method.options.window_range=[1,4]",
             "sample.guidance_scale=5.0",
-            "sample.noise_level=0.9",
+            "method.options.noise_level=0.9",
             "sample.group_size=2",
             "sample.prompts_per_iteration=1",
             "sample.batch_size=1",
-            "train.beta=0.0",
-            "train.clip_range=1.0e-4",
+            "method.options.beta=0.0",
+            "method.options.clip_range=1.0e-4",
             "train.lora.rank=32",
             "train.lora.alpha=64",
             "train.lora.target_modules=null",
@@ -147,15 +147,15 @@ FAMILY_RUNS = {
             "model.max_sequence_length=512",
             "train.gradient_checkpointing=true",
             "sample.num_steps=6",
-            "sample.window_size=1",
-            "sample.window_range=[1,4]",
+            "method.options.window_size=1",
+            "method.options.window_range=[1,4]",
             "sample.guidance_scale=1.0",
-            "sample.noise_level=0.7",
+            "method.options.noise_level=0.7",
             "sample.group_size=4",
             "sample.prompts_per_iteration=1",
             "sample.batch_size=1",
-            "train.beta=0.0",
-            "train.clip_range=1.0e-4",
+            "method.options.beta=0.0",
+            "method.options.clip_range=1.0e-4",
             "train.learning_rate=1.0e-5",
             "train.lora.enabled=false",
         ],
@@ -170,15 +170,15 @@ FAMILY_RUNS = {
             "model.resolution=384",
             "model.max_sequence_length=512",
             "sample.num_steps=8",
-            "sample.window_size=1",
-            "sample.window_range=[1,4]",
+            "method.options.window_size=1",
+            "method.options.window_range=[1,4]",
             "sample.guidance_scale=4.0",
-            "sample.noise_level=0.7",
+            "method.options.noise_level=0.7",
             "sample.group_size=8",
             "sample.prompts_per_iteration=1",
             "sample.batch_size=4",
-            "train.beta=0.0",
-            "train.clip_range=1.0e-4",
+            "method.options.beta=0.0",
+            "method.options.clip_range=1.0e-4",
             "train.lora.rank=64",
             "train.lora.alpha=128",
             "train.lora.target_modules=null",
@@ -298,8 +298,8 @@ def build_family(name: str, scale: Scale, device: torch.device, dtype: torch.dty
         return build_qwen_image(scale.encoders == "shallow", device, dtype, edit=name == "qwen_image_edit")
     import diffusers
 
-    from flowrl import estimate as e
     from flowrl.estimate import component
+    from flowrl.estimate import published as e
     from flowrl.pipelines.kit.tiny import make_word_tokenizer
 
     shallow = scale.encoders == "shallow"
@@ -484,7 +484,7 @@ def save_family_configs(pipe, folder: Path) -> None:
 
 
 def family_config(name: str, scale: Scale, folder: Path, iterations: int, precision: str):
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
 
     run = FAMILY_RUNS[name]
     overrides = list(run.overrides)

@@ -32,9 +32,10 @@ def bench_methods(
 ) -> list[dict]:
     """One SD3.5-M-size iteration of every registered method (after one warm-up iteration), on the same
     in-memory pipeline: seconds, NFE/s, NFE and reward calls, peak memory, beside Flow-GRPO's."""
-    from flowrl.config import config_from_dict, merge_overrides
+    from flowrl.config import config_from_dict
     from flowrl.methods import list_methods
     from flowrl.pipelines.kit.loading import DTYPES
+    from flowrl.resolve import merge_overrides
 
     clock.say(f"methods: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
     pipe = build_sd35m(scale, device, DTYPES[precision])

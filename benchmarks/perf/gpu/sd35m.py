@@ -97,7 +97,7 @@ def save_configs(pipe, folder: Path) -> None:
 
 def sd35m_config(scale: Scale, folder: Path, iterations: int, precision: str):
     """The sd35m-ocr recipe at this scale; ``precision`` is model.dtype and, unless fp32, the autocast dtype."""
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
 
     return resolve_config(
         "sd35m-ocr",

@@ -107,7 +107,7 @@ SP_FAMILY_KEYS = tuple(f.key for f in SP_FAMILIES)
 
 def sp_config(family: SpFamily, shape: str, smoke: bool, precision: str = "bf16"):
     """The recipe's Config at ``shape`` (the tiny model at a small clip with ``smoke``), in ``precision``."""
-    from flowrl.config import resolve_config
+    from flowrl.resolve import resolve_config
 
     overrides = list(family.shapes[shape])
     if smoke:
