@@ -104,6 +104,20 @@ def configure_deepspeed(plugin: Any, cfg: Any) -> None:
     ds["gradient_accumulation_steps"] = 1
 
 
+def builds_on_host(acc: Any) -> bool:
+    """Does a full fine-tune under FSDP2 build its fp32 weights and reference copy on the host? Yes on an
+    accelerator: ``fully_shard`` moves each unit's shard to the device as it shards it, so the device never holds
+    the whole fp32 model (4 bytes a parameter) beside its 16-bit reference, which for LTX-2 (19B) alone exceeds
+    an 80 GB card. The host then holds them once a process until sharded (``flowrl validate --estimate``)."""
+    return bool(acc.is_fsdp2) and torch.device(acc.device).type != "cpu"
+
+
+def empty_device_cache(device: torch.device | str) -> None:
+    """Return the allocator's freed blocks to the device (CUDA), so the next phase can use them."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
 class Policy:
     """The adapter's transformer as the run trains it.
 
@@ -139,6 +153,9 @@ class Policy:
             add_adapter_quiet(transformer, lora_config(t.lora, adapter.lora_target_modules))
         else:
             transformer.requires_grad_(True)
+            if builds_on_host(acc):  # the fp32 model and its reference made on the host; FSDP2 moves each shard in
+                transformer.to("cpu")
+                empty_device_cache(acc.device)
             if reference:  # full fine-tuning keeps a frozen copy as the reference
                 self.ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
         for p in transformer.parameters():

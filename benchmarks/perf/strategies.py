@@ -1,7 +1,7 @@
 """The same short run under each shipped accelerate config, against one plain process, side by side.
 
     python -m flowrl.benchmarks.perf.strategies [--num-processes N] [--strategies fsdp,ddp,zero2]
-                                                [--precision no|bf16|fp16] [--out DIR]
+                                                [--precision no|bf16|fp16] [--out DIR] [--set KEY=VALUE ...]
 
 Each strategy launches ``accelerate launch --config_file flowrl/recipes/accelerate/<config>.yaml
 --num_processes N -m flowrl train`` on the tiny recipe (2 iterations, a checkpoint after each), then
@@ -9,7 +9,9 @@ resumes it from its first checkpoint. It prints, per strategy, the largest relat
 training metrics (rewards, advantages, losses, KL, gradient norm) from the one-process run, whether the
 resumed second iteration repeats the uninterrupted one exactly, and the wall time. It needs GPUs (accelerate
 shards and uses DeepSpeed on GPUs only); ``zero2`` also needs ``pip install deepspeed``. The tests run the
-FSDP2 comparison on the CPU with 2 gloo processes (``tests/trainer/test_distributed.py``).
+FSDP2 comparison on the CPU with 2 gloo processes (``tests/trainer/test_distributed.py``). ``--set`` adds an
+override to every run: ``--set train.lora.enabled=false`` trains the whole transformer with its KL reference,
+which under FSDP2 on a GPU is built in host memory and moved in shard by shard (``flowrl.policy.builds_on_host``).
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--precision", default="no", choices=["no", "bf16", "fp16"], help="train.mixed_precision")
     p.add_argument("--out", default="runs/strategies")
     p.add_argument("--json", default=None)
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override for every run")
     args = p.parse_args(argv)
     import torch
 
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         raise SystemExit("strategies: no GPU here (accelerate shards and uses DeepSpeed on GPUs only)")
     out = Path(args.out) / args.precision
     out.mkdir(parents=True, exist_ok=True)
-    precision = [f"train.mixed_precision={args.precision!r}"]
+    precision = [f"train.mixed_precision={args.precision!r}", *args.set]
     folder = resources.files("flowrl") / "recipes" / "accelerate"
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
     print(f"{device} x {n}, torch {torch.__version__}, mixed precision {args.precision}", flush=True)

@@ -34,8 +34,9 @@ counted there.
   block's activations;
 * sharding (``strategy``): ``zero2`` divides the AdamW moments and gradients by the number of
   processes; ``fsdp`` (FSDP2) also every parameter of the wrapped transformer, frozen base included, and the
-  LoRA and the EMA (kept as shards), plus two gathered blocks, and counts the start-up when each process
-  holds the whole transformer it built before sharding it (a phase); a frozen second expert and full
+  LoRA and the EMA (kept as shards), plus two gathered blocks, and counts the start-up as a phase: the whole
+  transformer each process built before sharding it, or, for a full fine-tune on a GPU (made in host memory,
+  ``flowrl.policy.builds_on_host``), the 16-bit pipeline as loaded, with a note of the host bytes; a frozen second expert and full
   fine-tuning's KL reference copy are sharded too (``flowrl.sharding``); DDP divides nothing. Not sharded: the
   text encoders and the VAE;
 * sequence parallelism (``sequence_parallel`` = S, Ulysses): the W / S data groups share the samples, so a

@@ -256,7 +256,16 @@ def _memory(
         ("rollout forward", rollout),
         ("VAE decode", decode),
     ]
-    if fsdp > 1:  # every process builds the whole model from the same seed, then shards it (fsdp.yaml)
+    if fsdp > 1 and full and device == "cuda":  # fp32 copy and reference built on the host (policy.builds_on_host)
+        loaded = bw * (m.transformer_params + m.text_encoder_params) + 4 * m.vae_params
+        phases.append(("16-bit pipeline as loaded, before sharding", loaded - sum(mem.values())))
+        host = 4 * trained_weights + bw * (m.transformer_params - trained_weights)
+        host += bw * trained_weights if _reference(cfg, m) else 0
+        notes.append(
+            f"each process builds the fp32 transformer{' and its KL reference' if _reference(cfg, m) else ''} "
+            f"in host memory before FSDP2 moves its shards in ({host / GIB:.1f} GiB of host memory a process)"
+        )
+    elif fsdp > 1:  # every process builds the whole model from the same seed, then shards it (fsdp.yaml)
         width = 4 if full else qb
         whole = width * trained_weights + qb * (m.transformer_params - trained_weights)
         if full and _reference(cfg, m):  # the KL reference is copied from the whole model, then sharded

@@ -723,6 +723,41 @@ def test_ltx2_published_sizes():
     assert full.model.image_tokens == 13 * 17 * 30 + 101  # 97 x 544 x 960 at 24 fps
 
 
+def test_full_fine_tune_under_fsdp_on_a_gpu_is_built_on_the_host():
+    """A full fine-tune under FSDP2 on a GPU makes its fp32 weights and reference in host memory
+    (policy.builds_on_host): the GPU's start-up phase is the 16-bit pipeline as loaded, not the whole fp32
+    model plus its copy, and a note gives the host bytes. On the CPU (the 2-process check) the old phase stays."""
+    cfg = resolve_config("ltx2-av-grpo", ["model.text_encoders=device"])
+    m = estimate(cfg, 32, "cuda", 1e14, "fsdp").model
+    gpu = estimate(cfg, 32, "cuda", 1e14, "fsdp")
+    steady = sum(v for k, v in gpu.memory_gib.items() if not k.startswith("peak phase"))
+    loaded = (2 * (m.transformer_params + m.text_encoder_params) + 4 * m.vae_params) / GIB
+    phases = [k for k in gpu.memory_gib if k.startswith("peak phase")]
+    assert phases == ["peak phase: training activations + gradients"]  # below the training peak
+    assert steady + gpu.memory_gib[phases[0]] >= loaded
+    host = (4 + 2) * m.transformer_params / GIB  # fp32 model + bf16 reference
+    assert any(f"({host:.1f} GiB of host memory a process)" in n for n in gpu.notes)
+    cpu = estimate(cfg, 2, "cpu", 1e14, "fsdp")
+    assert not any("host memory a process" in n for n in cpu.notes)
+    lora = estimate(resolve_config("ltx2-av-grpo-lora"), 32, "cuda", 1e14, "fsdp")
+    assert not any("host memory a process" in n for n in lora.notes)
+
+
+def test_builds_on_host_only_for_fsdp2_on_an_accelerator():
+    from types import SimpleNamespace
+
+    import torch
+
+    from flowrl.policy import builds_on_host
+
+    def acc(fsdp2, device):
+        return SimpleNamespace(is_fsdp2=fsdp2, device=torch.device(device))
+
+    assert builds_on_host(acc(True, "cuda:0"))
+    assert not builds_on_host(acc(False, "cuda:0"))  # DDP: the whole model is on every GPU anyway
+    assert not builds_on_host(acc(True, "cpu"))  # on a CPU the host is the device
+
+
 # ----------------------------------------------------------------------------------------------------
 # the launch, sequence parallelism, the memory savers and the verdict
 
@@ -845,17 +880,10 @@ def test_validate_json_is_one_object(capsys):
     assert r["would_fit"] and all(alt["peak_gib"] <= 57.0 for alt in r["would_fit"])  # e.g. activation offload
 
 
-# the published recipes that do not fit their declared launch yet, and why (held: each must still not fit)
-KNOWN_MISFITS = {
-    "ltx2-av-grpo": "full fine-tuning: each process builds the whole fp32 transformer (75 GiB) on its GPU before "
-    "FSDP2 shards it, beside the Gemma-3 text encoders (25 GiB)",
-}
-
-
 @pytest.mark.slow
 def test_every_published_recipe_fits_its_declared_launch():
     """With its declared launch, each full-size recipe's estimate is at most 76 GiB (80 less 5 %) on at most 8
-    GPUs (LTX-2 and Wan 2.2 A14B: up to 32), except the ones listed above."""
+    GPUs (LTX-2 and Wan 2.2 A14B: up to 32)."""
     from flowrl.config import recipe_names
     from flowrl.estimate import is_tiny
     from flowrl.estimate.verdict import verdict
@@ -869,7 +897,7 @@ def test_every_published_recipe_fits_its_declared_launch():
         text = (Path(__file__).parents[2] / "flowrl" / "recipes" / f"{name}.yaml").read_text()
         assert "# Launch (launch.*" in text, f"{name}: the header does not say the launch"
         v = verdict(cfg, flops=1e13)
-        assert v.fits is (name not in KNOWN_MISFITS), (name, v.estimate.peak_gib)
+        assert v.fits, (name, v.estimate.peak_gib)
 
 
 # ----------------------------------------------------------------------------------------------------
