@@ -334,3 +334,33 @@ def test_geneval2_and_dpg_join_by_module_path(setup, formats, tmp_path):
     assert record["settings"]["height"] == 32 and sorted(
         p.name for p in (out / "base" / "dpg" / "images").glob("*.png")
     ) == [f"{k}_{i}.png" for k in "ab" for i in range(4)]
+
+
+@pytest.mark.slow
+def test_two_processes_share_the_drawing_and_one_scores(setup, formats):
+    """Under torchrun (2 CPU processes over gloo) each process draws its prompts; the images equal one process's
+    (the same seeds), and the main process alone scores and writes the table."""
+    import os
+    import subprocess
+    import sys
+
+    from _processes import ENV, needs_torchrun, torchrun
+
+    if needs_torchrun.args[0]:
+        pytest.skip(needs_torchrun.kwargs["reason"])
+    reference = setup["root"] / "flow_grpo" / "checkpoint" / "drawbench" / "images" / "00000_0.png"
+    if not reference.is_file():
+        pytest.skip("needs test_one_command_scores_base_and_checkpoint_on_every_benchmark first")
+    out = setup["root"] / "two"
+    fast = ["--steps", "2", "--images-per-prompt", "1", *TINY]
+    argv = [*torchrun(29583), "-m", "flowrl", "eval", "checkpoint", "--base", "tiny-cpu", "--lora",
+            str(formats["flow_grpo"]), "--out", str(out), "--benchmarks", "drawbench", "--metrics", "pickscore",
+            "--limit", "2", *setup["args"], *fast]  # fmt: skip
+    env = {**ENV, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("| pickscore |") == 1  # the table, printed once
+    images = out / "checkpoint" / "drawbench" / "images"
+    assert np.array_equal(_pixels(images / "00000_0.png"), _pixels(reference))
+    assert json.loads((images / "generation.json").read_text())["num_processes"] == 2
+    assert json.loads((out / "results.json").read_text())["benchmarks"]["drawbench"]["prompts"] == 2
