@@ -364,3 +364,65 @@ def test_two_processes_share_the_drawing_and_one_scores(setup, formats):
     assert np.array_equal(_pixels(images / "00000_0.png"), _pixels(reference))
     assert json.loads((images / "generation.json").read_text())["num_processes"] == 2
     assert json.loads((out / "results.json").read_text())["benchmarks"]["drawbench"]["prompts"] == 2
+
+
+@pytest.fixture(scope="module")
+def sd3_folder(tmp_path_factory):
+    """The tiny SD3 of tiny-cpu (build seed 42) saved as a diffusers folder, as a hub download is laid out."""
+    from flowrl.benchmarks.generation import load_config
+    from flowrl.pipelines.base import adapter_class
+
+    cfg, _ = load_config("tiny-cpu", TINY)
+    folder = tmp_path_factory.mktemp("sd3") / "tiny-sd3"
+    adapter_class("sd3").from_config(cfg.model, seed=cfg.seed).pipe.save_pretrained(folder)
+    return folder
+
+
+def test_a_diffusers_folder_base_checks_the_lora_before_its_weights_load(
+    setup, sd3_folder, tmp_path, monkeypatch, capsys
+):
+    """A folder (or hub id) base: its family read from model_index.json, its transformer built on the meta device
+    from config.json; another family's LoRA is refused before the pipeline is built."""
+    import yaml
+
+    from flowrl.benchmarks.cli import main
+    from flowrl.pipelines.sd3 import SD3Adapter
+
+    flux_model, _ = _peft_model(_tiny_transformer("tiny-flux"), targets=["attn.to_q", "attn.to_k"])
+    flux_model.save_pretrained(tmp_path / "flux_lora")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the base was built before the LoRA was checked")
+
+    monkeypatch.setattr(SD3Adapter, "from_config", classmethod(no_build))
+    argv = ["eval", "checkpoint", "--base", str(sd3_folder), "--lora", str(tmp_path / "flux_lora"), "--out",
+            str(tmp_path / "out"), "--benchmarks", "drawbench", *setup["args"], *FAST]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "another model (FLUX (FluxTransformer2DModel))" in err and "SD3Transformer2DModel (family sd3)" in err
+    written = yaml.safe_load((tmp_path / "out" / "base.yaml").read_text())
+    assert written == {"model": {"pipeline": "sd3", "path": str(sd3_folder)}}
+
+
+def test_a_diffusers_folder_base_draws_what_the_recipe_draws(setup, sd3_folder, formats):
+    reference = setup["root"] / "flow_grpo" / "checkpoint" / "drawbench" / "images" / "00000_0.png"
+    if not reference.is_file():
+        pytest.skip("needs test_one_command_scores_base_and_checkpoint_on_every_benchmark first")
+    from flowrl.benchmarks.cli import main
+
+    out = setup["root"] / "folder-base"
+    argv = ["eval", "checkpoint", "--base", str(sd3_folder), "--lora", str(formats["flow_grpo"]), "--out", str(out),
+            "--benchmarks", "drawbench", "--metrics", "pickscore", *setup["args"], *FAST]  # fmt: skip
+    assert main(argv) == 0
+    assert np.array_equal(_pixels(out / "checkpoint" / "drawbench" / "images" / "00000_0.png"), _pixels(reference))
+
+
+def test_an_unreachable_hub_id_is_one_line(tmp_path, formats, capsys):
+    from flowrl.benchmarks.cli import main
+
+    argv = ["eval", "checkpoint", "--base", "nobody/no-such-model", "--lora", str(formats["diffusers"]), "--out",
+            str(tmp_path), "--benchmarks", "geneval", "--limit", "1"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("flowrl: error: --base 'nobody/no-such-model': cannot read its model_index.json")
+    assert "give a local folder or a recipe, or set model.pipeline=FAMILY" in err
