@@ -183,9 +183,30 @@ def _bare_file(path: Path) -> LoraWeights:
     return LoraWeights("flow_factory", tool, path, tensors, _config(tensors, given))
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# the files of a LoRA repository on the hub (a released PEFT folder, Flow-Factory's, or a diffusers file)
+HUB_PATTERNS = ["*adapter_config.json", "*adapter_model.safetensors", "*adapter_model.bin", f"*{LORA_FILE}"]
+
+
+def hub_lora(repo_id: str) -> Path:
+    """A hub repository's LoRA files, downloaded (or found in the cache) with ``snapshot_download``."""
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=HUB_PATTERNS))
+    except Exception as exc:  # noqa: BLE001 - offline, unknown, gated: said in one line
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise FileNotFoundError(
+            f"--lora {repo_id!r}: no such file or folder here, and its hub repository cannot be read ({reason})"
+        ) from None
+
+
 def read_lora(spec: str | Path) -> LoraWeights:
-    """The LoRA at ``spec`` (a file or a folder of one of the formats in the module docstring)."""
+    """The LoRA at ``spec``: a file or a folder of one of the formats in the module docstring, or a hub id whose
+    repository holds one (``jieliu/SD3.5M-FlowGRPO-GenEval``: downloaded into the hub cache)."""
     path = Path(spec).expanduser()
+    if not path.exists() and _HUB_ID.match(str(spec)):
+        path = hub_lora(str(spec))
     if not path.exists():
         raise FileNotFoundError(f"--lora: no such file or folder {str(spec)!r}")
     if path.is_file():

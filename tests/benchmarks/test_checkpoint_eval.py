@@ -131,6 +131,14 @@ def _sd3_lora(tmp_path: Path) -> Path:
     return tmp_path / "sd3_lora"
 
 
+def test_a_hub_lora_offline_and_not_cached_is_one_line():
+    with pytest.raises(FileNotFoundError) as info:
+        read_lora("nobody/no-such-lora")
+    message = str(info.value)
+    assert message.startswith("--lora 'nobody/no-such-lora': no such file or folder here, and its hub repository")
+    assert "\n" not in message
+
+
 def test_unknown_layouts_are_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no LoRA found"):
