@@ -148,7 +148,10 @@ def add_command(sub: Any) -> None:
     p.add_argument("--images-per-prompt", type=int, default=None, help="default: the protocol's")
     p.add_argument("--steps", type=int, default=None, help="default: the protocol's")
     p.add_argument("--guidance", type=float, default=None, help="default: the protocol's")
-    p.add_argument("--seed", type=int, default=42, help="image k of prompt i uses seed + i * n + k (default 42)")
+    p.add_argument(
+        "--seed", type=int, default=None,
+        help="image k of prompt i uses seed + i * n + k (default: the benchmark protocol's, else 42)",
+    )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=None, help="images per pipeline call per process")
     p.add_argument("overrides", nargs="*", help="key=value config overrides (model.dtype=bf16, model.resolution=...)")
     p.set_defaults(fn=cmd_checkpoint)

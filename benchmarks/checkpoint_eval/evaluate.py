@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 MODELS = ("base", "checkpoint")
 RESULTS_JSON, RESULTS_MD, REPORT = "results.json", "results.md", "report.html"
 CONVERTED = "checkpoint-lora"
+DEFAULT_SEED = 42  # GenEval's diffusers_generate.py default, as flowrl eval geneval
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Request:
     images_per_prompt: int | None = None
     steps: int | None = None
     guidance: float | None = None
-    seed: int = 42
+    seed: int | None = None  # default: the benchmark's protocol's, else DEFAULT_SEED
     batch_size: int | None = None
     overrides: list[str] = field(default_factory=list)
 
@@ -268,9 +269,10 @@ def benchmark_settings(req: Request, suite: Any) -> tuple[dict[str, Any], str | 
         "images_per_prompt": req.images_per_prompt,
         "steps": req.steps,
         "guidance_scale": req.guidance,
+        "seed": req.seed,
     }
     merged.update({k: v for k, v in given.items() if v is not None})
-    merged.setdefault("seed", req.seed)
+    merged.setdefault("seed", DEFAULT_SEED)
     merged.setdefault("images_per_prompt", 1)
     return merged, preset
 
