@@ -23,7 +23,8 @@ from typing import Any
 
 import torch
 
-from flowrl.reward_models.base import RewardError, RewardOutput, _import_attr
+from flowrl.registry import import_target
+from flowrl.reward_models.base import RewardError, RewardOutput
 
 
 def motion_envelope(video: torch.Tensor) -> torch.Tensor:
@@ -102,7 +103,7 @@ class AvSyncReward:
         if scorer == "onset":
             self.scorer, self.score_range = onset_sync, (0.0, 1.0)
         else:
-            self.scorer = _import_attr(scorer) if isinstance(scorer, str) else scorer
+            self.scorer = import_target(scorer, "reward", RewardError) if isinstance(scorer, str) else scorer
             self.score_range = None
         if not callable(self.scorer):
             raise RewardError(f"av_sync: scorer {scorer!r} is not callable")
