@@ -130,7 +130,7 @@ def write_page(out: Path, results: dict[str, Any], items: dict[str, list[dict[st
     )
     text = (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-        f"<title>{title}</title><style>{CSS}</style></head><body>"
+        f"<title>{title}</title><style>{CSS}.strip figure{{max-width:280px}}</style></head><body>"
         f"<header><h1>{title}</h1></header><main>{body}</main></body></html>\n"
     )
     path = out / "report.html"

@@ -434,3 +434,30 @@ def test_an_unreachable_hub_id_is_one_line(tmp_path, formats, capsys):
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("flowrl: error: --base 'nobody/no-such-model': cannot read its model_index.json")
     assert "give a local folder or a recipe, or set model.pipeline=FAMILY" in err
+
+
+def test_a_flowrl_runs_full_fine_tune_is_drawn_with_its_transformer(setup, tmp_path):
+    """``--run RUN`` whose export is a fine-tuned ``transformer/`` (no LoRA): the base is the run's config, the
+    checkpoint its transformer; the images differ from the base's."""
+    import yaml
+
+    from flowrl.benchmarks.cli import main
+
+    run = tmp_path / "run"
+    transformer = _tiny_transformer()
+    with torch.no_grad():
+        transformer.proj_out.weight.mul_(3.0)
+    transformer.save_pretrained(run / "transformer")
+    config = {"model": {"pipeline": "sd3", "path": "tiny", "tiny_size": "tiny", "resolution": 32,
+                        "max_sequence_length": 16}, "seed": 42, "train": {"lora": {"enabled": False}}}  # fmt: skip
+    (run / "config.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    argv = ["eval", "checkpoint", "--run", str(run), "--out", str(out), "--benchmarks", "drawbench",
+            "--metrics", "pickscore", *setup["args"], *FAST]  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert results["checkpoint"]["description"] == "flowrl run export, fine-tuned transformer/"
+    images = [_pixels(out / m / "drawbench" / "images" / "00000_0.png") for m in ("base", "checkpoint")]
+    assert not np.array_equal(*images)
+    record = json.loads((out / "checkpoint" / "drawbench" / "images" / "generation.json").read_text())
+    assert record["model"]["trained_weights"] == "fine-tuned transformer"
