@@ -1,11 +1,9 @@
 """FLUX.1 adapter, built from ``FluxPipeline``'s public pieces. The FLUX.1 mechanics (packed tokens, the shifted
 schedule, embedded guidance, no negative branch; ``flowrl.pipelines.kit.flux1`` says how each keeps the pipeline's
 math) are the kit's ``Flux1Adapter``, shared with FLUX.1-Kontext; this family adds its pipeline class, its tiny
-model and the pipeline call of ``flowrl sample``."""
+model and the pipeline call of ``flowrl sample`` (the kit's, with FLUX.1's embedded guidance)."""
 
 from __future__ import annotations
-
-import torch
 
 from flowrl.pipelines.kit.flux1 import FLUX_LORA_TARGETS, Flux1Adapter, check_flux_path
 from flowrl.pipelines.kit.loading import load_pretrained_pipeline
@@ -37,24 +35,3 @@ class FluxAdapter(Flux1Adapter):
         from flowrl.pipelines.flux.tiny import build_tiny_flux
 
         return build_tiny_flux(seed=seed)
-
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-    ) -> torch.Tensor:
-        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``): ``guidance_scale`` is the
-        embedded guidance, as in training; ``negative_prompts`` are not used (FLUX.1 has no two-branch CFG here)."""
-        return self.pipe(
-            prompt=list(prompts),
-            num_inference_steps=num_steps,
-            guidance_scale=guidance_scale,
-            height=self.height,
-            width=self.width,
-            max_sequence_length=self.max_sequence_length,
-            generator=generator,
-            output_type="pt",
-        ).images

@@ -35,9 +35,9 @@ import torch
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.flux2 import layout
 from flowrl.pipelines.flux2.tiny import TINY_PATHS
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 
 FLUX2_LORA_TARGETS = [*TWO_STREAM_ATTENTION, "attn.to_qkv_mlp_proj"]
@@ -70,20 +70,12 @@ class Flux2Adapter(CachedPromptAdapter):
         prompt_cache: int = 1024,
         attention_backend: str | None = None,
     ):
-        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
-        for side, value in (("height", self.height), ("width", self.width)):
-            if value % (pipe.vae_scale_factor * 2):
-                raise ValueError(f"model.{side}: FLUX.2 needs a multiple of {pipe.vae_scale_factor * 2}, got {value}")
+        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "FLUX.2")
         self.pipe = pipe
         self.device = torch.device(device)
         self.max_sequence_length = max_sequence_length
         self.is_distilled = bool(pipe.config.get("is_distilled", False))
-        pipe.set_progress_bar_config(disable=True)
-        for module in (pipe.text_encoder, pipe.vae):
-            module.requires_grad_(False).eval().to(self.device)
-        if pipe.vae.dtype != vae_dtype:
-            pipe.vae.to(dtype=vae_dtype)
-        pipe.transformer.to(self.device)
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "vae"))
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
@@ -110,10 +102,7 @@ class Flux2Adapter(CachedPromptAdapter):
         else:
             check_model_path(model_cfg)
             pipe = load_pretrained_pipeline("Flux2KleinPipeline", model_cfg.path, model_cfg.dtype, model_cfg.revision)
-        dtype = DTYPES[model_cfg.dtype]
-        for module in (pipe.text_encoder, pipe.transformer):
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "transformer"))
         return cls(
             pipe,
             model_cfg.size,
@@ -219,31 +208,14 @@ class Flux2Adapter(CachedPromptAdapter):
         images = vae.decode(z, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
 
+    def call_guidance(self, prompts: list[str], guidance_scale: float, negative_prompts: list[str] | None) -> dict:
+        """``generate``'s guidance: the pipeline's scale, a row's own negative as its embeddings."""
+        negative = None
+        if negative_prompts and any(negative_prompts) and self.guidance(guidance_scale).kind == "cfg":
+            negative = self.encode_prompts(prompts, list(negative_prompts))["negative_prompt_embeds"]
+        return {"negative_prompt_embeds": negative, "guidance_scale": guidance_scale}
+
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
         return load_run_export(self, run_dir, TRANSFORMER_CLASS)
-
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-    ) -> torch.Tensor:
-        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (a row's own negative as its embeddings)."""
-        negative = None
-        if negative_prompts and any(negative_prompts) and self.guidance(guidance_scale).kind == "cfg":
-            negative = self.encode_prompts(list(prompts), list(negative_prompts))["negative_prompt_embeds"]
-        return self.pipe(
-            prompt=list(prompts),
-            negative_prompt_embeds=negative,
-            height=self.height,
-            width=self.width,
-            num_inference_steps=num_steps,
-            guidance_scale=guidance_scale,
-            max_sequence_length=self.max_sequence_length,
-            generator=generator,
-            output_type="pt",
-        ).images

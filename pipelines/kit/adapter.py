@@ -11,8 +11,46 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, pipeline_classes_of
+from flowrl.pipelines.kit.loading import DTYPES
 from flowrl.pipelines.kit.lora import lora_metadata
 from flowrl.pipelines.kit.prompts import cached_rows
+
+
+def sides(resolution: int | tuple[int, int], multiple: int = 1, family: str = "") -> tuple[int, int]:
+    """``(height, width)`` in pixels of ``model.size`` (an int is a square); a side ``multiple`` does not divide is
+    refused in one line naming ``family``."""
+    height, width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+    for side, value in (("height", height), ("width", width)):
+        if value % multiple:
+            raise ValueError(f"model.{side}: {family} needs a multiple of {multiple}, got {value}")
+    return height, width
+
+
+def freeze_on(pipe, device: torch.device, vae_dtype: torch.dtype, frozen: tuple[str, ...], vaes=("vae",)) -> None:
+    """The pipeline made ready for training its transformer: its progress bar silenced, the ``frozen`` parts it
+    has (text encoders, VAEs) in eval mode without gradients on ``device``, the ``vaes`` in ``vae_dtype`` (the VAE
+    decodes in fp32, as Flow-GRPO's does), the transformer on ``device``."""
+    pipe.set_progress_bar_config(disable=True)
+    for name in frozen:
+        module = getattr(pipe, name, None)
+        if module is not None:
+            module.requires_grad_(False).eval()
+            module.to(device)
+    for name in vaes:
+        module = getattr(pipe, name)
+        if module.dtype != vae_dtype:
+            module.to(dtype=vae_dtype)
+    pipe.transformer.to(device)
+
+
+def cast_parts(pipe, dtype_name: str, parts: tuple[str, ...]):
+    """The pipeline's ``parts`` it has (text encoders, transformers) in ``model.dtype``; returns the pipeline."""
+    dtype = DTYPES[dtype_name]
+    for name in parts:
+        module = getattr(pipe, name, None)
+        if module is not None and module.dtype != dtype:
+            module.to(dtype=dtype)
+    return pipe
 
 
 def expand_rows(cond: Conditioning, n: int) -> Conditioning:
@@ -91,6 +129,28 @@ class CachedPromptAdapter:
         """Forget every cached prompt row and the default negative's."""
         self._cache.clear()
         self._negative = None
+
+    def generate(
+        self,
+        prompts: list[str],
+        num_steps: int,
+        guidance_scale: float,
+        generator: torch.Generator,
+        negative_prompts: list[str] | None = None,
+    ) -> torch.Tensor:
+        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``) at the adapter's size and
+        text length; the family's ``call_guidance`` gives the call's guidance and negatives. (A video, audio or
+        image-conditioned family writes its own.)"""
+        return self.pipe(
+            prompt=list(prompts),
+            num_inference_steps=num_steps,
+            height=self.height,
+            width=self.width,
+            max_sequence_length=self.max_sequence_length,
+            generator=generator,
+            output_type="pt",
+            **self.call_guidance(list(prompts), guidance_scale, negative_prompts),
+        ).images
 
     def save_lora(self, directory: str | Path, state_dict: dict[str, torch.Tensor]) -> None:
         """A diffusers LoRA the family's pipeline class (its first ``pipeline_classes``) loads with

@@ -31,10 +31,10 @@ import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, source_images_of
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.images import check_count
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 from flowrl.pipelines.kit.prompts import cached_rows
 
@@ -125,23 +125,12 @@ class Flux1Adapter(CachedPromptAdapter):
         prompt_cache: int = 1024,
         attention_backend: str | None = None,
     ):
-        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
-        for side, value in (("height", self.height), ("width", self.width)):
-            if value % (pipe.vae_scale_factor * 2):
-                raise ValueError(f"model.{side}: FLUX needs a multiple of {pipe.vae_scale_factor * 2}, got {value}")
+        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "FLUX")
         self.pipe = pipe
         self.device = torch.device(device)
         self.resolution = self.height if self.height == self.width else (self.height, self.width)
         self.max_sequence_length = max_sequence_length
-        pipe.set_progress_bar_config(disable=True)
-        for name in ("text_encoder", "text_encoder_2", "vae"):
-            module = getattr(pipe, name, None)
-            if module is not None:
-                module.requires_grad_(False).eval()
-                module.to(self.device)
-        if pipe.vae.dtype != vae_dtype:
-            pipe.vae.to(dtype=vae_dtype)
-        pipe.transformer.to(self.device)
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "text_encoder_2", "vae"))
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
@@ -174,11 +163,7 @@ class Flux1Adapter(CachedPromptAdapter):
         else:
             cls.check_model_path(model_cfg)
             pipe = load_pretrained_pipeline(cls.pipeline_class, model_cfg.path, model_cfg.dtype, model_cfg.revision)
-        dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "text_encoder_2", "transformer"):
-            module = getattr(pipe, name, None)
-            if module is not None and module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "text_encoder_2", "transformer"))
         return cls(
             pipe,
             getattr(model_cfg, "size", model_cfg.resolution),
@@ -333,6 +318,11 @@ class Flux1Adapter(CachedPromptAdapter):
         z = z.to(vae.dtype) / vae.config.scaling_factor + vae.config.shift_factor
         images = vae.decode(z, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
+
+    def call_guidance(self, prompts: list[str], guidance_scale: float, negative_prompts: list[str] | None) -> dict:
+        """``generate``'s embedded guidance, as in training; ``negative_prompts`` are not used (FLUX.1 has no
+        two-branch CFG here)."""
+        return {"guidance_scale": guidance_scale}
 
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:

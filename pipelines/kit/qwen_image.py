@@ -37,7 +37,7 @@ import torch
 
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, freeze_on, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 
@@ -161,12 +161,7 @@ class QwenImageCore(CachedPromptAdapter):
         prompt_cache: int = 1024,
         attention_backend: str | None = None,
     ):
-        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
-        for side, value in (("height", self.height), ("width", self.width)):
-            if value % (pipe.vae_scale_factor * 2):
-                raise ValueError(
-                    f"model.{side}: Qwen-Image needs a multiple of {pipe.vae_scale_factor * 2}, got {value}"
-                )
+        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "Qwen-Image")
         if max_sequence_length > 1024:
             raise ValueError(
                 f"model.max_sequence_length: Qwen-Image takes at most 1024 tokens, got {max_sequence_length}"
@@ -175,12 +170,7 @@ class QwenImageCore(CachedPromptAdapter):
         self.device = torch.device(device)
         self.resolution = self.height if self.height == self.width else (self.height, self.width)
         self.max_sequence_length = max_sequence_length
-        pipe.set_progress_bar_config(disable=True)
-        for name in ("text_encoder", "vae"):
-            getattr(pipe, name).requires_grad_(False).eval().to(self.device)
-        if pipe.vae.dtype != vae_dtype:
-            pipe.vae.to(dtype=vae_dtype)
-        pipe.transformer.to(self.device)
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "vae"))
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
@@ -381,33 +371,16 @@ class QwenImageCore(CachedPromptAdapter):
         images = vae.decode(z * std + mean, return_dict=False)[0][:, :, 0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
 
+    def call_guidance(self, prompts: list[str], guidance_scale: float, negative_prompts: list[str] | None) -> dict:
+        """``generate``'s true CFG: ``guidance_scale`` is the pipeline's ``true_cfg_scale``; negatives as in
+        training ("" or None: ``" "``)."""
+        negatives = [n or DEFAULT_NEGATIVE for n in negative_prompts or [""] * len(prompts)]
+        return {"negative_prompt": negatives if guidance_scale > 1.0 else None, "true_cfg_scale": guidance_scale}
+
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
         return load_run_export(self, run_dir, QWEN_IMAGE_TRANSFORMER_CLASS, set_dispatcher_attention_backend)
-
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-    ) -> torch.Tensor:
-        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``): ``guidance_scale`` is
-        its ``true_cfg_scale``; negatives as in training ("" or None: ``" "``)."""
-        negatives = [n or DEFAULT_NEGATIVE for n in negative_prompts or [""] * len(prompts)]
-        return self.pipe(
-            prompt=list(prompts),
-            negative_prompt=negatives if guidance_scale > 1.0 else None,
-            true_cfg_scale=guidance_scale,
-            num_inference_steps=num_steps,
-            height=self.height,
-            width=self.width,
-            max_sequence_length=self.max_sequence_length,
-            generator=generator,
-            output_type="pt",
-        ).images
 
 
 # ----------------------------------------------------------------------------------------------------

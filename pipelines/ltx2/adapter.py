@@ -80,9 +80,9 @@ import torch
 
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import load_run_export
 from flowrl.pipelines.ltx2 import layout
 from flowrl.pipelines.ltx2.layout import DEFAULT_FPS, DEFAULT_NUM_FRAMES
@@ -284,17 +284,8 @@ class LTX2Adapter(CachedPromptAdapter):
         self.pipe = pipe
         self.device = torch.device(device)
         self.resolution = self.height if self.height == self.width else (self.height, self.width)
-        pipe.set_progress_bar_config(disable=True)
-        for name in ("text_encoder", "connectors", "vae", "audio_vae", "vocoder"):
-            module = getattr(pipe, name, None)
-            if module is not None:
-                module.requires_grad_(False).eval()
-                module.to(self.device)
-        for name in ("vae", "audio_vae", "vocoder"):
-            module = getattr(pipe, name)
-            if module.dtype != vae_dtype:
-                module.to(dtype=vae_dtype)
-        pipe.transformer.to(self.device)
+        decoders = ("vae", "audio_vae", "vocoder")
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "connectors", *decoders), vaes=decoders)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
         self._start_prompt_cache(prompt_cache)
@@ -377,11 +368,7 @@ class LTX2Adapter(CachedPromptAdapter):
             pipe = build_tiny_ltx2(seed=seed)
         else:
             pipe = load_ltx2_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
-        dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "connectors", "transformer"):
-            module = getattr(pipe, name, None)
-            if module is not None and module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "connectors", "transformer"))
         return cls(
             pipe,
             model_cfg.size,

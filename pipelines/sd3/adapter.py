@@ -9,9 +9,8 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
 from flowrl.pipelines.kit.attention import has_xformers
-from flowrl.pipelines.kit.loading import DTYPES
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 from flowrl.pipelines.sd3 import layout
 from flowrl.pipelines.sd3.attention import set_attention_backend
@@ -51,19 +50,10 @@ class SD3Adapter(CachedPromptAdapter):
         self.pipe = pipe
         self.device = torch.device(device)
         # (height, width) in pixels; an int is a square
-        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
+        self.height, self.width = sides(resolution)
         self.resolution = self.height if self.height == self.width else (self.height, self.width)
         self.max_sequence_length = max_sequence_length
-        pipe.set_progress_bar_config(disable=True)
-        # text encoders and VAE are frozen; the VAE decodes in fp32 (as Flow-GRPO does)
-        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"):
-            module = getattr(pipe, name, None)
-            if module is not None:
-                module.requires_grad_(False).eval()
-                module.to(self.device)
-        if pipe.vae.dtype != vae_dtype:
-            pipe.vae.to(dtype=vae_dtype)
-        pipe.transformer.to(self.device)
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"))
         if self.device.type == "cuda" and has_xformers() and attention_backend is None:
             pipe.enable_xformers_memory_efficient_attention()
         # one private scheduler copy: sigmas are read from it, never stepped
@@ -94,11 +84,7 @@ class SD3Adapter(CachedPromptAdapter):
             pipe = load_sd3_pipeline(
                 model_cfg.path, model_cfg.dtype, model_cfg.revision, config=getattr(model_cfg, "config_path", None)
             )
-        dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"):
-            module = getattr(pipe, name, None)
-            if module is not None and module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"))
         return cls(
             pipe,
             getattr(model_cfg, "size", model_cfg.resolution),
@@ -210,28 +196,10 @@ class SD3Adapter(CachedPromptAdapter):
         images = vae.decode(z, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
 
+    def call_guidance(self, prompts: list[str], guidance_scale: float, negative_prompts: list[str] | None) -> dict:
+        """``generate``'s two-branch CFG: the pipeline's own scale and negatives (None: the empty prompt)."""
+        return {"negative_prompt": negative_prompts, "guidance_scale": guidance_scale}
+
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
         return load_run_export(self, run_dir, TRANSFORMER_CLASS, set_attention_backend)
-
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-    ) -> torch.Tensor:
-        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call (``flowrl sample``); ``negative_prompts``
-        None: the empty prompt."""
-        return self.pipe(
-            prompt=list(prompts),
-            negative_prompt=negative_prompts,
-            num_inference_steps=num_steps,
-            guidance_scale=guidance_scale,
-            height=self.height,
-            width=self.width,
-            max_sequence_length=self.max_sequence_length,
-            generator=generator,
-            output_type="pt",
-        ).images

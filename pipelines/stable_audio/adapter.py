@@ -68,9 +68,9 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
 from flowrl.pipelines.stable_audio import layout
 from flowrl.pipelines.stable_audio.layout import TINY_PATHS
@@ -216,16 +216,8 @@ class StableAudioAdapter(CachedPromptAdapter):
             raise ValueError(
                 f"model.duration_s: {self.duration} s exceeds the duration conditioning's range (at most {longest:g} s)"
             )
-        pipe.set_progress_bar_config(disable=True)
-        for name in ("text_encoder", "duration_embedder", "vae"):
-            module = getattr(pipe, name, None)
-            if module is not None:
-                module.requires_grad_(False).eval()
-                module.to(self.device)
-        if vae.dtype != vae_dtype:
-            vae.to(dtype=vae_dtype)
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "duration_embedder", "vae"))
         with_peft(pipe.transformer)
-        pipe.transformer.to(self.device)
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
         self._start_prompt_cache(prompt_cache)
@@ -253,11 +245,7 @@ class StableAudioAdapter(CachedPromptAdapter):
         else:
             check_model_path(model_cfg)
             pipe = load_stable_audio_pipeline(model_cfg.path, model_cfg.dtype, model_cfg.revision)
-        dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "duration_embedder", "transformer"):
-            module = getattr(pipe, name, None)
-            if module is not None and module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "duration_embedder", "transformer"))
         return cls(
             pipe,
             getattr(model_cfg, "duration_s", None),

@@ -54,9 +54,9 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
 from flowrl.pipelines.wan import layout
 from flowrl.pipelines.wan.experts import EXPERTS, WanExperts
@@ -140,11 +140,8 @@ class WanAdapter(CachedPromptAdapter):
         attention_backend: str | None = None,
         trained_experts: str = "both",
     ):
-        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
-        multiple = pipe.vae_scale_factor_spatial * 2  # the VAE's down-sampling times the transformer's 2x2 patches
-        for side, value in (("height", self.height), ("width", self.width)):
-            if value % multiple:
-                raise ValueError(f"model.{side}: Wan needs a multiple of {multiple}, got {value}")
+        # the VAE's down-sampling times the transformer's 2x2 patches
+        self.height, self.width = sides(resolution, pipe.vae_scale_factor_spatial * 2, "Wan")
         self.num_frames = DEFAULT_NUM_FRAMES if num_frames is None else int(num_frames)
         check_num_frames(self.num_frames, pipe.vae_scale_factor_temporal)
         self.fps = DEFAULT_FPS if fps is None else float(fps)
@@ -198,11 +195,7 @@ class WanAdapter(CachedPromptAdapter):
         offline tiny Wan 2.2 T2V-A14B (``build_tiny_wan``), else ``WanPipeline.from_pretrained`` of a hub id or a
         local folder."""
         pipe = cls.build_pipeline(model_cfg, seed)
-        dtype = DTYPES[model_cfg.dtype]
-        for name in ("text_encoder", "image_encoder", "transformer", "transformer_2"):
-            module = getattr(pipe, name, None)
-            if module is not None and module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "image_encoder", "transformer", "transformer_2"))
         return cls(
             pipe,
             model_cfg.size,

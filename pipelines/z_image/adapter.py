@@ -37,9 +37,9 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
-from flowrl.pipelines.kit.loading import DTYPES, check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import load_run_export
 from flowrl.pipelines.z_image import layout
 
@@ -78,21 +78,13 @@ class ZImageAdapter(CachedPromptAdapter):
         cfg_normalization: float = 0.0,
         cfg_truncation: float = 1.0,
     ):
-        self.height, self.width = (resolution, resolution) if isinstance(resolution, int) else map(int, resolution)
-        for side, value in (("height", self.height), ("width", self.width)):
-            if value % (pipe.vae_scale_factor * 2):
-                raise ValueError(f"model.{side}: Z-Image needs a multiple of {pipe.vae_scale_factor * 2}, got {value}")
+        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "Z-Image")
         self.pipe = pipe
         self.device = torch.device(device)
         self.max_sequence_length = max_sequence_length
         self.cfg_normalization = float(cfg_normalization)
         self.cfg_truncation = float(cfg_truncation)
-        pipe.set_progress_bar_config(disable=True)
-        for module in (pipe.text_encoder, pipe.vae):
-            module.requires_grad_(False).eval().to(self.device)
-        if pipe.vae.dtype != vae_dtype:
-            pipe.vae.to(dtype=vae_dtype)
-        pipe.transformer.to(self.device)
+        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "vae"))
         self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
         self._start_prompt_cache(prompt_cache)
         self.compute_dtype = pipe.transformer.dtype
@@ -121,10 +113,7 @@ class ZImageAdapter(CachedPromptAdapter):
         else:
             check_model_path(model_cfg)
             pipe = load_pretrained_pipeline("ZImagePipeline", model_cfg.path, model_cfg.dtype, model_cfg.revision)
-        dtype = DTYPES[model_cfg.dtype]
-        for module in (pipe.text_encoder, pipe.transformer):
-            if module.dtype != dtype:
-                module.to(dtype=dtype)
+        cast_parts(pipe, model_cfg.dtype, ("text_encoder", "transformer"))
         return cls(
             pipe,
             model_cfg.size,
@@ -251,30 +240,17 @@ class ZImageAdapter(CachedPromptAdapter):
         images = vae.decode(z, return_dict=False)[0]
         return (images.float() / 2 + 0.5).clamp(0, 1)
 
+    def call_guidance(self, prompts: list[str], guidance_scale: float, negative_prompts: list[str] | None) -> dict:
+        """``generate``'s guidance: the pipeline's ``guidance_scale - 1`` (see the module docstring) with its two
+        CFG knobs, the negatives as given (None: the pipeline's empty prompt)."""
+        return {
+            "negative_prompt": list(negative_prompts) if negative_prompts else None,
+            "guidance_scale": max(guidance_scale - 1.0, 0.0),
+            "cfg_normalization": self.cfg_normalization,
+            "cfg_truncation": self.cfg_truncation,
+        }
+
     # ------------------------------------------------------------------ weights
     def load_trained(self, run_dir: str | Path) -> str | None:
         """Load what a run exported (``lora/`` or ``transformer/``) into the pipeline; returns what."""
         return load_run_export(self, run_dir, TRANSFORMER_CLASS)
-
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-    ) -> torch.Tensor:
-        """Images (B, 3, H, W) in [0, 1] from the pipeline's own call, at its guidance ``guidance_scale - 1``."""
-        return self.pipe(
-            prompt=list(prompts),
-            negative_prompt=list(negative_prompts) if negative_prompts else None,
-            height=self.height,
-            width=self.width,
-            num_inference_steps=num_steps,
-            guidance_scale=max(guidance_scale - 1.0, 0.0),
-            cfg_normalization=self.cfg_normalization,
-            cfg_truncation=self.cfg_truncation,
-            max_sequence_length=self.max_sequence_length,
-            generator=generator,
-            output_type="pt",
-        ).images
