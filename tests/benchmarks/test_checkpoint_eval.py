@@ -461,3 +461,27 @@ def test_a_flowrl_runs_full_fine_tune_is_drawn_with_its_transformer(setup, tmp_p
     assert not np.array_equal(*images)
     record = json.loads((out / "checkpoint" / "drawbench" / "images" / "generation.json").read_text())
     assert record["model"]["trained_weights"] == "fine-tuned transformer"
+
+
+@pytest.mark.slow  # it trains a tiny run first
+def test_a_flowrl_checkpoint_and_its_runs_export_draw_the_same_images(setup, tmp_path):
+    """A tiny run trained for one iteration: ``--run RUN/checkpoints/iter-000001`` (its trainable.safetensors, peft
+    names, rank and alpha from the run's train.lora) and ``--run RUN`` (its lora/ export) draw the same images."""
+    from flowrl.benchmarks.cli import main as eval_main
+    from flowrl.cli import main
+
+    run = tmp_path / "run"
+    train = ["sample.num_steps=2", "sample.group_size=4", "sample.prompts_per_iteration=2", "sample.batch_size=4",
+             "train.iterations=1", "log.save_every=1", "log.sample_every=1000", "train.lora.alpha=32"]  # fmt: skip
+    assert main(["train", f"output_dir={run}", *train]) == 0
+    common = ["--benchmarks", "drawbench", "--metrics", "pickscore", *setup["args"], *FAST]
+    checkpoint = run / "checkpoints" / "iter-000001"
+    assert eval_main(["eval", "checkpoint", "--run", str(checkpoint), "--out", str(tmp_path / "a"), *common]) == 0
+    assert eval_main(["eval", "checkpoint", "--run", str(run), "--out", str(tmp_path / "b"), *common]) == 0
+    a, b = (json.loads((tmp_path / k / "results.json").read_text())["checkpoint"] for k in "ab")
+    assert a["description"].startswith("flowrl checkpoint (trainable.safetensors)") and a["format"] == "flowrl"
+    assert b["description"].startswith("flowrl run export (lora/, diffusers layout)")
+    images = [_pixels(tmp_path / k / m / "drawbench" / "images" / "00000_0.png") for k, m in
+              (("a", "checkpoint"), ("b", "checkpoint"), ("a", "base"))]  # fmt: skip
+    assert np.abs(images[0].astype(int) - images[1]).max() <= 1  # the same weights (PNG rounding at most)
+    assert not np.array_equal(images[0], images[2])
