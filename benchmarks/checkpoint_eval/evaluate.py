@@ -390,6 +390,7 @@ def evaluate_checkpoint(req: Request) -> dict[str, Any] | None:
         records[model][suite.name] = draw(
             req, suite, items[suite.name], model, target, loader if model == "checkpoint" else None, preset, settings
         )
+        _release_memory()  # the pipeline of this drawing is gone: give its accelerator memory back
     state = process_state()
     state.wait_for_everyone()
     if not state.is_main_process:
@@ -422,6 +423,16 @@ def evaluate_checkpoint(req: Request) -> dict[str, Any] | None:
     (req.out / RESULTS_MD).write_text(results_markdown(results), encoding="utf-8")
     write_page(req.out, results, {s.name: items[s.name] for s in suites})
     return results
+
+
+def _release_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def table_rows(summary: dict[str, dict[str, Any]]) -> dict[str, dict[str, float]]:
