@@ -414,7 +414,9 @@ def _add_unigenbench(sub: Any) -> None:
 def add_commands(subparsers: Any) -> None:
     """Register ``eval`` with its benchmark subcommands on an argparse subparsers object (``fn`` defaults)."""
     p = subparsers.add_parser(
-        "eval", help="benchmarks: geneval, geneval2, dpg, unigenbench, toy, toy-av", description="Run a benchmark."
+        "eval",
+        help="benchmarks: geneval, geneval2, dpg, unigenbench, checkpoint (base beside checkpoint), toy, toy-av",
+        description="Run a benchmark.",
     )
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
     _add_geneval(sub)
