@@ -233,7 +233,8 @@ def generate_images(
 ) -> int:
     """Draw every missing image of ``jobs``, ``batch_size`` images per pipeline call; returns how many."""
     import torch
-    from tqdm.auto import tqdm
+
+    from flowrl.logs import progress
 
     if batch_size < 1:
         raise ValueError(f"--batch-size: must be at least 1, got {batch_size}")
@@ -251,7 +252,7 @@ def generate_images(
         if not batches or len(batches[-1]) == batch_size or batches[-1][0][3] != entry[3]:
             batches.append([])
         batches[-1].append(entry)
-    for batch in tqdm(batches, desc="generate", disable=not show_progress or not batches):
+    for batch in progress(batches, disable=not show_progress or not batches, desc="generate", unit="batch"):
         prompts = [entry[0] for entry in batch]
         negative = [settings.negative_prompt] * len(batch) if settings.negative_prompt else None
         images = pipe(

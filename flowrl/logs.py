@@ -107,19 +107,21 @@ def peak_memory_gib(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
-def progress(iterable, disable: bool, stream=None):
+def progress(iterable, disable: bool, stream=None, desc: str = "flowrl", unit: str = "iteration"):
     """The run's progress (rank 0): tqdm's bar on a terminal; where stderr is not one (nohup, Slurm, a CI log),
-    where a bar would print nothing until the run ends, a plain line every few seconds (``LineProgress``)."""
+    where a bar would print nothing until the run ends, a plain line every few seconds (``LineProgress``).
+    ``desc`` names the bar and starts the lines, ``unit`` is what the lines count (the benchmarks' drawing:
+    ``progress(batches, ..., desc="generate", unit="batch")``)."""
     import sys
 
     stream = sys.stderr if stream is None else stream
     if disable:
         return LineProgress(iterable, stream=None)
     if not stream.isatty():
-        return LineProgress(iterable, stream=stream)
+        return LineProgress(iterable, stream=stream, desc=desc, unit=unit)
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, desc="flowrl", unit="it", dynamic_ncols=True, file=stream)
+    return tqdm(iterable, desc=desc, unit="it", dynamic_ncols=True, file=stream)
 
 
 def _duration(seconds: float) -> str:
@@ -138,10 +140,20 @@ class LineProgress:
 
         flowrl: iteration 12/150 (8%), 3.2 s/it, about 7m22s left; reward=-0.0031 kl=0
 
-    ``stream=None`` prints nothing (the other processes of a launch). ``set_postfix`` as tqdm's."""
+    ``stream=None`` prints nothing (the other processes of a launch). ``set_postfix`` as tqdm's. ``desc`` and
+    ``unit`` replace ``flowrl`` and ``iteration`` in the line."""
 
-    def __init__(self, iterable, stream, every_s: float = 10.0, clock=time.monotonic):
+    def __init__(
+        self,
+        iterable,
+        stream,
+        every_s: float = 10.0,
+        clock=time.monotonic,
+        desc: str = "flowrl",
+        unit: str = "iteration",
+    ):
         self.iterable, self.stream, self.every_s, self.clock = iterable, stream, every_s, clock
+        self.desc, self.unit = desc, unit
         self.total = len(iterable) if hasattr(iterable, "__len__") else None
         self.postfix: dict[str, str] = {}
 
@@ -151,15 +163,15 @@ class LineProgress:
     def line(self, done: int, first: int, elapsed: float) -> str:
         """The line after ``done`` iterations of this run, ``first`` of them done before it started (resume)."""
         per = elapsed / max(done - first, 1)
-        where = f"iteration {done}"
+        where = f"{self.unit} {done}"
         if self.total is not None:
             end = first + self.total
             left = f", about {_duration(per * (end - done))} left" if done < end else ""
-            where = f"iteration {done}/{end} ({100 * done // max(end, 1)}%), {per:.3g} s/it{left}"
+            where = f"{self.unit} {done}/{end} ({100 * done // max(end, 1)}%), {per:.3g} s/it{left}"
         else:
             where += f", {per:.3g} s/it"
         extra = " ".join(f"{k}={v}" for k, v in self.postfix.items())
-        return f"flowrl: {where}" + (f"; {extra}" if extra else "")
+        return f"{self.desc}: {where}" + (f"; {extra}" if extra else "")
 
     def __iter__(self):
         start = self.clock()

@@ -71,3 +71,15 @@ def test_a_terminal_gets_tqdms_bar():
     from tqdm import tqdm
 
     assert isinstance(progress(range(3), disable=False, stream=Terminal()), tqdm)
+
+
+def test_a_named_bar_counts_its_own_unit():
+    # the benchmarks' drawing: "generate: batch 1/2 (50%) ..." in a log
+    out, clock = io.StringIO(), Clock(2.0)
+    bar = LineProgress([["a"], ["b"]], stream=out, every_s=10.0, clock=clock, desc="generate", unit="batch")
+    for _ in bar:
+        clock.now += 2.0
+    assert out.getvalue().splitlines() == [
+        "generate: batch 1/2 (50%), 2 s/it, about 2s left",
+        "generate: batch 2/2 (100%), 2 s/it",
+    ]
