@@ -76,7 +76,7 @@ def process_state() -> Any:
 def load_config(target: str, overrides: Sequence[str] = ()) -> tuple[Any, Path | None]:
     """A run folder's resolved ``config.yaml`` (returns the folder too), or a recipe; plus ``key=value``."""
     from flowrl.config import config_from_dict
-    from flowrl.resolve import load_recipe, merge_overrides
+    from flowrl.resolve import load_recipe, merge_overrides, resolve
 
     run = Path(target)
     if (run / "config.yaml").is_file():
@@ -84,10 +84,10 @@ def load_config(target: str, overrides: Sequence[str] = ()) -> tuple[Any, Path |
 
         data = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
         data["resume"] = None
-        return config_from_dict(merge_overrides(data, list(overrides))), run
+        return resolve(config_from_dict(merge_overrides(data, list(overrides)))), run
     if run.is_dir():
         raise FileNotFoundError(f"{run} is a folder without config.yaml; give a flowrl run folder or a recipe")
-    return config_from_dict(merge_overrides(load_recipe(target), list(overrides))), None
+    return resolve(config_from_dict(merge_overrides(load_recipe(target), list(overrides)))), None
 
 
 def _sha256(path: Path) -> str:

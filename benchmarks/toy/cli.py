@@ -167,6 +167,7 @@ def _evaluate_run(args: argparse.Namespace, run: Path, base_cache: dict | None =
 
     from flowrl.config import config_from_dict
     from flowrl.pipelines.base import adapter_class
+    from flowrl.resolve import resolve
 
     from . import evaluate as ev
 
@@ -174,7 +175,7 @@ def _evaluate_run(args: argparse.Namespace, run: Path, base_cache: dict | None =
         raise FileNotFoundError(f"--run {run}: no config.yaml (not a flowrl run folder)")
     data = yaml.safe_load((run / "config.yaml").read_text())
     data["resume"] = None
-    cfg = config_from_dict(data)
+    cfg = resolve(config_from_dict(data))
     _check_model_path(cfg.model.path)
     steps, guidance = _settings(args, cfg)
     rows = ev.heldout_rows(args.images_per_task)

@@ -235,7 +235,7 @@ def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_t
 
 def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
     for overrides, message in (
-        (["method.name=ram"], "method.loss=ratio_norm: reads method.options.clip_range, which method ram's options"),
+        (["method.name=ram"], "method.loss=ratio_norm: needs per-step log-probs, which method ram's exploration"),
         (
             ["method.name=flow_grpo", "method.options.sde_type=cps"],
             "method.options.sde_type: flow_grpo needs a Gaussian step",

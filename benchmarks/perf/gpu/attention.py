@@ -64,7 +64,7 @@ def bench_attention(
     today's, and the first update's on-policy log-prob gap."""
     from flowrl.config import config_from_dict
     from flowrl.pipelines.kit.loading import DTYPES
-    from flowrl.resolve import merge_overrides
+    from flowrl.resolve import merge_overrides, resolve
 
     clock.say(f"attention: building SD3.5-Medium ({scale.encoders} text encoders, {precision}) on {device}")
     pipe = build_sd35m(scale, device, DTYPES[precision])
@@ -87,7 +87,7 @@ def bench_attention(
             overrides = [f"output_dir={folder / label.replace(' ', '_')}", f"train.compile={str(compiled).lower()}"]
             if backend is not None:
                 overrides.append(f"model.attention_backend={backend}")
-            cfg = config_from_dict(merge_overrides(json.loads(json.dumps(base)), overrides))
+            cfg = resolve(config_from_dict(merge_overrides(json.loads(json.dumps(base)), overrides)))
             reset_transformer(transformer, processors)
             torch._dynamo.reset()
             # --smoke checks the code path: graph capture without inductor's kernel builds (minutes on a CPU)
