@@ -1,5 +1,6 @@
 import os
 import signal
+import socket
 import sys
 from pathlib import Path
 
@@ -38,6 +39,17 @@ def signals_ignored_outside_training():
     yield
     for s, h in previous.items():
         signal.signal(s, h)
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Offline for real: HF_HUB_OFFLINE is set and any socket connect fails (the tiny pipelines' tests)."""
+    assert os.environ.get("HF_HUB_OFFLINE") == "1"
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("tiny pipelines must not touch the network")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
 
 
 @pytest.fixture(scope="session")

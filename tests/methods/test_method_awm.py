@@ -13,6 +13,7 @@ from flowrl.methods.awm import AWM, AWMOptions, matching_loss, strata_times, sur
 from flowrl.methods.forward_process import Endpoints
 from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
+from stand_ins import FixedVelocity
 from tiny_runs import NO_EVAL, assert_resume_repeats, small
 
 SMALL = [
@@ -51,18 +52,6 @@ def test_the_matching_loss_is_the_flow_matching_loss():
     assert float(matching_loss(torch.tensor([[1.2, -1.2]]), x0, eps)) == pytest.approx(0.04)
 
 
-class _FixedVelocity:
-    """A stand-in context whose policy velocity is a given tensor (the loss's only forward)."""
-
-    conditional_scale = 1.0
-
-    def __init__(self, v):
-        self.v = v
-
-    def velocity(self, x, sigma, cond, *, guidance_scale=None, model=None):
-        return self.v
-
-
 def test_the_loss_by_hand():
     """The training loop's loss, one row of two elements: x0 = 0, eps = (1, -1) so u = (1, -1); v = v_old = (1.2, -1.2)
     (on-policy: ratio 1); uniform weighting, t = 1/2; A = 2.5 clipped to 5 and scaled by advantage_max / adv_clip_max
@@ -79,13 +68,13 @@ def test_the_loss_by_hand():
         velocities={"current": v_old, "ref": torch.zeros(1, 1, 2), "old": u.unsqueeze(1)},
     )
     v = v_old[:, 0].clone().requires_grad_(True)
-    tl = method.transition_loss(_FixedVelocity(v), unit, 0, {}, torch.tensor([2.5]))
+    tl = method.transition_loss(FixedVelocity(v), unit, 0, {}, torch.tensor([2.5]))
     assert float(tl.policy_loss) == pytest.approx(-0.5, rel=1e-6)
     assert float(tl.kl) == pytest.approx(1.44, rel=1e-6)
     assert float(tl.loss) == pytest.approx(-0.45856, rel=1e-6)  # -0.5 + 0.001 x 1.44 + 1 x 0.04
     assert float(tl.ratio_mean) == 1.0 and float(tl.clip_frac) == 0.0
     method.options.kl_beta = method.options.ema_kl_beta = 0.0
-    method.transition_loss(_FixedVelocity(v), unit, 0, {}, torch.tensor([2.5])).loss.backward()
+    method.transition_loss(FixedVelocity(v), unit, 0, {}, torch.tensor([2.5])).loss.backward()
     assert float(((v - u) * -v.grad).sum()) < 0  # descent shrinks v - u
 
 

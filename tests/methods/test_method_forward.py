@@ -17,6 +17,7 @@ from flowrl.policy import ParamAverage
 from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
 from flowrl.update import Updater
+from stand_ins import FixedVelocity
 from tiny_runs import NO_EVAL, assert_resume_repeats, same_numbers, small
 
 # 2 prompts x 4 members, 4 ODE steps with CFG 4.5, K = 2 noisings: one group per rollout batch
@@ -215,18 +216,6 @@ def test_bad_nft_options_are_one_line_errors(tmp_path):
 # (the released configs); flow_grpo/diffusers_patch/solver.py (the dpm2 sampler, tests/core/test_solver_dpm2.py).
 
 
-class _FixedVelocity:
-    """A stand-in context whose policy velocity is a given tensor (the loss's only forward)."""
-
-    conditional_scale = 1.0
-
-    def __init__(self, v):
-        self.v = v
-
-    def velocity(self, x, sigma, cond, *, guidance_scale=None, model=None):
-        return self.v
-
-
 def test_nft_policy_term_is_scaled_by_adv_clip_max():
     """train_nft_sd3.py: policy_loss = (ori_policy_loss * adv_clip_max).mean(), loss = policy_loss + beta_KL
     mean ||v - v_ref||^2. By hand, one row of two elements: x0 = 0, eps = (1, -1), t = 1/2, so x_t = (0.5, -0.5);
@@ -246,7 +235,7 @@ def test_nft_policy_term_is_scaled_by_adv_clip_max():
         torch.zeros(1),
         velocities={"old": zero, "ref": zero},
     )
-    tl = method.transition_loss(_FixedVelocity(torch.tensor([[0.2, 0.2]])), unit, 0, {}, torch.tensor([2.5]))
+    tl = method.transition_loss(FixedVelocity(torch.tensor([[0.2, 0.2]])), unit, 0, {}, torch.tensor([2.5]))
     assert float(tl.policy_loss) == pytest.approx(2.6, rel=1e-6)
     assert float(tl.kl) == pytest.approx(0.04, rel=1e-6)
     assert float(tl.loss) == pytest.approx(2.6 + 1e-4 * 0.04, rel=1e-6)

@@ -4,9 +4,6 @@ option, the pipeline's sigmas, the noise-free Euler ODE on both modalities repro
 CFG, and CFG + STG + modality guidance), decode / generate as the pipeline's, the towers' module groups, the LoRA
 LTX2Pipeline loads, and the refusals."""
 
-import os
-import socket
-
 import pytest
 import torch
 
@@ -21,6 +18,7 @@ from flowrl.pipelines.ltx2.adapter import (
     tower_of,
 )
 from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
+from ltx2_towers import AUDIO_TO_VIDEO_ATTN, AUDIO_TOWER, AV_CROSS_MODULATION, VIDEO_TO_AUDIO_ATTN, VIDEO_TOWER
 
 PROMPTS = ["a red cat", "a blue dog"]
 TEXT_LEN = 128  # a multiple of the connectors' 128 registers
@@ -29,18 +27,7 @@ FRAMES = 9  # two latent frames, 9 audio latent frames at 24 fps
 N_V, L_A = 2, 9
 
 
-@pytest.fixture(autouse=True)
-def _offline_and_one_thread(monkeypatch):
-    assert os.environ.get("HF_HUB_OFFLINE") == "1"
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the tiny LTX-2 must not touch the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("no_network", "one_thread")  # offline, one thread for toy-sized ops
 
 
 def _model(**overrides):
@@ -324,38 +311,13 @@ def _prefix(name):
     return f"transformer_blocks.*.{parts[2]}" if parts[0] == "transformer_blocks" else parts[0]
 
 
-# the module-name groups of build_tiny_ltx2's transformer (tests/pipelines/test_tiny_ltx2.py), "*" = block index
+# the module-name groups of build_tiny_ltx2's transformer (tests/helpers/ltx2_towers.py)
 GROUPS = {
-    "video": [
-        "caption_projection",
-        "proj_in",
-        "proj_out",
-        "scale_shift_table",
-        "time_embed",
-        "transformer_blocks.*.attn1",
-        "transformer_blocks.*.attn2",
-        "transformer_blocks.*.ff",
-        "transformer_blocks.*.scale_shift_table",
-    ],
-    "audio": [
-        "audio_caption_projection",
-        "audio_proj_in",
-        "audio_proj_out",
-        "audio_scale_shift_table",
-        "audio_time_embed",
-        "transformer_blocks.*.audio_attn1",
-        "transformer_blocks.*.audio_attn2",
-        "transformer_blocks.*.audio_ff",
-        "transformer_blocks.*.audio_scale_shift_table",
-    ],
-    "audio_to_video": ["av_cross_attn_video_a2v_gate", "transformer_blocks.*.audio_to_video_attn"],
-    "video_to_audio": ["av_cross_attn_audio_v2a_gate", "transformer_blocks.*.video_to_audio_attn"],
-    "shared": [
-        "av_cross_attn_audio_scale_shift",
-        "av_cross_attn_video_scale_shift",
-        "transformer_blocks.*.audio_a2v_cross_attn_scale_shift_table",
-        "transformer_blocks.*.video_a2v_cross_attn_scale_shift_table",
-    ],
+    "video": VIDEO_TOWER,
+    "audio": AUDIO_TOWER,
+    "audio_to_video": AUDIO_TO_VIDEO_ATTN,
+    "video_to_audio": VIDEO_TO_AUDIO_ATTN,
+    "shared": AV_CROSS_MODULATION,
 }
 
 

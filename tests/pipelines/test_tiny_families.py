@@ -3,8 +3,6 @@ and sigma schedules (each family's tiny.py and layout.py under pipelines/)."""
 
 import functools
 import math
-import os
-import socket
 
 import pytest
 import torch
@@ -24,19 +22,7 @@ from flowrl.pipelines.wan.tiny import build_tiny_wan
 PROMPT = "a red cat"
 
 
-@pytest.fixture(autouse=True)
-def _offline_and_one_thread(monkeypatch):
-    """No network at all (any socket connect fails) and one thread for these toy-sized ops."""
-    assert os.environ.get("HF_HUB_OFFLINE") == "1"
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("tiny pipelines must not touch the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("no_network", "one_thread")  # offline, one thread for toy-sized ops
 
 
 def _gen(seed=0):

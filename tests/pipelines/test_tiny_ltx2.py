@@ -3,9 +3,7 @@ latent layouts, sigma schedule, guidance passes and dual-tower transformer (pipe
 
 import functools
 import itertools
-import os
 import re
-import socket
 
 import pytest
 import torch
@@ -21,6 +19,7 @@ from flowrl.pipelines.ltx2.layout import (
     ltx2_waveform_length,
 )
 from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
+from ltx2_towers import AUDIO_TO_VIDEO_ATTN, AUDIO_TOWER, AV_CROSS_MODULATION, VIDEO_TO_AUDIO_ATTN, VIDEO_TOWER
 
 PROMPT = "a red cat"
 TEXT_LEN = 128  # max_sequence_length: a multiple of the connectors' 128 registers (the pipeline default is 1024)
@@ -28,19 +27,7 @@ H = W = 32
 FRAMES = 9  # 8k + 1: two latent frames
 
 
-@pytest.fixture(autouse=True)
-def _offline_and_one_thread(monkeypatch):
-    """No network at all (any socket connect fails) and one thread for these toy-sized ops."""
-    assert os.environ.get("HF_HUB_OFFLINE") == "1"
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("tiny pipelines must not touch the network")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("no_network", "one_thread")  # offline, one thread for toy-sized ops
 
 
 @pytest.fixture(scope="module")
@@ -300,41 +287,7 @@ def test_transformer_velocities_isolation_and_audio_timestep(pipe):
     assert not torch.allclose(audio_t, audio_v)
 
 
-# The transformer's parameters by module name, for AV-GRPO's per-phase trainable split ("*" = block index).
-# The a2v / v2a *scale-shift* parameters are not separable by module: each block's
-# video_a2v_cross_attn_scale_shift_table (5, D) holds [a2v scale, a2v shift, v2a scale, v2a shift, a2v gate]
-# for the video side and audio_a2v_cross_attn_scale_shift_table (5, D_audio) the same rows for the audio side
-# (its last row is the v2a gate); av_cross_attn_{video,audio}_scale_shift emit both directions' parameters.
-VIDEO_TOWER = [
-    "caption_projection",
-    "proj_in",
-    "proj_out",
-    "scale_shift_table",
-    "time_embed",
-    "transformer_blocks.*.attn1",
-    "transformer_blocks.*.attn2",
-    "transformer_blocks.*.ff",
-    "transformer_blocks.*.scale_shift_table",
-]
-AUDIO_TOWER = [
-    "audio_caption_projection",
-    "audio_proj_in",
-    "audio_proj_out",
-    "audio_scale_shift_table",
-    "audio_time_embed",
-    "transformer_blocks.*.audio_attn1",
-    "transformer_blocks.*.audio_attn2",
-    "transformer_blocks.*.audio_ff",
-    "transformer_blocks.*.audio_scale_shift_table",
-]
-AUDIO_TO_VIDEO_ATTN = ["av_cross_attn_video_a2v_gate", "transformer_blocks.*.audio_to_video_attn"]
-VIDEO_TO_AUDIO_ATTN = ["av_cross_attn_audio_v2a_gate", "transformer_blocks.*.video_to_audio_attn"]
-AV_CROSS_MODULATION = [  # shared by both directions
-    "av_cross_attn_audio_scale_shift",
-    "av_cross_attn_video_scale_shift",
-    "transformer_blocks.*.audio_a2v_cross_attn_scale_shift_table",
-    "transformer_blocks.*.video_a2v_cross_attn_scale_shift_table",
-]
+# the transformer's parameters by module name, for AV-GRPO's per-phase trainable split: tests/helpers/ltx2_towers.py
 
 
 def _module_prefix(param_name):

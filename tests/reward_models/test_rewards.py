@@ -29,6 +29,7 @@ from flowrl.reward_models import (
 from flowrl.reward_models import base as reward_base
 from flowrl.reward_models.jpeg import JpegCompressibility, JpegIncompressibility
 from flowrl.reward_models.ocr import OcrReward, extract_quoted, ocr_score
+from tiny_clip import tiny_clip as build_tiny_clip
 
 # ---------------------------------------------------------------- helpers: user rewards given as "module:attr"
 
@@ -225,38 +226,7 @@ def test_jpeg_rejects_non_image_shapes():
 
 @pytest.fixture(scope="module")
 def tiny_clip():
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
-
-    # byte-level characters, each also as a word end: a real CLIPTokenizer with no merges
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for char in sorted(ByteLevel.alphabet()):
-        vocab.setdefault(char, len(vocab))
-        vocab.setdefault(char + "</w>", len(vocab))
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=[])
-    text = {
-        "vocab_size": len(vocab),
-        "hidden_size": 32,
-        "intermediate_size": 37,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "max_position_embeddings": 77,
-        "bos_token_id": 0,
-        "eos_token_id": 1,  # pooling reads the hidden state at the first end-of-text token
-        "pad_token_id": 1,
-    }
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 37,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "image_size": 32,
-        "patch_size": 8,
-    }
-    torch.manual_seed(0)
-    model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16))
-    image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    return model, CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    return build_tiny_clip()
 
 
 def test_pickscore_matches_hand_computation(tiny_clip):

@@ -33,6 +33,8 @@ import torch
 from PIL import Image
 
 from flowrl.reward_models import RewardError, build_reward, check_reward_args
+from tiny_clip import tiny_clip as build_tiny_clip
+from tiny_imagereward import tiny_imagereward as build_tiny_imagereward
 
 ASSETS = Path(__file__).parents[1] / "assets" / "rewards"
 PIXEL_TOL = 1e-5
@@ -130,41 +132,13 @@ def flow_grpo_clip_reference(images: torch.Tensor, edge: int, crop: int) -> torc
 
 @pytest.fixture(scope="module")
 def tiny_clip():
-    from tokenizers.pre_tokenizers import ByteLevel
-    from transformers import CLIPConfig, CLIPImageProcessor, CLIPModel, CLIPProcessor, CLIPTokenizer
-
-    vocab = {"<|startoftext|>": 0, "<|endoftext|>": 1}
-    for char in sorted(ByteLevel.alphabet()):
-        vocab.setdefault(char, len(vocab))
-        vocab.setdefault(char + "</w>", len(vocab))
-    tokenizer = CLIPTokenizer(vocab=vocab, merges=[])
-    text = {
-        "vocab_size": len(vocab),
-        "hidden_size": 32,
-        "intermediate_size": 37,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "max_position_embeddings": 77,
-        "bos_token_id": 0,
-        "eos_token_id": 1,
-        "pad_token_id": 1,
-    }
-    vision = {
-        "hidden_size": 32,
-        "intermediate_size": 37,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "image_size": 32,
-        "patch_size": 8,
-    }
-    torch.manual_seed(0)
-    model = CLIPModel(CLIPConfig(text_config=text, vision_config=vision, projection_dim=16)).eval()
+    model, processor = build_tiny_clip()
+    model.eval()
     with torch.no_grad():  # widen the random init so that pixel differences show in the scores
         for param in model.vision_model.parameters():
             if param.ndim >= 2:
                 param.normal_(0, 0.2)
-    image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    return model, CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer)
+    return model, processor
 
 
 @pytest.fixture(scope="module")
@@ -184,40 +158,12 @@ def tiny_openclip():
 def tiny_imagereward(tmp_path_factory):
     from transformers import BertTokenizer
 
-    from flowrl.reward_models.imagereward import ImageRewardModel, text_config, vision_config
-
     folder = tmp_path_factory.mktemp("imagereward_ref")
     words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "cat", "red", "cube", "on", "the", "mat"]
     (folder / "vocab.txt").write_text("\n".join(words) + "\n")
     tokenizer = BertTokenizer(str(folder / "vocab.txt"))
     tokenizer.add_special_tokens({"bos_token": "[DEC]", "additional_special_tokens": ["[ENC]"]})
-    med = {
-        "vocab_size": len(tokenizer),
-        "hidden_size": 32,
-        "intermediate_size": 37,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "max_position_embeddings": 64,
-        "layer_norm_eps": 1e-12,
-        "hidden_act": "gelu",
-        "pad_token_id": 0,
-        "add_cross_attention": True,
-    }
-    overrides = {
-        "hidden_size": 24,
-        "intermediate_size": 40,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "image_size": 32,
-        "patch_size": 8,
-    }
-    torch.manual_seed(0)
-    model = ImageRewardModel(vision_config(**overrides), text_config(med, 24)).eval()
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.ndim >= 2:
-                param.normal_(0, 0.3)
-    return model, tokenizer
+    return build_tiny_imagereward(tokenizer)[0], tokenizer
 
 
 def _clip_cos(model, processor, pixels, prompts):
