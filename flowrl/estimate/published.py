@@ -1,6 +1,8 @@
 """Published architectures: the configs of the checkpoints the estimate knows offline (its fallback when a
 ``model.path``'s configs cannot be read) and the sizes ``benchmarks/perf`` builds with random weights."""
 
+from flowrl.pipelines.wan.layout import WAN22_VAE_LAYOUT
+
 # ----------------------------------------------------------------------------------------------------
 # SD3 / SD3.5 (diffusers config.json values of the published checkpoints)
 
@@ -179,17 +181,7 @@ _SA3 = {
     "duration_embedder": ("StableAudio3DurationEmbedder", {}),
 }
 # the Wan 2.2 VAE's architecture (its 48 per-channel statistics change no size or FLOP: left at the class's)
-WAN22_VAE = {
-    "base_dim": 160,
-    "decoder_base_dim": 256,
-    "z_dim": 48,
-    "in_channels": 12,
-    "out_channels": 12,
-    "patch_size": 2,
-    "scale_factor_spatial": 16,
-    "scale_factor_temporal": 4,
-    "is_residual": True,
-}
+WAN22_VAE = {"base_dim": 160, "decoder_base_dim": 256, **WAN22_VAE_LAYOUT}
 _WAN_14B_PARTS = {
     "transformer": ("WanTransformer3DModel", WAN_14B),
     "vae": ("AutoencoderKLWan", {}),

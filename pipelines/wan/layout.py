@@ -12,6 +12,17 @@ from flowrl.pipelines.kit.layout import Layout
 
 WAN_LATENT_CHANNELS = 16
 WAN22_LATENT_CHANNELS = 48  # the Wan 2.2 VAE of TI2V-5B: 48 channels at 16x spatial, 4x temporal
+# Wan-AI/Wan2.2-TI2V-5B-Diffusers: vae/config.json, the Wan 2.2 VAE's compression (48 channels, 16x spatial through
+# a 2x2 patchify before a residual 8x encoder, 4x temporal): the tiny VAE and the estimate's published table keep it
+WAN22_VAE_LAYOUT = {
+    "z_dim": WAN22_LATENT_CHANNELS,
+    "in_channels": 12,
+    "out_channels": 12,
+    "patch_size": 2,
+    "scale_factor_spatial": 16,
+    "scale_factor_temporal": 4,
+    "is_residual": True,
+}
 WAN_SPATIAL_COMPRESSION = 8
 WAN22_SPATIAL_COMPRESSION = 16
 WAN_TEMPORAL_COMPRESSION = 4

@@ -4,7 +4,7 @@ built in code; the pieces (transformer, VAE, text encoder, scheduler) are shared
 from __future__ import annotations
 
 from flowrl.pipelines.kit.tiny import make_word_tokenizer, seeded, t5_encoder
-from flowrl.pipelines.wan.layout import WAN22_LATENT_CHANNELS, WAN_LATENT_CHANNELS
+from flowrl.pipelines.wan.layout import WAN22_LATENT_CHANNELS, WAN22_VAE_LAYOUT, WAN_LATENT_CHANNELS
 
 # Wan-AI/Wan2.1-T2V-*-Diffusers: scheduler/scheduler_config.json (UniPC with flow sigmas)
 WAN_SCHEDULER_CONFIG = {
@@ -25,16 +25,9 @@ TINY_TEXT_DIM = 32
 WAN22_T2V_BOUNDARY_RATIO = 0.875  # Wan2.2-T2V-A14B: high-noise expert for t >= 875
 WAN22_TI2V_FLOW_SHIFT = 5.0  # Wan-AI/Wan2.2-TI2V-5B-Diffusers: scheduler/scheduler_config.json
 
-# Wan-AI/Wan2.2-TI2V-5B-Diffusers: vae/config.json (the Wan 2.2 VAE: 48 channels, 16x spatial through a 2x2
-# patchify before a residual 8x encoder); the tiny VAE keeps these and the real per-channel statistics
+# the tiny Wan 2.2 VAE: the real one's compression (layout.WAN22_VAE_LAYOUT) and per-channel statistics
 WAN22_VAE_CONFIG = {
-    "z_dim": WAN22_LATENT_CHANNELS,
-    "in_channels": 12,
-    "out_channels": 12,
-    "patch_size": 2,
-    "scale_factor_spatial": 16,
-    "scale_factor_temporal": 4,
-    "is_residual": True,
+    **WAN22_VAE_LAYOUT,
     "latents_mean": [
         -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557, -0.1382, 0.0542, 0.2813, 0.0891,
         0.1570, -0.0098, 0.0375, -0.1825, -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,

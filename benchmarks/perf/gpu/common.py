@@ -181,3 +181,8 @@ def iterate(
             + ", ".join(f"{k.split('/')[1]} {v:.2f}" for k, v in metrics.items() if k.startswith("timing_s/"))
         )
     return metrics, first_gap
+
+
+def target_modules(names: list[str]) -> str:
+    """The ``train.lora.target_modules`` override naming ``names`` (a family's LoRA targets and what a run adds)."""
+    return f"train.lora.target_modules=[{','.join(names)}]"

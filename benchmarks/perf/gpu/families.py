@@ -12,7 +12,16 @@ from unittest import mock
 
 import torch
 
-from flowrl.benchmarks.perf.gpu.common import Clock, Scale, default_dtype, fp32_kept, iterate, reset_peak, token_ids
+from flowrl.benchmarks.perf.gpu.common import (
+    Clock,
+    Scale,
+    default_dtype,
+    fp32_kept,
+    iterate,
+    reset_peak,
+    target_modules,
+    token_ids,
+)
 from flowrl.benchmarks.perf.gpu.qwen_image import (
     QWEN_IMAGE_EDIT_LABEL,
     QWEN_IMAGE_EDIT_OVERRIDES,
@@ -20,6 +29,7 @@ from flowrl.benchmarks.perf.gpu.qwen_image import (
     QWEN_IMAGE_OVERRIDES,
     build_qwen_image,
 )
+from flowrl.pipelines.kit.flux1 import FLUX_LORA_TARGETS
 
 
 @dataclass
@@ -33,9 +43,8 @@ class FamilyRun:
 
 
 # Flow-GRPO's FLUX LoRA targets: the attention projections of both streams and their feed-forward layers
-FLUX_FF_LORA_TARGETS = (
-    "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
-    "attn.add_v_proj,attn.to_add_out,ff.net.0.proj,ff.net.2,ff_context.net.0.proj,ff_context.net.2]"
+FLUX_FF_LORA_TARGETS = target_modules(
+    [*FLUX_LORA_TARGETS, "ff.net.0.proj", "ff.net.2", "ff_context.net.0.proj", "ff_context.net.2"]
 )
 FAMILY_RUNS = {
     # Flow-GRPO's pickscore_flux settings (512 px, 6 steps with 5 trained, guidance embedding 3.5, noise 0.9,

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from flowrl.benchmarks.perf.gpu.common import default_dtype, fp32_kept
+from flowrl.benchmarks.perf.gpu.common import default_dtype, fp32_kept, target_modules
+from flowrl.pipelines.kit.qwen_image import QWEN_IMAGE_LORA_TARGETS
 
 # flow_grpo's pickscore_qwenimage / verl-omni's Qwen-Image OCR settings (512 px, 10 steps with an SDE window of 2
 # in the first half, noise 1.2, true CFG 4, LoRA 64/128 on the attention and both streams' MLPs, beta 0, bf16,
@@ -29,9 +30,8 @@ QWEN_IMAGE_OVERRIDES = [
     "method.options.clip_range=1.0e-4",
     "train.lora.rank=64",
     "train.lora.alpha=128",
-    (
-        "train.lora.target_modules=[attn.to_q,attn.to_k,attn.to_v,attn.to_out.0,attn.add_q_proj,attn.add_k_proj,"
-        "attn.add_v_proj,attn.to_add_out,img_mlp.net.0.proj,img_mlp.net.2,txt_mlp.net.0.proj,txt_mlp.net.2]"
+    target_modules(
+        [*QWEN_IMAGE_LORA_TARGETS, "img_mlp.net.0.proj", "img_mlp.net.2", "txt_mlp.net.0.proj", "txt_mlp.net.2"]
     ),
     'reward={"jpeg_compressibility": 1.0}',
 ]
