@@ -16,6 +16,7 @@ from flowrl.plan import ode_plan
 from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
+from spies import record_calls
 from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["a red cat", "a blue dog"]
@@ -25,12 +26,6 @@ SMALL = small(3, *NO_EVAL)
 @pytest.fixture(scope="module")
 def adapter():
     return adapter_class("flux").from_config(resolve_config("tiny-flux").model, seed=0)
-
-
-def _record(module):
-    calls = []
-    handle = module.register_forward_pre_hook(lambda m, a, k: calls.append(k), with_kwargs=True)
-    return calls, handle
 
 
 def test_registered_and_listed(capsys):
@@ -49,7 +44,7 @@ def test_shapes_dtypes_and_the_transformer_call(adapter, one_thread):
     assert x.shape == (2, 4, 64) == (2, *adapter.latent_shape) and x.dtype == torch.float32
     inputs = adapter.model_inputs(cond, 3.5)
     assert inputs["prompt_embeds"].shape[0] == 2  # no CFG rows
-    calls, handle = _record(adapter.transformer)
+    calls, handle = record_calls(adapter.transformer)
     try:
         v = adapter.velocity(x, 0.75, inputs, 3.5)
         v_rows = adapter.velocity(x, torch.tensor([0.75, 0.75]), inputs, 3.5)

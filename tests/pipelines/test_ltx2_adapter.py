@@ -19,6 +19,7 @@ from flowrl.pipelines.ltx2.adapter import (
 )
 from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 from ltx2_towers import AUDIO_TO_VIDEO_ATTN, AUDIO_TOWER, AV_CROSS_MODULATION, VIDEO_TO_AUDIO_ATTN, VIDEO_TOWER
+from spies import record_calls
 
 PROMPTS = ["a red cat", "a blue dog"]
 TEXT_LEN = 128  # a multiple of the connectors' 128 registers
@@ -49,12 +50,6 @@ def adapter():
 
 def _gen(seed=0):
     return torch.Generator().manual_seed(seed)
-
-
-def _record(module):
-    calls = []
-    handle = module.register_forward_pre_hook(lambda m, a, k: calls.append(k), with_kwargs=True)
-    return calls, handle
 
 
 def _pipe_call(pipe, num_steps, output_type="latent", seed=0, prompts=PROMPTS, **guidance):
@@ -181,7 +176,7 @@ def test_velocity_rows_dtypes_and_per_modality_sigmas(adapter):
     for scale, rows in ((1.0, 2), (3.0, 4)):
         assert a.guidance(scale).passes == rows // 2
         assert a.guidance(scale).kind == ("cfg" if scale != 1.0 else "none")
-        calls, handle = _record(tr)
+        calls, handle = record_calls(tr)
         try:
             v = a.velocity(x, 0.7, a.model_inputs(cond, scale), scale)
         finally:
@@ -201,7 +196,7 @@ def test_velocity_rows_dtypes_and_per_modality_sigmas(adapter):
     same = a.velocity(x, {"video": 0.7, "audio": torch.tensor([0.7, 0.7])}, inputs, 1.0)
     for m in ref:
         assert torch.equal(per_row[m], ref[m]) and torch.equal(same[m], ref[m])
-    calls, handle = _record(tr)
+    calls, handle = record_calls(tr)
     try:
         other = a.velocity(x, {"video": 0.7, "audio": 0.3}, inputs, 1.0)
     finally:
@@ -286,7 +281,7 @@ def test_stg_and_modality_guidance_options_reproduce_the_pipeline(adapter):
     assert guided.call_guidance_kwargs(1.0) == LTX2_UNGUIDED_CALL_KWARGS
 
     x = guided.initial_noise(2, _gen(2))
-    calls, handle = _record(guided.transformer)
+    calls, handle = record_calls(guided.transformer)
     try:
         guided.velocity(x, 0.5, guided.model_inputs(guided.encode_prompts(PROMPTS), 3.0), 3.0)
     finally:

@@ -18,6 +18,7 @@ from flowrl.plan import ode_plan
 from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout
 from flowrl.trainer import Trainer
+from spies import record_calls
 from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["a red cat", "a blue dog"]
@@ -43,12 +44,6 @@ def _pipe(seed=0, distilled=False):
     return pipe
 
 
-def _record(module):
-    calls = []
-    handle = module.register_forward_pre_hook(lambda m, a, k: calls.append(k), with_kwargs=True)
-    return calls, handle
-
-
 def test_registered_and_listed(capsys):
     from flowrl.cli import main
 
@@ -69,7 +64,7 @@ def test_shapes_dtypes_duration_conditioning_and_the_transformer_call(adapter, o
     assert adapter.encode_prompts(PROMPTS[::-1])["prompt_embeds"][0].equal(cond["prompt_embeds"][1])  # cached rows
     x = adapter.initial_noise(2, torch.Generator().manual_seed(0))
     assert x.shape == (2, 8, 16) == (2, *adapter.latent_shape) and x.dtype == torch.float32
-    calls, handle = _record(adapter.transformer)
+    calls, handle = record_calls(adapter.transformer)
     try:
         inputs = adapter.model_inputs(cond, 1.0)
         v = adapter.velocity(x, 0.75, inputs, 1.0)

@@ -1,7 +1,6 @@
 """Tiny FLUX.1 / Wan 2.1-2.2 / Stable Audio 3 pipelines: offline, deterministic, with the real latent layouts
 and sigma schedules (each family's tiny.py and layout.py under pipelines/)."""
 
-import functools
 import math
 
 import pytest
@@ -18,6 +17,7 @@ from flowrl.pipelines.stable_audio.layout import (
 from flowrl.pipelines.stable_audio.tiny import build_tiny_stable_audio
 from flowrl.pipelines.wan.layout import wan_latent_shape
 from flowrl.pipelines.wan.tiny import build_tiny_wan
+from spies import record_calls, record_mu
 
 PROMPT = "a red cat"
 
@@ -27,13 +27,6 @@ pytestmark = pytest.mark.usefixtures("no_network", "one_thread")  # offline, one
 
 def _gen(seed=0):
     return torch.Generator().manual_seed(seed)
-
-
-def _record_calls(module):
-    """Record (args, kwargs) of every forward call of ``module``; returns (calls, handle)."""
-    calls = []
-    handle = module.register_forward_pre_hook(lambda m, a, k: calls.append((a, k)), with_kwargs=True)
-    return calls, handle
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -81,16 +74,8 @@ def test_flux_runs_with_packed_latents_ids_guidance_and_mu():
     from diffusers.pipelines.flux.pipeline_flux import calculate_shift
 
     pipe = build_tiny_flux()
-    calls, handle = _record_calls(pipe.transformer)
-    mus = []
-    set_timesteps = pipe.scheduler.set_timesteps
-
-    @functools.wraps(set_timesteps)  # keeps the signature the pipeline inspects for `sigmas`
-    def spy(*args, **kwargs):
-        mus.append(kwargs.get("mu"))
-        return set_timesteps(*args, **kwargs)
-
-    pipe.scheduler.set_timesteps = spy
+    calls, handle = record_calls(pipe.transformer, with_args=True)
+    mus = record_mu(pipe.scheduler)
     try:
         out = pipe(
             prompt=[PROMPT, PROMPT], num_inference_steps=2, height=32, width=32, output_type="latent", generator=_gen()
@@ -170,7 +155,7 @@ def test_wan_classes_and_scheduler():
 def test_wan_video_latents_and_determinism():
     pipe = build_tiny_wan()
     kwargs = {"prompt": PROMPT, "num_inference_steps": 2, "height": 32, "width": 32, "num_frames": 5}
-    calls, handle = _record_calls(pipe.transformer)
+    calls, handle = record_calls(pipe.transformer, with_args=True)
     try:
         lat = pipe(**kwargs, output_type="latent", generator=_gen(0)).frames
     finally:
@@ -197,8 +182,8 @@ def test_wan22_two_experts_switch_at_boundary():
     assert not torch.equal(pipe.transformer.proj_out.weight, pipe.transformer_2.proj_out.weight)
     call = {"prompt": PROMPT, "num_inference_steps": 2, "height": 32, "width": 32, "num_frames": 5}
     call.update(guidance_scale=1.0, output_type="latent")
-    high, h1 = _record_calls(pipe.transformer)
-    low, h2 = _record_calls(pipe.transformer_2)
+    high, h1 = record_calls(pipe.transformer, with_args=True)
+    low, h2 = record_calls(pipe.transformer_2, with_args=True)
     try:
         lat = pipe(**call, generator=_gen(0)).frames
     finally:
@@ -233,7 +218,7 @@ def test_stable_audio_classes_and_scheduler():
 
 def test_stable_audio_latents_audio_sigmas_and_determinism():
     pipe = build_tiny_stable_audio()
-    calls, handle = _record_calls(pipe.transformer)
+    calls, handle = record_calls(pipe.transformer, with_args=True)
     try:
         lat = pipe(
             prompt=[PROMPT, PROMPT], duration=1.0, num_inference_steps=2, output_type="latent", generator=_gen(0)

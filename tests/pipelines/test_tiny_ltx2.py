@@ -1,7 +1,6 @@
 """Tiny LTX-2 (joint audio-video) pipeline: the real diffusers classes, offline, deterministic, with LTX-2's
 latent layouts, sigma schedule, guidance passes and dual-tower transformer (pipelines/ltx2/tiny.py and layout.py)."""
 
-import functools
 import itertools
 import re
 
@@ -20,6 +19,7 @@ from flowrl.pipelines.ltx2.layout import (
 )
 from flowrl.pipelines.ltx2.tiny import build_tiny_ltx2
 from ltx2_towers import AUDIO_TO_VIDEO_ATTN, AUDIO_TOWER, AV_CROSS_MODULATION, VIDEO_TO_AUDIO_ATTN, VIDEO_TOWER
+from spies import record_calls, record_mu
 
 PROMPT = "a red cat"
 TEXT_LEN = 128  # max_sequence_length: a multiple of the connectors' 128 registers (the pipeline default is 1024)
@@ -53,13 +53,6 @@ def _call(pipe, output_type="pt", generator=None, **kwargs):
         generator=_gen() if generator is None else generator,
         **args,
     )
-
-
-def _record_calls(module):
-    """Record the kwargs of every forward call of ``module``; returns (calls, handle)."""
-    calls = []
-    handle = module.register_forward_pre_hook(lambda m, a, k: calls.append(k), with_kwargs=True)
-    return calls, handle
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -112,16 +105,8 @@ def test_builder_leaves_global_rng_alone():
 
 
 def test_unguided_call_shapes_one_pass_per_step_and_sigmas(pipe):
-    calls, handle = _record_calls(pipe.transformer)
-    mus = []
-    set_timesteps = pipe.scheduler.set_timesteps
-
-    @functools.wraps(set_timesteps)  # keeps the signature the pipeline inspects for `sigmas`
-    def spy(*args, **kwargs):
-        mus.append(kwargs.get("mu"))
-        return set_timesteps(*args, **kwargs)
-
-    pipe.scheduler.set_timesteps = spy
+    calls, handle = record_calls(pipe.transformer)
+    mus = record_mu(pipe.scheduler)
     try:
         out = _call(pipe)
     finally:
@@ -171,7 +156,7 @@ def test_four_step_schedule():
 
 
 def test_guided_call_runs_cfg_stg_and_modality_passes(pipe):
-    calls, handle = _record_calls(pipe.transformer)
+    calls, handle = record_calls(pipe.transformer)
     try:
         guided = _call(
             pipe,

@@ -21,6 +21,7 @@ from flowrl.resolve import resolve_config
 from flowrl.rollout import rollout, transition
 from flowrl.sde import flow_sde_g, step
 from flowrl.trainer import Trainer
+from spies import record_calls
 from tiny_runs import NO_EVAL, small
 
 PROMPTS = ["a red cat", "a blue dog"]
@@ -42,12 +43,6 @@ def wan21():
 @pytest.fixture(scope="module")
 def a14b():
     return _adapter("tiny-a14b")
-
-
-def _record(module):
-    calls = []
-    handle = module.register_forward_pre_hook(lambda m, a, k: calls.append(k), with_kwargs=True)
-    return calls, handle
 
 
 def _strip(name):  # drop the adapter name ("default", "default_0", ...)
@@ -90,7 +85,7 @@ def test_shapes_dtypes_and_the_transformer_call(wan21, one_thread):
     inputs = a.model_inputs(with_neg, 4.5)
     assert inputs["prompt_embeds"].shape[0] == 4  # CFG rows, negatives first
     assert inputs["prompt_embeds"][:2].equal(with_neg["negative_prompt_embeds"])
-    calls, handle = _record(a.transformer)
+    calls, handle = record_calls(a.transformer)
     try:
         v = a.velocity(x, 0.75, inputs, 4.5)
         v_rows = a.velocity(x, torch.tensor([0.75, 0.75]), inputs, 4.5)
@@ -159,7 +154,7 @@ def test_ode_rollout_is_the_pipelines_output(wan21, a14b, one_thread, path, guid
     a = wan21 if path == "tiny" else a14b
     sigmas = a.sigmas(6)
     x = a.initial_noise(2, torch.Generator().manual_seed(3))
-    hooks = [_record(t) for t in a._transformers()]
+    hooks = [record_calls(t) for t in a._transformers()]
     try:
         traj = rollout(a, a.encode_prompts(PROMPTS), ode_plan(sigmas), x, torch.arange(2), guidance)
     finally:
@@ -204,7 +199,7 @@ def test_experts_switch_at_the_boundary_and_split_straddling_rows(a14b, one_thre
     x = a.initial_noise(3, torch.Generator().manual_seed(0))
     inputs = a.model_inputs(a.encode_prompts(PROMPTS + ["a cat"]), 4.5)
     sig = torch.tensor([0.95, 0.5, 0.9])
-    calls, handle = _record(experts)
+    calls, handle = record_calls(experts)
     try:
         mixed = a.velocity(x, sig, inputs, 4.5)
     finally:
