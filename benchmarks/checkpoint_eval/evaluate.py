@@ -302,7 +302,7 @@ def draw(req: Request, suite: Any, items: list, model: str, target: str, weights
         steps=settings.get("steps"),
         guidance=settings.get("guidance_scale"),
         batch_size=req.batch_size,
-        extra_record={"benchmark": suite.name, "preset": preset, "prompts": len(items)},
+        extra_record={"benchmark": suite.name, "preset": preset},  # more prompts may be added to the folder later
         config=(config[0], None),
         load_weights=weights,
     )
@@ -323,7 +323,13 @@ def images_fingerprint(image_dir: Path) -> str:
 
 
 def score(req: Request, suite: Any, model: str, record: dict[str, Any]) -> dict[str, Any]:
-    """Score one folder (main process), unless it was scored with these images and metrics; returns its summary."""
+    """Score one folder (main process), unless it was scored with these images and metrics; returns its summary.
+
+    ``scores/images.sha256`` holds the fingerprint of the images a scoring started on: scores of other images
+    (more prompts drawn since) are removed first; a scoring of the same images that was stopped is continued
+    where the benchmark's scorer can (GenEval 2, DPG-Bench: ``resume``)."""
+    import shutil
+
     base = req.out / model / suite.name
     out = base / "scores"
     done = out / SUMMARY_FILE
@@ -332,6 +338,11 @@ def score(req: Request, suite: Any, model: str, record: dict[str, Any]) -> dict[
         summary = json.loads(done.read_text(encoding="utf-8"))
         if summary.get("images_fingerprint") == fingerprint and summary.get("metrics_asked") == req.metrics:
             return summary
+    started = out / "images.sha256"
+    if out.is_dir() and (not started.is_file() or started.read_text(encoding="utf-8") != fingerprint):
+        shutil.rmtree(out)  # the scores of other images: this command's own, stale
+    out.mkdir(parents=True, exist_ok=True)
+    started.write_text(fingerprint, encoding="utf-8")
     if hasattr(suite, "selected"):
         suite.selected = req.metrics
     options = {name: dict(values) for name, values in req.options.items()}
@@ -343,6 +354,7 @@ def score(req: Request, suite: Any, model: str, record: dict[str, Any]) -> dict[
             opts.setdefault("prompts", req.prompts[suite.name])
         if req.limit:
             opts.setdefault("limit", req.limit)
+        opts.setdefault("resume", True)  # the same images (above): continue a stopped judging
     result = suite.score_folder(base / "images", out, options)
     summary = {
         "metrics": result["metrics"],
@@ -351,7 +363,6 @@ def score(req: Request, suite: Any, model: str, record: dict[str, Any]) -> dict[
         "images_fingerprint": fingerprint,
         "metrics_asked": req.metrics,
     }
-    out.mkdir(parents=True, exist_ok=True)
     done.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
     return summary
 

@@ -230,6 +230,13 @@ def test_one_command_scores_base_and_checkpoint_on_every_benchmark(setup, format
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*.png")} == stamps
     assert {p: p.read_text() for p in out.rglob("metrics.json")} == metrics_files
     assert json.loads((out / "results.json").read_text())["benchmarks"] == results["benchmarks"]
+    # one more prompt: only its images are drawn, and the folders are scored again on both prompts
+    assert _eval(setup, out, "--lora", str(formats["flow_grpo"]), "--benchmarks", "geneval,ocr,drawbench",
+                 "--limit", "2") == 0  # fmt: skip
+    assert all(p.stat().st_mtime_ns == t for p, t in stamps.items())
+    again = json.loads((out / "results.json").read_text())["benchmarks"]
+    assert [b["prompts"] for b in again.values()] == [2, 2, 2]
+    assert len((out / "base" / "drawbench" / "scores" / "scores.jsonl").read_text().splitlines()) == 2
 
 
 def _flowrl_run(root: Path, formats) -> Path:
@@ -257,12 +264,12 @@ def test_every_format_draws_the_same_images(setup, formats, fmt):
     )
     assert _eval(setup, out, *given, "--benchmarks", "drawbench", "--metrics", "pickscore") == 0
     assert np.array_equal(_pixels(out / "checkpoint" / "drawbench" / "images" / "00000_0.png"), _pixels(reference))
-    results = json.loads((out / "results.json").read_text())
-    first = json.loads((setup["root"] / "flow_grpo" / "results.json").read_text())
-    assert (
-        results["benchmarks"]["drawbench"]["metrics"]["pickscore"]
-        == first["benchmarks"]["drawbench"]["metrics"]["pickscore"]
-    )
+    scores = [
+        json.loads((root / "checkpoint" / "drawbench" / "scores" / "scores.jsonl").read_text().splitlines()[0])
+        for root in (out, setup["root"] / "flow_grpo")
+    ]
+    assert scores[0]["file"] == scores[1]["file"] == "00000_0.png"
+    assert scores[0]["pickscore"] == pytest.approx(scores[1]["pickscore"], abs=1e-5)  # scored in a batch of 1, of 2
     assert (out / "report.html").is_file() and (out / "results.md").is_file()
 
 
