@@ -492,3 +492,27 @@ def test_a_flowrl_checkpoint_and_its_runs_export_draw_the_same_images(setup, tmp
               (("a", "checkpoint"), ("b", "checkpoint"), ("a", "base"))]  # fmt: skip
     assert np.abs(images[0].astype(int) - images[1]).max() <= 1  # the same weights (PNG rounding at most)
     assert not np.array_equal(images[0], images[2])
+
+
+def test_protocol_settings_by_preset_and_command_line(tmp_path):
+    """The published settings (docs/evaluation.md: DiffusionNFT scripts/evaluation.py, Flow-GRPO config/grpo.py
+    and train_sd3.py eval()), a preset for one benchmark, and the command line over both."""
+    from flowrl.benchmarks.checkpoint_eval.evaluate import Request, benchmark_settings
+    from flowrl.benchmarks.checkpoint_eval.suites import get_suite
+
+    def settings(name, **given):
+        return benchmark_settings(Request(out=tmp_path, benchmarks=[name], **given), get_suite(name))
+
+    nft = {"resolution": 512, "steps": 40, "guidance_scale": 1.0, "max_sequence_length": 256, "seed": 42}
+    assert settings("geneval") == ({**nft, "images_per_prompt": 4}, "diffusion_nft")
+    assert settings("ocr") == ({**nft, "images_per_prompt": 1}, "diffusion_nft")
+    assert settings("drawbench") == ({**nft, "images_per_prompt": 5}, "diffusion_nft")
+    fg = {**nft, "guidance_scale": 4.5, "max_sequence_length": 128, "images_per_prompt": 5}
+    assert settings("drawbench", preset="flow_grpo") == (fg, "flow_grpo")
+    assert settings("drawbench", presets={"drawbench": "flow_grpo"}) == (fg, "flow_grpo")
+    assert settings("ocr", presets={"drawbench": "flow_grpo"})[1] == "diffusion_nft"
+    given = {"steps": 2, "guidance": 3.0, "seed": 7, "images_per_prompt": 2}
+    assert settings("drawbench", preset="flow_grpo", **given) == (
+        {**fg, "steps": 2, "guidance_scale": 3.0, "seed": 7, "images_per_prompt": 2},
+        "flow_grpo",
+    )
