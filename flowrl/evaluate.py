@@ -13,6 +13,7 @@ from flowrl.logs import timed
 from flowrl.media import save_media
 from flowrl.mesh import Mesh
 from flowrl.pipelines.kit.images import ImageCache
+from flowrl.policy import Weights
 from flowrl.reward_models import RewardOutput, WeightedReward
 from flowrl.rollout import sample_images
 from flowrl.seeds import seed_of
@@ -68,7 +69,7 @@ class Evaluation:
         gen = torch.Generator(acc.device).manual_seed(seed_of(cfg.seed, "eval"))
         noise = latents.rows(self.adapter.initial_noise(len(items), gen), slice(rank * share, (rank + 1) * share))
         sources = item_images(mine, self.read_images)  # None for text-only prompts
-        with self.policy.weights("ema") as model:
+        with self.policy.weights(Weights.EMA) as model:
             media = sample_images(self.adapter, [it.prompt for it in mine], noise, cfg.sample.eval_num_steps,
                                   cfg.sample.eval_guidance_scale, cfg.sample.batch_size, model=model,
                                   negative_prompts=[it.negative_prompt for it in mine], images=sources)  # fmt: skip

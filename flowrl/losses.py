@@ -200,7 +200,7 @@ def _per_sample(name: str, value: ScalarOrTensor, batch: int, device: torch.devi
     return t.reshape(-1).expand(batch).to(device)
 
 
-def av_grpo_loss(
+def _check_av_grpo_args(
     logp_new: torch.Tensor,
     logp_old: torch.Tensor,
     adv: torch.Tensor,
@@ -208,23 +208,12 @@ def av_grpo_loss(
     dt_abs: ScalarOrTensor,
     mean: torch.Tensor,
     ref_mean: torch.Tensor | None,
-    std: torch.Tensor,
     phase: str,
     clip: float,
     beta_video: float,
     beta_audio: float,
-    *,
-    t_clamp=T_CLAMP,
-) -> AVGRPOLoss:
-    """AV-GRPO's loss of one trained transition (§7 step 6): λ_pol·max(−Aρ, −A·clip(ρ, 1−ε, 1+ε)) averaged over
-    the batch, plus β·λ_rw times the exact Gaussian KL of the step means, KL(N(mean, s²) ‖ N(ref_mean, s²))
-    (dimension mean, ``gaussian_kl``), β = beta_video or beta_audio by ``phase``. With both means from the step's
-    own g the KL is λ_KL·MSE(v, v_ref) (``kl_factor``); the authors' code evaluates λ_KL at the uncapped g.
-
-    logp_new, logp_old, adv: (B,); mean, ref_mean: (B, ...) the trained modality's step means (ref_mean None:
-    no reference, β must then be 0), or dicts of them by modality (joint latents); std: (B,) the step's std; t, dt_abs: one float for the transition (the
-    trainer's unit), or (B,) per sample.
-    """
+) -> None:
+    """``av_grpo_loss``'s arguments, each refused in one line when out of range or of the wrong shape."""
     _check_phase(phase)
     if not (isinstance(clip, (int, float)) and 0 < clip < math.inf):
         _fail(f"clip must be a finite number > 0, got {clip!r}")
@@ -248,6 +237,35 @@ def av_grpo_loss(
     beta = beta_video if phase == "video" else beta_audio
     if beta > 0 and ref_mean is None:
         _fail(f"beta_{phase}={beta} weighs a KL to the reference, but no ref_mean was given")
+
+
+def av_grpo_loss(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    adv: torch.Tensor,
+    t: ScalarOrTensor,
+    dt_abs: ScalarOrTensor,
+    mean: torch.Tensor,
+    ref_mean: torch.Tensor | None,
+    std: torch.Tensor,
+    phase: str,
+    clip: float,
+    beta_video: float,
+    beta_audio: float,
+    *,
+    t_clamp=T_CLAMP,
+) -> AVGRPOLoss:
+    """AV-GRPO's loss of one trained transition (§7 step 6): λ_pol·max(−Aρ, −A·clip(ρ, 1−ε, 1+ε)) averaged over
+    the batch, plus β·λ_rw times the exact Gaussian KL of the step means, KL(N(mean, s²) ‖ N(ref_mean, s²))
+    (dimension mean, ``gaussian_kl``), β = beta_video or beta_audio by ``phase``. With both means from the step's
+    own g the KL is λ_KL·MSE(v, v_ref) (``kl_factor``); the authors' code evaluates λ_KL at the uncapped g.
+
+    logp_new, logp_old, adv: (B,); mean, ref_mean: (B, ...) the trained modality's step means (ref_mean None:
+    no reference, β must then be 0), or dicts of them by modality (joint latents); std: (B,) the step's std;
+    t, dt_abs: one float for the transition (the trainer's unit), or (B,) per sample.
+    """
+    _check_av_grpo_args(logp_new, logp_old, adv, t, dt_abs, mean, ref_mean, phase, clip, beta_video, beta_audio)
+    beta = beta_video if phase == "video" else beta_audio
     lam_pol, lam_rw = policy_weight(t, dt_abs, t_clamp=t_clamp), reward_weight(t, dt_abs, phase, t_clamp=t_clamp)
     pg = ppo_clip_loss(logp_new, logp_old, adv, clip)
     kl, kl_term = torch.zeros(()), torch.zeros(())

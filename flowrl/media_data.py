@@ -17,6 +17,7 @@ one line naming the folder's file, the row and the field. ``row_media`` gives a 
 
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,15 @@ import torch
 
 from flowrl.configkit import ConfigError
 
-KINDS = ("preference", "media")
+
+class DatasetKind(str, Enum):
+    """What a dataset row's media are (``Needs.dataset``): preference pairs (chosen, rejected) or a target."""
+
+    PREFERENCE = "preference"
+    MEDIA = "media"
+
+
+KINDS = tuple(kind.value for kind in DatasetKind)
 PICKAPIC = ("jpg_0", "jpg_1", "label_0")
 
 
@@ -51,10 +60,10 @@ def data_root(spec: str) -> Path:
     return path if path.is_dir() else path.parent
 
 
-def row_media(metadata: dict[str, Any], kind: str) -> tuple[str, ...]:
+def row_media(metadata: dict[str, Any], kind: DatasetKind | str) -> tuple[str, ...]:
     """A row's media paths as written: preference (chosen, rejected), media (the target). ``metadata`` is the row
     without its prompt (``PromptItem.metadata``); raises ``ValueError`` saying what the row lacks."""
-    if kind == "preference":
+    if DatasetKind(kind) is DatasetKind.PREFERENCE:
         if "chosen" in metadata or "rejected" in metadata:
             return _fields(metadata, ("chosen", "rejected"))
         if any(k in metadata for k in PICKAPIC):
@@ -81,7 +90,7 @@ def _fields(metadata: dict[str, Any], names: tuple[str, ...]) -> tuple[str, ...]
     return tuple(metadata[n] for n in names)
 
 
-def check_media_folder(cfg: Any, kind: str) -> None:
+def check_media_folder(cfg: Any, kind: DatasetKind | str) -> None:
     """Every training row of ``data.prompts`` names readable media of ``kind``: else one ``ConfigError`` line
     naming the split file, the row (1-based line) and the field or file."""
     from PIL import Image
@@ -90,11 +99,12 @@ def check_media_folder(cfg: Any, kind: str) -> None:
 
     if kind not in KINDS:
         raise ValueError(f"unknown dataset kind {kind!r}; known: {', '.join(KINDS)}")
+    kind = DatasetKind(kind)
     from flowrl.data import builtin_folder
 
     spec = cfg.data.prompts
     folder = Path(builtin_folder(spec) or spec).expanduser()
-    what = "preference pairs" if kind == "preference" else "target images"
+    what = "preference pairs" if kind is DatasetKind.PREFERENCE else "target images"
     if spec.startswith("hf:") or not (folder.is_dir() or folder.suffix == ".jsonl"):
         raise ConfigError(
             f"data.prompts: method {cfg.method.name} trains on {what} from a dataset folder (train.jsonl rows with "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,22 @@ import torch
 from flowrl import sharding
 from flowrl.memory import add_adapter_quiet, build_optimizer, missing_inductor_backend, quantize_base
 from flowrl.mesh import Mesh, enable_sequence_parallel
+
+
+class Weights(str, Enum):
+    """The weights ``Policy.weights`` swaps in, besides a parameter average the method names."""
+
+    CURRENT = "current"  # as trained
+    REFERENCE = "reference"  # the base: LoRA off, or full fine-tuning's frozen copy
+    EMA = "ema"  # the EMA (``train.ema``)
+
+    @classmethod
+    def of(cls, name: Weights | str) -> Weights | None:
+        """The member ``name`` names; None: a parameter average's name."""
+        try:
+            return cls(name)
+        except ValueError:
+            return None
 
 
 class ParamAverage:
@@ -146,21 +163,7 @@ class Policy:
                 f"model.attention_backend={cfg.model.attention_backend!r} is an inference-only "
                 "kernel (no backward pass): it cannot train; choose another (or null)"
             )
-        transformer.requires_grad_(False)
-        self.ref_model = None
-        if t.lora.enabled:  # the frozen base quantized first (model.base_quantization), peft's LoRA wraps it
-            quantize_base(transformer, cfg.model.base_quantization)
-            add_adapter_quiet(transformer, lora_config(t.lora, adapter.lora_target_modules))
-        else:
-            transformer.requires_grad_(True)
-            if builds_on_host(acc):  # the fp32 model and its reference made on the host; FSDP2 moves each shard in
-                transformer.to("cpu")
-                empty_device_cache(acc.device)
-            if reference:  # full fine-tuning keeps a frozen copy as the reference
-                self.ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
-        for p in transformer.parameters():
-            if p.requires_grad:
-                p.data = p.data.float()
+        self.ref_model = self._make_trainable(transformer, reference)
         if t.gradient_checkpointing:
             transformer.enable_gradient_checkpointing()
         transformer.eval()  # no dropout anywhere: rollout and update must compute the same function
@@ -197,6 +200,26 @@ class Policy:
         # the method's parameter averages (RAM's lagged policy), updated once an iteration
         self.averages = {name: ParamAverage(self.trainable, decay_at) for name, decay_at in averages.items()}
 
+    def _make_trainable(self, transformer: torch.nn.Module, reference: bool) -> torch.nn.Module | None:
+        """LoRA adapters on the frozen (and maybe quantized) base, or every weight trainable; trainable weights in
+        fp32. Returns the frozen reference copy full fine-tuning keeps when the method reads it (else None)."""
+        t, ref_model = self.cfg.train, None
+        transformer.requires_grad_(False)
+        if t.lora.enabled:  # the frozen base quantized first (model.base_quantization), peft's LoRA wraps it
+            quantize_base(transformer, self.cfg.model.base_quantization)
+            add_adapter_quiet(transformer, lora_config(t.lora, self.adapter.lora_target_modules))
+        else:
+            transformer.requires_grad_(True)
+            if builds_on_host(self.acc):  # the fp32 model and its reference made on the host; FSDP2 moves shards in
+                transformer.to("cpu")
+                empty_device_cache(self.acc.device)
+            if reference:  # full fine-tuning keeps a frozen copy as the reference
+                ref_model = copy.deepcopy(transformer).requires_grad_(False).eval()
+        for p in transformer.parameters():
+            if p.requires_grad:
+                p.data = p.data.float()
+        return ref_model
+
     def wrap(self, transformer: torch.nn.Module, optimizer: torch.optim.Optimizer):
         """Wrap for the launch's strategy (DDP, DeepSpeed, FSDP2) through accelerate."""
         return self.acc.prepare(transformer, optimizer)
@@ -206,22 +229,23 @@ class Policy:
         self.nfe += int(x.shape[0]) if x is not None else 0
 
     @contextmanager
-    def weights(self, name: str) -> Iterator[torch.nn.Module]:
-        """The module to call with the weights ``name`` in place, restored on exit: ``"current"`` (as trained),
-        ``"reference"`` (the base: LoRA off, or full fine-tuning's frozen copy), ``"ema"`` (the EMA; the current
-        weights where ``train.ema`` is off) or the name of a parameter average."""
-        if name == "reference" and self.ref_model is not None:
+    def weights(self, name: Weights | str) -> Iterator[torch.nn.Module]:
+        """The module to call with the weights ``name`` in place, restored on exit: ``Weights.CURRENT`` (as
+        trained), ``REFERENCE`` (the base: LoRA off, or full fine-tuning's frozen copy), ``EMA`` (the EMA; the
+        current weights where ``train.ema`` is off), or the name of a parameter average."""
+        which = Weights.of(name)
+        if which is Weights.REFERENCE and self.ref_model is not None:
             yield self.ref_model
-        elif name == "reference":
+        elif which is Weights.REFERENCE:
             self.transformer.disable_adapters()
             try:
                 yield self.model
             finally:
                 self.transformer.enable_adapters()
-        elif name == "current" or (name == "ema" and self.ema is None):
+        elif which is Weights.CURRENT or (which is Weights.EMA and self.ema is None):
             yield self.model
         else:
-            average = self.ema if name == "ema" else self.averages.get(name)
+            average = self.ema if which is Weights.EMA else self.averages.get(name)
             if average is None:
                 raise KeyError(f"no parameter average {name!r} (kept: {sorted(self.averages) or 'none'})")
             with self._swapped_in(average.shadow):
@@ -248,7 +272,7 @@ class Policy:
         Every process calls it (gathering FSDP shards is collective); the main process writes."""
         transformer = self.acc.unwrap_model(self.model)
         main = self.acc.is_main_process
-        with self.weights("ema"):
+        with self.weights(Weights.EMA):
             if self.cfg.train.lora.enabled:
                 from peft.utils import get_peft_model_state_dict
 

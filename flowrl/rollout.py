@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,6 +14,9 @@ from flowrl.media import cat_media, to_cpu
 from flowrl.pipelines.base import Conditioning, PipelineAdapter
 from flowrl.plan import StepPlan, ode_plan
 from flowrl.sde import DETERMINISTIC_KINDS, MULTISTEP_KINDS, StepOutput, joint_step, step
+
+if TYPE_CHECKING:
+    from flowrl.methods.seam import TrainingUnit
 
 
 def states_moved(unit, names: tuple[str, ...], device: torch.device):
@@ -303,7 +306,7 @@ def sample_images(
 class RolloutBatch:
     """The rollout phase's output for one rollout batch of this process (the update's training unit)."""
 
-    traj: Trajectory
+    traj: TrainingUnit  # a ``Trajectory``, or a method's own unit (``flowrl.methods.seam.TrainingUnit``)
     cond: Conditioning
     prompts: list[str]
     metadata: list[dict]

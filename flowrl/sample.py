@@ -215,15 +215,9 @@ def _record(
 
 
 # ------------------------------------------------------------------------------------------ command
-def cmd_sample(args: argparse.Namespace) -> int:
-    import torch
-
-    from flowrl.benchmarks.models import check_model_path_or_hint
-    from flowrl.media import num_samples, to_cpu
-    from flowrl.pipelines.base import adapter_class
-
-    _check_args(args)
-    checkpoint, state = checkpoint_folder(args.checkpoint) if args.checkpoint else (None, {})
+def _config_and_run(args: argparse.Namespace, checkpoint: Path | None, state: dict) -> tuple[Any, Path | None]:
+    """The config to sample (the target's, or the checkpoint's run's) and its run folder (None: a recipe); a
+    checkpoint of another family, or ``--ema`` on one without an EMA, refused in one line."""
     if args.target is not None:
         cfg, run = _sample_config(args.target)
     else:
@@ -235,9 +229,14 @@ def cmd_sample(args: argparse.Namespace) -> int:
         check_family(checkpoint, cfg.model.pipeline, "--checkpoint", state)
     if checkpoint is not None and args.ema and not (checkpoint / "ema.safetensors").is_file():
         raise ValueError(f"--ema: checkpoint {checkpoint} has no ema.safetensors (the run trained without train.ema)")
-    check_model_path_or_hint(cfg.model)  # before the build: a toy recipe names `flowrl eval toy --pretrain`
-    sources = source_images(args, cfg.model.pipeline)  # the edit's source image(s), checked before the build
-    adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
+    return cfg, run
+
+
+def _load_weights(
+    adapter: Any, cfg: Any, args: argparse.Namespace, checkpoint: Path | None, state: dict, run: Path | None
+) -> dict[str, Any]:
+    """The checkpoint's weights (``--checkpoint``, its EMA with ``--ema``) or the run's exported ones into
+    ``adapter``; returns what ``sample.json`` records of them."""
     if checkpoint is not None:
         loaded = load_checkpoint_weights(adapter, cfg, checkpoint, args.ema)
         weights = {
@@ -254,6 +253,23 @@ def cmd_sample(args: argparse.Namespace) -> int:
             print(f"{run} has no exported weights (lora/ or transformer/): sampling the base model")
     if loaded:
         print(f"loaded {loaded} from {checkpoint or run}")
+    return weights
+
+
+def cmd_sample(args: argparse.Namespace) -> int:
+    import torch
+
+    from flowrl.benchmarks.models import check_model_path_or_hint
+    from flowrl.media import num_samples, to_cpu
+    from flowrl.pipelines.base import adapter_class
+
+    _check_args(args)
+    checkpoint, state = checkpoint_folder(args.checkpoint) if args.checkpoint else (None, {})
+    cfg, run = _config_and_run(args, checkpoint, state)
+    check_model_path_or_hint(cfg.model)  # before the build: a toy recipe names `flowrl eval toy --pretrain`
+    sources = source_images(args, cfg.model.pipeline)  # the edit's source image(s), checked before the build
+    adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
+    weights = _load_weights(adapter, cfg, args, checkpoint, state, run)
     home = run if run is not None else _output_run(checkpoint)
     base = Path(args.out) if args.out else (home / "samples_cli" if home is not None else Path("samples"))
     steps = args.steps or cfg.sample.eval_num_steps

@@ -154,8 +154,24 @@ class Scoring:
         """
         if self.reward is None:
             return self.unscored(batches)
-        prompts = [p for b in batches for p in b.prompts]
         names = ["final", *batches[0].extra]
+        parts, error = self._call_all(batches)
+        outputs = self._joined(parts, names) if error is None else {}
+        failed = self.acc.gather(torch.tensor([error is not None], device=self.acc.device)).any()
+        if bool(failed):
+            if self.cfg.train.on_reward_error == "skip":
+                logger.warning("skipping the iteration: %s", error or "a reward failed on another process")
+                return None
+            raise error or RewardError("a reward failed on another process")
+        columns, components = self._gathered(batches, names, outputs)
+        # this process's evaluations: a pointwise reward's samples, a pairwise one's comparisons
+        by_reward = {
+            r: float(sum(part[name][2].get(r, 0) for part in parts for name in names)) for r in self.reward.rewards
+        }
+        return Scores(columns["final"], components, columns, int(sum(by_reward.values())), by_reward)
+
+    def _call_all(self, batches: list[RolloutBatch]) -> tuple[list[dict], RewardError | None]:
+        """Every batch's reward results, in batch order, or the error that stopped them."""
         parts, error = [], None
         try:
             if self.overlap:  # each batch was submitted when it was sampled; their results in batch order
@@ -169,25 +185,26 @@ class Scoring:
             # the batches still scoring in the background finish first (each call is bounded by the
             # timeout), so that no reward runs while the next phase or an evaluation calls it
             futures_wait([b.pending for b in batches if b.pending is not None])
-        outputs = (
-            {
-                name: (
-                    torch.cat([part[name][0] for part in parts]),
-                    {c: torch.cat([part[name][1][c] for part in parts]) for c in parts[0][name][1]},
-                )
-                for name in names
-            }
-            if error is None
-            else {}
-        )
+        return parts, error
+
+    @staticmethod
+    def _joined(parts: list[dict], names: list[str]) -> dict[str, tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+        """This process's scores and components of each scored latent, its batches' joined."""
+        return {
+            name: (
+                torch.cat([part[name][0] for part in parts]),
+                {c: torch.cat([part[name][1][c] for part in parts]) for c in parts[0][name][1]},
+            )
+            for name in names
+        }
+
+    def _gathered(
+        self, batches: list[RolloutBatch], names: list[str], outputs: dict
+    ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """Every process's reward columns (``final`` (N,), another scored latent's (N, K), each component's,
+        the exploration's info columns), and the final reward's components, in global order."""
+        n, device = sum(len(b.prompts) for b in batches), self.acc.device
         ks = {"final": 1, **{name: extra_k(batches[0], name) for name in batches[0].extra}}
-        device = self.acc.device
-        failed = self.acc.gather(torch.tensor([error is not None], device=device)).any()
-        if bool(failed):
-            if self.cfg.train.on_reward_error == "skip":
-                logger.warning("skipping the iteration: %s", error or "a reward failed on another process")
-                return None
-            raise error or RewardError("a reward failed on another process")
 
         def gather(t: torch.Tensor) -> torch.Tensor:  # each sample once: its sequence-parallel group's first
             return self.mesh.once(self.acc.gather(t.to(device))).cpu()
@@ -197,18 +214,14 @@ class Scoring:
         for name in names[1:]:
             k = ks[name]
             scores, comps = outputs[name]
-            columns[name] = gather(scores.view(len(prompts), k))  # (N, K)
+            columns[name] = gather(scores.view(n, k))  # (N, K)
             for comp, values in comps.items():  # each reward's own, unweighted
-                columns[f"{name}/{comp}"] = gather(values.view(len(prompts), k))
+                columns[f"{name}/{comp}"] = gather(values.view(n, k))
         for name in batches[0].info:
             columns[name] = gather(torch.cat([b.info[name] for b in batches]))
         components = {k: gather(v) for k, v in final_components.items()}
         columns.update({f"final/{k}": v for k, v in components.items()})
-        # this process's evaluations: a pointwise reward's samples, a pairwise one's comparisons
-        by_reward = {
-            r: float(sum(part[name][2].get(r, 0) for part in parts for name in names)) for r in self.reward.rewards
-        }
-        return Scores(columns["final"], components, columns, int(sum(by_reward.values())), by_reward)
+        return columns, components
 
     def unscored(self, batches: list[RolloutBatch]) -> Scores:
         """The reward phase without a reward: no call, a zero ``final`` column and the method's info columns,

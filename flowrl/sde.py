@@ -303,6 +303,24 @@ STEPS: dict[str, Callable[..., StepOutput]] = {
 }
 
 
+def _history(kind: str, m: str, previous: tuple[float, dict[str, torch.Tensor]] | None) -> dict:
+    """``joint_step``'s ``previous`` for modality ``m``: given to a multistep kind that has one, else nothing."""
+    if kind in MULTISTEP_KINDS and previous is not None and m in previous[1]:
+        return {"previous": (previous[0], previous[1][m])}
+    return {}
+
+
+def _joint_log_prob(
+    outs: dict[str, StepOutput], x: dict[str, torch.Tensor], trained: tuple[str, ...], reduction: Reduction
+) -> torch.Tensor:
+    """The trained modalities' log-probs together (``joint_step``): with ``"mean"`` weighted by element counts."""
+    if reduction == "mean":
+        counts = {m: x[m][0].numel() for m in trained}
+        total = sum(counts.values())
+        return sum(outs[m].log_prob * (counts[m] / total) for m in trained)
+    return sum(outs[m].log_prob for m in trained)
+
+
 def joint_step(
     kinds: dict[str, str],
     v: dict[str, torch.Tensor],
@@ -328,12 +346,6 @@ def joint_step(
     ``mean`` and ``std`` hold the trained modalities only (what a KL to a reference compares). ``previous``
     = (sigma_prev, {modality: x0_prev}) for the modalities with a multistep kind (``MULTISTEP_KINDS``); ``x0`` of
     the result holds those modalities' data predictions (None when there are none)."""
-
-    def history(m: str) -> dict:
-        if kinds[m] in MULTISTEP_KINDS and previous is not None and m in previous[1]:
-            return {"previous": (previous[0], previous[1][m])}
-        return {}
-
     outs = {
         m: step(
             kinds[m],
@@ -347,7 +359,7 @@ def joint_step(
             noise=None if noise is None else noise[m],
             generator=generator,
             reduction=reduction,
-            **history(m),
+            **_history(kinds[m], m, previous),
         )
         for m in x
     }
@@ -357,15 +369,9 @@ def joint_step(
         return StepOutput(
             {m: o.x_next for m, o in outs.items()}, torch.zeros(batch, device=next(iter(x.values())).device), {}, {}, x0
         )
-    if reduction == "mean":
-        counts = {m: x[m][0].numel() for m in trained}
-        total = sum(counts.values())
-        log_prob = sum(outs[m].log_prob * (counts[m] / total) for m in trained)
-    else:
-        log_prob = sum(outs[m].log_prob for m in trained)
     return StepOutput(
         {m: o.x_next for m, o in outs.items()},
-        log_prob,
+        _joint_log_prob(outs, x, trained, reduction),
         {m: outs[m].mean for m in trained},
         {m: outs[m].std for m in trained},
         x0,

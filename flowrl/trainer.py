@@ -60,6 +60,27 @@ class NoSignalError(RuntimeError):
     """Too many iterations in a row in which every group's reward was flat: nothing can be learned."""
 
 
+def check_launch(acc: Any, cfg: Config) -> None:
+    """The launch's strategy, refused in one line where flowrl cannot train under it."""
+    if acc.distributed_type.value == "FSDP" and not acc.is_fsdp2:
+        raise ValueError(
+            "accelerate FSDP1 is not supported (it flattens each block into one tensor of one dtype): set "
+            "fsdp_version: 2 in the accelerate config, as flowrl/recipes/accelerate/fsdp.yaml does"
+        )
+    if acc.distributed_type.value == "FSDP" and cfg.model.base_quantization != "none":
+        raise ValueError(
+            f"model.base_quantization={cfg.model.base_quantization}: FSDP2 cannot shard torchao's quantized "
+            "weights; launch with DDP (flowrl/recipes/accelerate/ddp.yaml), or set it to none"
+        )
+
+
+def add_heldout_gap(metrics: dict[str, float]) -> None:
+    """``monitor/heldout_gap``: trained-on prompts minus held-out prompts, both under the training reward."""
+    if "eval/reward/mean" in metrics and "reward/mean" in metrics:
+        held_out = metrics.get("eval/train_reward/mean", metrics["eval/reward/mean"])
+        metrics["monitor/heldout_gap"] = metrics["reward/mean"] - held_out
+
+
 class Trainer:
     """One training run of ``cfg``: ``train()`` runs ``train.iterations`` iterations (from a resumed one), each
     ``step(i)``: the rollout (``collect``), reward (``Scoring.score``), advantage (the method's credit) and update
@@ -72,16 +93,7 @@ class Trainer:
         self.cfg = resolve(cfg)  # a config built from a dict, not a recipe, is checked against the plug-ins here
         self.acc = accelerator or Accelerator(mixed_precision=cfg.train.mixed_precision)
         self.tracking = trackers.NO_TRACKING  # log.trackers, started by train() (flowrl.trackers)
-        if self.acc.distributed_type.value == "FSDP" and not self.acc.is_fsdp2:  # before any weight loads
-            raise ValueError(
-                "accelerate FSDP1 is not supported (it flattens each block into one tensor of one dtype): set "
-                "fsdp_version: 2 in the accelerate config, as flowrl/recipes/accelerate/fsdp.yaml does"
-            )
-        if self.acc.distributed_type.value == "FSDP" and cfg.model.base_quantization != "none":
-            raise ValueError(
-                f"model.base_quantization={cfg.model.base_quantization}: FSDP2 cannot shard torchao's quantized "
-                "weights; launch with DDP (flowrl/recipes/accelerate/ddp.yaml), or set it to none"
-            )
+        check_launch(self.acc, cfg)  # before any weight loads
         # the same on every process (rank 0's seed, as ever): FSDP processes each keep a piece of one model
         torch.manual_seed(seed_of(cfg.seed, "init", 0))
         self.prompts = load_train_prompts(cfg.data)
@@ -101,22 +113,13 @@ class Trainer:
         if self.needs.dataset:  # a row's image is the method's target, not a source to edit
             self.prompts = as_targets(self.prompts)
         preflight(cfg)  # the inputs that a model build would only trip over later
-        # each row's source images, checked after the settings and before any model loads
-        takes = source_images_of(adapter_class(cfg.model.pipeline))
-        check_source_images(self.prompts, takes, cfg.model.pipeline)
-        check_source_images(eval_items or [], takes, cfg.model.pipeline, "data.eval_prompts")
+        self._check_source_images(eval_items)  # after the settings and before any model loads
         self.out, self._run_lock = runs.prepare_run_dir(cfg, self.acc)
         resume_path = runs.resolve_resume(cfg, self.out) if cfg.resume else None
         self._signals = StopSignals(defer_always=self.acc.num_processes > 1)
         self.already_done = False
         self.adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, device=self.acc.device, seed=cfg.seed)
-        # None: no reward configured, which a method whose experience needs none allows (``Needs.rewards``)
-        self.reward = build_rewards(cfg) if cfg.reward else None
-        # a loss through the rewards: the same instances, summed with grad (``Context.reward_with_grad``)
-        self.grad_reward = (
-            GradRewardSum(self.reward.rewards, self.method.name) if self.needs.differentiable_reward else None
-        )
-        self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
+        self._build_rewards()
         self.eval_prompts = eval_items or self.prompts
         self._place_text_encoders(cfg.model.text_encoders)
         check_whole_groups(cfg, self.method, world, pairwise=self.reward is not None and self.reward.pairwise)
@@ -137,14 +140,36 @@ class Trainer:
         )
         self.start_iteration = 0
         if cfg.train.onpolicy_check and self.needs.onpolicy_check is not None:
-            self.updater.checked_onpolicy = True
-            logger.warning(
-                "train.onpolicy_check does not apply to method %s: %s, so no on-policy check is made",
-                self.method.name,
-                self.needs.onpolicy_check,
-            )
+            self._skip_onpolicy_check()
         if resume_path is not None:
             self._resume(resume_path)
+
+    def _check_source_images(self, eval_items: list | None) -> None:
+        """Each training and evaluation row's source images, as the family takes them."""
+        pipeline = self.cfg.model.pipeline
+        takes = source_images_of(adapter_class(pipeline))
+        check_source_images(self.prompts, takes, pipeline)
+        check_source_images(eval_items or [], takes, pipeline, "data.eval_prompts")
+
+    def _build_rewards(self) -> None:
+        """``reward`` (None: no reward configured, which a method whose experience needs none allows,
+        ``Needs.rewards``), ``grad_reward`` (a loss through the rewards: the same instances summed with grad,
+        ``Context.reward_with_grad``) and ``eval_reward``."""
+        cfg = self.cfg
+        self.reward = build_rewards(cfg) if cfg.reward else None
+        self.grad_reward = (
+            GradRewardSum(self.reward.rewards, self.method.name) if self.needs.differentiable_reward else None
+        )
+        self.eval_reward = build_rewards(cfg, cfg.eval_reward) if cfg.eval_reward else self.reward
+
+    def _skip_onpolicy_check(self) -> None:
+        """The method's loss has no rollout log-prob to recompute (``Needs.onpolicy_check`` says why): no check."""
+        self.updater.checked_onpolicy = True
+        logger.warning(
+            "train.onpolicy_check does not apply to method %s: %s, so no on-policy check is made",
+            self.method.name,
+            self.needs.onpolicy_check,
+        )
 
     def _place_text_encoders(self, mode: str) -> None:
         """``model.text_encoders`` (``flowrl.pipelines.kit.text_encoders``): ``offload`` hooks them onto the
@@ -199,20 +224,10 @@ class Trainer:
                     evaluation = self.evaluation.timed(iteration) if self.evaluation.due(iteration) else {}
                     metrics = {**self.step(iteration), **evaluation}
                     self._signals.hold()  # held from the update on (`step`); a skipped iteration holds here
-                    if "eval/reward/mean" in metrics and "reward/mean" in metrics:
-                        # trained-on prompts minus held-out prompts, both under the training reward
-                        held_out = metrics.get("eval/train_reward/mean", metrics["eval/reward/mean"])
-                        metrics["monitor/heldout_gap"] = metrics["reward/mean"] - held_out
+                    add_heldout_gap(metrics)
                     history.append(metrics)
                     if main:
-                        writer.write(metrics)
-                        self.tracking.log(metrics, step=iteration)
-                        bar.set_postfix(
-                            reward=f"{metrics.get('reward/mean', float('nan')):.4g}",
-                            kl=f"{metrics.get('policy/kl', 0):.2g}",
-                        )
-                        if "skipped" not in metrics:
-                            self._maybe_save_samples(iteration)
+                        self._log(metrics, iteration, writer, bar)
                     done = iteration + 1
                     stop, flat = stop_rule_hit(cfg.log.stop_if, metrics), self._flat_for_too_long(metrics)
                     if done % cfg.log.save_every == 0 or done == cfg.train.iterations or stop or flat:
@@ -236,11 +251,26 @@ class Trainer:
                 self._stop_after(exc, iteration)
             finally:  # no reward thread outlives the run (a process then exits with no worker left)
                 self.scoring.close()
-        if main and (self.out / "metrics.jsonl").exists():
+        self._close_run()
+        return history
+
+    def _log(self, metrics: dict[str, float], iteration: int, writer: MetricsWriter, bar: Any) -> None:
+        """The main process's record of an iteration: metrics.jsonl, the trackers, the progress bar, samples."""
+        writer.write(metrics)
+        self.tracking.log(metrics, step=iteration)
+        bar.set_postfix(
+            reward=f"{metrics.get('reward/mean', float('nan')):.4g}",
+            kl=f"{metrics.get('policy/kl', 0):.2g}",
+        )
+        if "skipped" not in metrics:
+            self._maybe_save_samples(iteration)
+
+    def _close_run(self) -> None:
+        """After the last iteration: the reward curve drawn, the run folder's lock released."""
+        if self.acc.is_main_process and (self.out / "metrics.jsonl").exists():
             plot_reward_curve(read_metrics(self.out / "metrics.jsonl"), self.out / "reward_curve.png")
         if self._run_lock is not None:  # an interrupted run keeps it until the process (or this trainer) ends
             self._run_lock.release()
-        return history
 
     # ------------------------------------------------------------------------------------ one iteration
     def step(self, iteration: int) -> dict[str, float]:

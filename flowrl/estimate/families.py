@@ -371,6 +371,32 @@ def _expert_transitions(cfg: Config, parts: FamilyParts) -> tuple[float, float]:
 # the model's size
 
 
+def _trainable_count(parts, trained_idx: list[int], per_expert: list[int], targets, rank: int) -> int:
+    """The trained experts' trainable parameters: their LoRA's with ``targets``, else all of theirs."""
+    if targets:
+        per_expert_lora = [lora_parameter_count(e, targets, rank) for e in parts.experts]
+        trainable = sum(per_expert_lora[i] for i in trained_idx)
+        if trainable == 0:
+            raise ConfigError(f"train.lora.target_modules: {targets} match no module of the transformer")
+        return trainable
+    return sum(per_expert[i] for i in trained_idx)
+
+
+def _activation_bytes(cfg: Config, profile, geo, tc, targets, d: int, layers: int) -> tuple[float, float, int]:
+    """One row's training activation bytes (the probe's per-row and per-token counts scaled to width ``d``), its
+    bytes under gradient checkpointing, and the tokens checkpointing keeps per block."""
+    per_row, *per_token = family_probe(cfg.model.pipeline, dict(tc), cfg, targets)
+    tokens = [*profile.token_split(geo), geo.text_tokens]  # per main token of each kind, per text token
+    act = max(per_row, 0.0) + d / PROBE_WIDTH * sum(c * n for c, n in zip(per_token, tokens))
+    el = 2 if compute_16bit(cfg) else 4
+    # checkpointing keeps each block's inputs: both streams of a two-stream model, else the main stream (the
+    # text context is one tensor every block shares)
+    ckpt_tokens = geo.main_tokens + (geo.text_tokens if profile.checkpoint_text else 0)
+    shared = 0 if profile.checkpoint_text else geo.text_tokens * d * el
+    ckpt = layers * ckpt_tokens * d * el + shared + act / layers
+    return act, ckpt, ckpt_tokens
+
+
 def family_model_size(cfg: Config) -> ModelSize:
     """Parameters, tokens, FLOPs and activation bytes of ``cfg.model`` of a family in ``PROFILES``."""
     mc, lora = cfg.model, cfg.train.lora
@@ -383,22 +409,9 @@ def family_model_size(cfg: Config) -> ModelSize:
     targets = (lora.target_modules or family_lora_targets(pipeline)) if lora.enabled else None
     trained_idx = _trained_expert_indices(cfg, parts)
     per_expert = [count_parameters(e) for e in parts.experts]
-    if targets:
-        per_expert_lora = [lora_parameter_count(e, targets, lora.rank) for e in parts.experts]
-        trainable = sum(per_expert_lora[i] for i in trained_idx)
-        if trainable == 0:
-            raise ConfigError(f"train.lora.target_modules: {targets} match no module of the transformer")
-    else:
-        trainable = sum(per_expert[i] for i in trained_idx)
-    per_row, *per_token = family_probe(pipeline, dict(tc), cfg, targets)
-    tokens = [*profile.token_split(geo), geo.text_tokens]  # per main token of each kind, per text token
-    act = max(per_row, 0.0) + d / PROBE_WIDTH * sum(c * n for c, n in zip(per_token, tokens))
+    trainable = _trainable_count(parts, trained_idx, per_expert, targets, lora.rank)
+    act, ckpt, ckpt_tokens = _activation_bytes(cfg, profile, geo, tc, targets, d, layers)
     el = 2 if compute_16bit(cfg) else 4
-    # checkpointing keeps each block's inputs: both streams of a two-stream model, else the main stream (the
-    # text context is one tensor every block shares)
-    ckpt_tokens = geo.main_tokens + (geo.text_tokens if profile.checkpoint_text else 0)
-    shared = 0 if profile.checkpoint_text else geo.text_tokens * d * el
-    ckpt = layers * ckpt_tokens * d * el + shared + act / layers
     tcfg_json = json.dumps(plain(dict(tc)), sort_keys=True, default=list)
     flops, rollout_bytes = meta_forward_cost(pipeline, tcfg_json, geo.grid, geo.text_tokens)
     vae_flops, vae_bytes = _decode_cost(profile, parts, geo, cfg)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -166,17 +167,27 @@ def _setting(cfg: Config, key: str):
     return getattr(getattr(cfg, section), name, SAVERS[key])
 
 
-def _memory(
-    cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str, seq: int = 1
-) -> tuple[dict, list[str]]:
-    """Per-process bytes by item (see the package docstring, ``flowrl.estimate``)."""
+@dataclass(frozen=True)
+class _Shares:
+    """What ``_memory``'s items share: bytes per weight (``bw``; ``qb`` a frozen base weight's), this process's
+    samples (``n_local``) and training rows, the sharding (``shard``: optimizer state and gradients, ``fsdp``: every
+    parameter) and the one gathered block FSDP2 holds whole."""
+
+    bw: float
+    qb: float
+    full: bool
+    n_local: int
+    rows: int
+    shard: int
+    fsdp: int
+    trained_weights: float
+    gathered: float
+
+
+def _shares(cfg: Config, m: ModelSize, world_size: int, strategy: str, seq: int) -> _Shares:
     s, t = cfg.sample, cfg.train
-    notes = []
     bw = BYTES[cfg.model.dtype]
     qb = QUANT_BYTES.get(_setting(cfg, "model.base_quantization"), bw)  # a frozen base weight's bytes
-    moments = MOMENT_BYTES.get(_setting(cfg, "train.optimizer"), 8)
-    encoders = _setting(cfg, "model.text_encoders")
-    full = not t.lora.enabled
     n_local = s.prompts_per_iteration * s.group_size // (world_size // seq)  # a data group's samples
     rows = min(s.batch_size, n_local) * _passes(cfg, m)
     shard = world_size if strategy in ("zero2", "fsdp") else 1
@@ -184,33 +195,48 @@ def _memory(
     trained_weights = m.trained_weights if m.trained_weights is not None else m.transformer_params
     expert = m.expert_params or m.transformer_params
     gathered = 2 * expert / m.layers if strategy == "fsdp" else 0  # one gathered block (plus the next, prefetched)
+    return _Shares(bw, qb, not t.lora.enabled, n_local, rows, shard, fsdp, trained_weights, gathered)
+
+
+def _weight_items(cfg: Config, m: ModelSize, z: _Shares, world_size: int, mem: dict[str, float]) -> None:
+    """The weights' bytes: the transformer (trainable or frozen, LoRA), a frozen expert, the KL reference copy,
+    the text encoders, the VAE, the optimizer's moments and the EMA."""
+    t, bw, qb, fsdp, trained_weights = cfg.train, z.bw, z.qb, z.fsdp, z.trained_weights
+    moments = MOMENT_BYTES.get(_setting(cfg, "train.optimizer"), 8)
     sharded = f", 1/{world_size} each" if fsdp > 1 else ""
-    mem: dict[str, float] = {}
     # FSDP2 shards what does not train too: the frozen base, a frozen expert, the KL reference copy (flowrl.sharding)
     part = f" (1/{world_size})" if fsdp > 1 else ""
-    if full:
-        mem[f"transformer (trainable, fp32{sharded})"] = 4 * (trained_weights / fsdp + gathered)
+    if z.full:
+        mem[f"transformer (trainable, fp32{sharded})"] = 4 * (trained_weights / fsdp + z.gathered)
         if m.transformer_params > trained_weights:
             mem[f"frozen expert{part}"] = qb * (m.transformer_params - trained_weights) / fsdp
         if _reference(cfg, m):
             mem[f"KL reference copy{part}"] = bw * trained_weights / fsdp
     else:
-        base = qb * (m.transformer_params / fsdp + gathered)
+        base = qb * (m.transformer_params / fsdp + z.gathered)
         mem[("transformer (frozen" if m.experts == 1 else f"{m.experts} experts (frozen") + f"{sharded})"] = base
         mem[f"LoRA (fp32{sharded})"] = 4 * m.trainable_params / fsdp
-    if encoders == "device":
+    if _setting(cfg, "model.text_encoders") == "device":
         mem["text encoders"] = bw * m.text_encoder_params
     mem["VAE (fp32)"] = 4 * m.vae_params
-    mem["AdamW moments" if moments == 8 else "AdamW moments (8-bit)"] = moments * m.trainable_params / shard
+    mem["AdamW moments" if moments == 8 else "AdamW moments (8-bit)"] = moments * m.trainable_params / z.shard
     if t.ema:
         mem[f"EMA{' (1/' + str(world_size) + ')' if fsdp > 1 else ''}"] = 4 * m.trainable_params / fsdp
+
+
+def _data_items(
+    cfg: Config, m: ModelSize, z: _Shares, world_size: int, device: str, mem: dict[str, float], notes: list[str]
+) -> None:
+    """The data's bytes: rollout buffers, anchor trajectories, the prompt-embedding cache, and on the CPU the
+    decoded media and the runtime; ``notes`` for what waits in host memory."""
+    s, t, bw, n_local = cfg.sample, cfg.train, z.bw, z.n_local
     states = _kept_states(cfg, m) * m.latent_elems * 4
     offload = t.offload_states and device == "cuda"
     mem["rollout buffers"] = n_local * ((0 if offload else states) + m.cond_elems * bw)
     if m.anchor_rollouts:  # each local group's anchor trajectory, every state cached (fp32), on the device
         mem["anchor trajectories"] = (n_local // s.group_size) * (s.num_steps + 1) * m.latent_elems * 4
     n_prompts = _prompt_count(cfg)
-    if n_prompts and encoders != "cache":  # cache: the prompts' rows wait in host memory, moved per batch
+    if n_prompts and _setting(cfg, "model.text_encoders") != "cache":  # cache: the rows wait in host memory
         cached = min(n_prompts, cfg.model.prompt_cache)
         mem["prompt-embedding cache"] = cached * m.cond_elems * bw
         if cached * m.cond_elems * bw > GIB:
@@ -218,7 +244,7 @@ def _memory(
                 f"the prompt-embedding cache grows to {cached} of the {n_prompts} prompts "
                 f"({cached * m.cond_elems * bw / GIB:.1f} GiB on the device; lower model.prompt_cache)"
             )
-    media = m.media_bytes if m.media_bytes is not None else 3 * cfg.model.resolution**2 * 4
+    media = _media_bytes(cfg, m)
     if device == "cpu":
         mem["decoded images" if m.media == "image" else f"decoded {m.media}"] = n_local * (
             media + (states if offload else 0)
@@ -229,8 +255,18 @@ def _memory(
             f"the decoded {m.media} of {n_local} samples wait for the rewards in host memory "
             f"({n_local * media / GIB:.1f} GiB)"
         )
-    # phases: training forward+backward, rollout forward, VAE decode (and the text encoders' visit)
-    grads = 4 * m.trainable_params / shard
+
+
+def _media_bytes(cfg: Config, m: ModelSize) -> float:
+    """One decoded sample's bytes (fp32 RGB at the resolution where the family does not say)."""
+    return m.media_bytes if m.media_bytes is not None else 3 * cfg.model.resolution**2 * 4
+
+
+def _peak_phase(cfg: Config, m: ModelSize, z: _Shares, world_size: int, strategy: str, seq: int) -> tuple[str, float]:
+    """The largest of the phases' transient bytes: training forward+backward, rollout forward, VAE decode and the
+    text encoders' visit to the device (the start-up under FSDP2: ``_startup``)."""
+    s, t, rows, fsdp, trained_weights = cfg.sample, cfg.train, z.rows, z.fsdp, z.trained_weights
+    grads = 4 * m.trainable_params / z.shard
     if world_size > 1 and strategy == "ddp":
         grads += 4 * m.trainable_params  # DDP's gradient buckets
     # Ulysses: each process keeps the activations of its 1/S of a row's tokens (attention's head split holds the
@@ -241,39 +277,65 @@ def _memory(
     else:
         act = (m.ckpt_bytes_per_row if t.gradient_checkpointing else m.act_bytes_per_row) * rows / seq
     train = act + 2 * block + grads
-    if full and t.mixed_precision != "no":
+    if z.full and t.mixed_precision != "no":
         train += 2 * trained_weights / fsdp  # autocast weight cache
-    batch = min(s.batch_size, n_local)
+    batch = min(s.batch_size, z.n_local)
     # the batch being sampled holds its whole chain until trained_only drops the untrained states
     chain = batch * max(0, s.num_steps + 1 - _kept_states(cfg, m)) * m.latent_elems * 4
     rollout = m.rollout_bytes_per_row * rows / seq + chain
     if m.decode_rows is None:
         decode = m.vae_decode_bytes * batch
     else:  # one clip at a time (Wan), the decoded ones gathered on the device until the batch is done
-        decode = m.vae_decode_bytes * m.decode_rows + 2 * batch * media
+        decode = m.vae_decode_bytes * m.decode_rows + 2 * batch * _media_bytes(cfg, m)
     phases = [
         ("training activations + gradients", train),
         ("rollout forward", rollout),
         ("VAE decode", decode),
     ]
-    if fsdp > 1 and full and device == "cuda":  # fp32 copy and reference built on the host (policy.builds_on_host)
-        loaded = bw * (m.transformer_params + m.text_encoder_params) + 4 * m.vae_params
-        phases.append(("16-bit pipeline as loaded, before sharding", loaded - sum(mem.values())))
-        host = 4 * trained_weights + bw * (m.transformer_params - trained_weights)
-        host += bw * trained_weights if _reference(cfg, m) else 0
+    if _setting(cfg, "model.text_encoders") != "device":  # offload: moved in for each encoding; cache: once
+        phases.append(("text encoders on the device", z.bw * m.text_encoder_params))
+    return max(phases, key=lambda kv: kv[1])
+
+
+def _startup(
+    cfg: Config, m: ModelSize, z: _Shares, device: str, mem: dict[str, float], notes: list[str]
+) -> list[tuple[str, float]]:
+    """Under FSDP2, the start-up before sharding as a phase (none otherwise). A full fine-tune on a GPU makes its
+    fp32 weights and reference in host memory (``flowrl.policy.builds_on_host``): the device holds the 16-bit
+    pipeline as loaded, and a note gives the host bytes. Else every process builds the whole transformer from
+    the same seed on its device, then shards it (fsdp.yaml)."""
+    fsdp, trained_weights = z.fsdp, z.trained_weights
+    if fsdp == 1:
+        return []
+    if z.full and device == "cuda":
+        loaded = z.bw * (m.transformer_params + m.text_encoder_params) + 4 * m.vae_params
+        host = 4 * trained_weights + z.bw * (m.transformer_params - trained_weights)
+        host += z.bw * trained_weights if _reference(cfg, m) else 0
         notes.append(
             f"each process builds the fp32 transformer{' and its KL reference' if _reference(cfg, m) else ''} "
             f"in host memory before FSDP2 moves its shards in ({host / GIB:.1f} GiB of host memory a process)"
         )
-    elif fsdp > 1:  # every process builds the whole model from the same seed, then shards it (fsdp.yaml)
-        width = 4 if full else qb
-        whole = width * trained_weights + qb * (m.transformer_params - trained_weights)
-        if full and _reference(cfg, m):  # the KL reference is copied from the whole model, then sharded
-            whole += bw * trained_weights
-        phases.append(("whole transformer before sharding", whole * (1 - 1 / fsdp) - width * gathered))
-    if encoders != "device":  # offload: moved in for each encoding; cache: once, before the run's first rollout
-        phases.append(("text encoders on the device", bw * m.text_encoder_params))
-    phase = max(phases, key=lambda kv: kv[1])
+        return [("16-bit pipeline as loaded, before sharding", loaded - sum(mem.values()))]
+    width = 4 if z.full else z.qb
+    whole = width * trained_weights + z.qb * (m.transformer_params - trained_weights)
+    if z.full and _reference(cfg, m):  # the KL reference is copied from the whole model, then sharded
+        whole += z.bw * trained_weights
+    return [("whole transformer before sharding", whole * (1 - 1 / fsdp) - width * z.gathered)]
+
+
+def _memory(
+    cfg: Config, m: ModelSize, world_size: int, device: str, strategy: str, seq: int = 1
+) -> tuple[dict, list[str]]:
+    """Per-process bytes by item (see the package docstring, ``flowrl.estimate``)."""
+    z = _shares(cfg, m, world_size, strategy, seq)
+    mem: dict[str, float] = {}
+    notes: list[str] = []
+    _weight_items(cfg, m, z, world_size, mem)
+    _data_items(cfg, m, z, world_size, device, mem, notes)
+    phase = max(
+        [_peak_phase(cfg, m, z, world_size, strategy, seq), *_startup(cfg, m, z, device, mem, notes)],
+        key=lambda kv: kv[1],
+    )
     mem[f"peak phase: {phase[0]}"] = phase[1]
     return mem, notes
 
@@ -325,6 +387,27 @@ def check_sequence_parallel(cfg: Config, m: ModelSize, seq: int) -> str | None:
     return None
 
 
+def _check_launch(cfg: Config, world_size: int, device: str, strategy: str, seq: int) -> None:
+    """``estimate``'s launch, refused in one line where the run could not start so."""
+    if device not in ("cuda", "cpu"):
+        raise ValueError(f"device: {device!r} is not one of cuda, cpu")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
+    if world_size < 1:
+        raise ValueError(f"world_size: must be >= 1, got {world_size}")
+    if seq < 1 or world_size % seq:
+        raise ValueError(f"sequence parallelism {seq} does not divide the {world_size} processes")
+    n_total, data = cfg.sample.prompts_per_iteration * cfg.sample.group_size, world_size // seq
+    if n_total % data:
+        raise ValueError(
+            f"{n_total} samples per iteration do not split evenly over {data} "
+            + ("processes" if seq == 1 else f"data groups ({world_size} processes, sequence parallelism {seq})")
+        )
+    quant = _setting(cfg, "model.base_quantization")
+    if strategy == "fsdp" and quant not in ("none", None):  # as the Trainer refuses it before any weight loads
+        raise ValueError(f"model.base_quantization={quant}: FSDP2 cannot shard a quantized base; use ddp or none")
+
+
 def estimate(
     cfg: Config,
     world_size: int = 1,
@@ -346,26 +429,11 @@ def estimate(
     ``model``: the ``model_size(cfg)`` already computed (the verdict's alternatives reuse it). Formulas: the
     package docstring (``flowrl.estimate``).
     """
-    if device not in ("cuda", "cpu"):
-        raise ValueError(f"device: {device!r} is not one of cuda, cpu")
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy: {strategy!r} is not one of {', '.join(STRATEGIES)}")
-    if world_size < 1:
-        raise ValueError(f"world_size: must be >= 1, got {world_size}")
     seq = cfg.train.sequence_parallel if sequence_parallel is None else sequence_parallel
-    if seq < 1 or world_size % seq:
-        raise ValueError(f"sequence parallelism {seq} does not divide the {world_size} processes")
+    _check_launch(cfg, world_size, device, strategy, seq)
     s = cfg.sample
     n_total = s.prompts_per_iteration * s.group_size
     data = world_size // seq
-    if n_total % data:
-        raise ValueError(
-            f"{n_total} samples per iteration do not split evenly over {data} "
-            + ("processes" if seq == 1 else f"data groups ({world_size} processes, sequence parallelism {seq})")
-        )
-    quant = _setting(cfg, "model.base_quantization")
-    if strategy == "fsdp" and quant not in ("none", None):  # as the Trainer refuses it before any weight loads
-        raise ValueError(f"model.base_quantization={quant}: FSDP2 cannot shard a quantized base; use ddp or none")
     m = model or model_size(cfg)
     refusal = check_sequence_parallel(cfg, m, seq)
     if refusal:

@@ -28,9 +28,8 @@ from typing import Any
 import torch
 
 from flowrl.methods.context import Context
-from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, TrainEntry, Turn
+from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, TrainEntry, TrainingUnit, Turn
 from flowrl.pipelines.base import Conditioning
-from flowrl.rollout import Trajectory
 
 
 @dataclass
@@ -49,10 +48,8 @@ class PromptBatch:
 class Experience:
     """What a method's exploration of one ``PromptBatch`` produced.
 
-    traj:   the training unit (rows: the batch's samples): a ``Trajectory``, or any object with the
-            same unit interface (``trained_indices``, ``row_mask``, ``prompt_ids``, ``len``,
-            ``select(rows)``, ``trained_only()``), e.g. the re-noised ``Endpoints`` of forward-process
-            methods, whose "transitions" are a sample's K noisings
+    traj:   the training unit (rows: the batch's samples), a ``TrainingUnit``: a ``Trajectory``, or e.g. the
+            re-noised ``Endpoints`` of forward-process methods, whose "transitions" are a sample's K noisings
     score:  latents to decode and score by name. ``"final"`` (B, C, H, W) is required and is the
             sample's reward; any other entry (B, K, C, H, W) becomes a (N, K) reward column.
     info:   per-row facts of the exploration that credit needs, (B,) or (B, K) numbers (a row's window
@@ -60,7 +57,7 @@ class Experience:
             under the same names.
     """
 
-    traj: Trajectory
+    traj: TrainingUnit
     score: dict[str, torch.Tensor] = field(default_factory=dict)
     info: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -154,7 +151,7 @@ class MethodBase:
         return adv
 
     def transition_loss(
-        self, ctx: Context, traj: Trajectory, j: int, cond: Conditioning, advantages: torch.Tensor
+        self, ctx: Context, traj: TrainingUnit, j: int, cond: Conditioning, advantages: torch.Tensor
     ) -> TransitionLoss:
         """The loss of transition ``j`` of the unit ``traj`` (its rows' conditioning ``cond``;
         ``ctx.model_inputs(cond)`` is the transformer's), advantages (B,): every method defines its own (Flow-GRPO's

@@ -17,6 +17,7 @@ import torch
 
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import StepPlan, ode_plan
+from flowrl.policy import Weights
 from flowrl.rollout import Trajectory, rollout, transition
 from flowrl.sde import StepOutput, step
 from flowrl.seeds import seed_of
@@ -238,16 +239,17 @@ class Context:
         return media
 
     @contextmanager
-    def weights(self, name: str) -> Iterator[torch.nn.Module]:
-        """The module to call (as ``model=``) with the weights ``name`` swapped in, restored on exit: ``"reference"``
-        (the base: LoRA off, or full fine-tuning's frozen copy), ``"ema"`` (``train.ema``) or a parameter average the
-        method declares (``Needs.averages``); no grad inside, except under the reference, whose caller chooses."""
-        policy = self.policy
-        if name == "ema" and policy.ema is None:
+    def weights(self, name: Weights | str) -> Iterator[torch.nn.Module]:
+        """The module to call (as ``model=``) with the weights ``name`` swapped in, restored on exit:
+        ``Weights.REFERENCE`` (the base: LoRA off, or full fine-tuning's frozen copy), ``EMA`` (``train.ema``) or
+        a parameter average the method declares (``Needs.averages``); no grad inside, except under the reference,
+        whose caller chooses."""
+        policy, which = self.policy, Weights.of(name)
+        if which is Weights.EMA and policy.ema is None:
             raise RuntimeError(f"method {self.cfg.method.name} asked for EMA weights: set train.ema=true")
-        if name not in ("reference", "ema"):
+        if which not in (Weights.REFERENCE, Weights.EMA):
             self._check_average(name)
-        if name == "reference":
+        if which is Weights.REFERENCE:
             with policy.weights(name) as model:
                 yield model
             return
@@ -271,8 +273,8 @@ class Context:
 
     def ema_weights(self) -> Iterator[torch.nn.Module]:
         """The policy with its EMA weights swapped in (``train.ema``), restored on exit; no grad inside."""
-        return self.weights("ema")
+        return self.weights(Weights.EMA)
 
     def reference_weights(self) -> Iterator[torch.nn.Module]:
-        """The reference policy (``weights("reference")``)."""
-        return self.weights("reference")
+        """The reference policy (``weights(Weights.REFERENCE)``)."""
+        return self.weights(Weights.REFERENCE)

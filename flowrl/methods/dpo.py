@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from flowrl.configkit import ConfigError
-from flowrl.media_data import check_family_encodes, data_root, encode_images, load_images, row_media
+from flowrl.media_data import DatasetKind, check_family_encodes, data_root, encode_images, load_images, row_media
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.forward_process import Endpoints
 from flowrl.methods.seam import Advantages, Needs, RewardTable
@@ -79,7 +79,7 @@ def grouped_noisings(o: NoisingOptions, ctx: Context, group_ids: torch.Tensor, s
     return torch.stack([t for t, _ in rows]), torch.stack([n for _, n in rows])
 
 
-def dataset_latents(ctx: Context, batch: PromptBatch, kind: str, member_of) -> torch.Tensor:
+def dataset_latents(ctx: Context, batch: PromptBatch, kind: DatasetKind, member_of) -> torch.Tensor:
     """The clean latents of a batch of dataset rows: row i's ``member_of(i)``-th media file, VAE-encoded."""
     root = data_root(ctx.cfg.data.prompts)
     paths = [Path(root) / row_media(m, kind)[member_of(i)] for i, m in enumerate(batch.metadata)]
@@ -156,14 +156,14 @@ class DPO(MethodBase):
             onpolicy_check="it records no per-step log-probs to recompute",
             metrics=("dpo/pairs",),
             rewards=not self.offline,
-            dataset="preference" if self.offline else None,
+            dataset=DatasetKind.PREFERENCE if self.offline else None,
         )
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
         if self.offline:
             g = self.cfg.sample.group_size
             member = [(batch.position + i) % g for i in range(len(batch.prompts))]
-            x0 = dataset_latents(ctx, batch, "preference", lambda i: member[i])
+            x0 = dataset_latents(ctx, batch, DatasetKind.PREFERENCE, lambda i: member[i])
             info = {CHOSEN: torch.tensor([m == 0 for m in member], dtype=torch.float32, device=ctx.device)}
         else:
             plan = ode_plan(ctx.sigmas(), self.options.endpoint_solver)

@@ -41,6 +41,7 @@ from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, Tr
 from flowrl.methods.seam import Advantages, Needs, RewardTable
 from flowrl.pipelines.base import Conditioning
 from flowrl.plan import ode_plan
+from flowrl.policy import Weights
 from flowrl.rollout import states_moved
 
 MODES = ("draft_k", "refl")
@@ -264,7 +265,7 @@ class RewardBackprop(MethodBase):
         scale = 1.0 if cfg_kind else ctx.guidance_scale
         if v_cond is None:
             v_cond = ctx.velocity(x, sigma, cond, guidance_scale=scale)
-        with torch.no_grad(), ctx.weights("reference") as ref:
+        with torch.no_grad(), ctx.weights(Weights.REFERENCE) as ref:
             v_ref = ctx.velocity(x, sigma, cond, guidance_scale=scale, model=ref)
         return gaussian_velocity_kl(v_cond, v_ref, sigma)
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 import torch
+
+if TYPE_CHECKING:
+    from flowrl.media_data import DatasetKind
 
 
 @dataclass(frozen=True)
@@ -38,10 +41,40 @@ class Needs:
     # False: the method learns from preferences or targets its experience carries (a dataset), so a run may have
     # no reward configured (``reward: {}``): then none is built or called and no ``reward/*`` is logged
     rewards: bool = True
-    # where its experience comes from: None, rollouts of the prompts; "preference" (chosen / rejected pairs) or
-    # "media" (target images), the media of the ``data.prompts`` folder's rows (``flowrl.media_data``), which are
-    # checked before any weight loads
-    dataset: str | None = None
+    # where its experience comes from: None, rollouts of the prompts; ``DatasetKind.PREFERENCE`` (chosen / rejected
+    # pairs) or ``MEDIA`` (target images), the media of the ``data.prompts`` folder's rows (``flowrl.media_data``),
+    # which are checked before any weight loads
+    dataset: DatasetKind | None = None
+
+
+@runtime_checkable
+class TrainingUnit(Protocol):
+    """The rows an exploration trains together (``Experience.traj``, ``RolloutBatch.traj``) as the trainer and the
+    update read them: a rollout's ``flowrl.rollout.Trajectory``, forward-process methods' re-noised
+    ``Endpoints``, reward backprop's ``ChainStart``. Its "transitions" are what ``transition_loss`` trains one at a
+    time (a rollout's steps, an endpoint's noisings, a chain)."""
+
+    prompt_ids: torch.Tensor  # (B,) each row's prompt group
+
+    @property
+    def trained_indices(self) -> tuple[int, ...]:
+        """The transitions the update trains, in order (``TrainEntry.k`` indexes them)."""
+
+    @property
+    def row_mask(self) -> torch.Tensor | None:
+        """(B, T) bool: the rows that train each transition; None: every row trains every one."""
+
+    def __len__(self) -> int:
+        """B, the unit's rows."""
+
+    def select(self, rows: torch.Tensor) -> TrainingUnit:
+        """The unit of the rows at ``rows`` (a (B,) bool mask or an index tensor)."""
+
+    def trained_only(self) -> TrainingUnit:
+        """The unit as the update keeps it: only what its trained transitions read."""
+
+    def states_to(self, device: torch.device) -> TrainingUnit:
+        """The unit with its stored states on ``device`` (``train.offload_states``)."""
 
 
 class TrainEntry(NamedTuple):

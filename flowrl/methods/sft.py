@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from flowrl.media_data import check_family_encodes
+from flowrl.media_data import DatasetKind, check_family_encodes
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.dpo import NoisingOptions, dataset_latents, draw_noisings
 from flowrl.methods.forward_process import Endpoints
@@ -46,11 +46,11 @@ class SFT(MethodBase):
             media=self.media,
             onpolicy_check="it records no per-step log-probs to recompute",
             rewards=False,
-            dataset="media",
+            dataset=DatasetKind.MEDIA,
         )
 
     def explore(self, ctx: Context, batch: PromptBatch) -> Experience:
-        x0 = dataset_latents(ctx, batch, "media", lambda i: 0)
+        x0 = dataset_latents(ctx, batch, DatasetKind.MEDIA, lambda i: 0)
         draws = [
             draw_noisings(
                 self.options, tuple(x0.shape[1:]), ctx.generator("sft_noising", batch.position + i), ctx.device

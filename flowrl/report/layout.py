@@ -29,38 +29,48 @@ def _chart(key: str, band: str | None = None, title: str | None = None) -> dict[
     return {"key": key, "band": band, "title": title or key}
 
 
-def sections(all_series: list[dict[str, list]]) -> list[dict[str, Any]]:
-    """The page's chart sections from the union of the runs' metric names; each metric charted once."""
-    names = set().union(*[s.keys() for s in all_series]) if all_series else set()
-    used: set[str] = set()
+class _Charted:
+    """What one ``sections`` call has seen: the union of the runs' metric names, and those already charted."""
 
-    def same_as(a: str, b: str) -> bool:  # a component identical to the total in every run says nothing new
-        return all(s.get(a) == s.get(b) for s in all_series if a in s or b in s)
+    def __init__(self, all_series: list[dict[str, list]]):
+        self.all_series = all_series
+        self.names = set().union(*[s.keys() for s in all_series]) if all_series else set()
+        self.used: set[str] = set()
 
-    def take(charts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def same_as(self, a: str, b: str) -> bool:  # a component identical to the total in every run says nothing new
+        return all(s.get(a) == s.get(b) for s in self.all_series if a in s or b in s)
+
+    def take(self, charts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The charts whose metric exists and is not charted yet (a band that does not exist is dropped)."""
         out = []
         for c in charts:
             if c.get("taken"):
                 out.append(c)
-            elif c["key"] in names and c["key"] not in used:
+            elif c["key"] in self.names and c["key"] not in self.used:
                 c["taken"] = True
-                used.add(c["key"])
+                self.used.add(c["key"])
                 if c["band"] is not None:
-                    if c["band"] in names:
-                        used.add(c["band"])
+                    if c["band"] in self.names:
+                        self.used.add(c["band"])
                     else:
                         c["band"] = None
                 out.append(c)
         return out
 
-    def prefixed(prefix: str, order: tuple[str, ...] = ()) -> list[str]:
-        keys = sorted(n for n in names if n.startswith(prefix) and n not in used)
+    def prefixed(self, prefix: str, order: tuple[str, ...] = ()) -> list[str]:
+        """The metrics under ``prefix`` not charted yet, those ``order`` names first."""
+        keys = sorted(n for n in self.names if n.startswith(prefix) and n not in self.used)
         rank = {prefix + k: i for i, k in enumerate(order)}
         return sorted(keys, key=lambda k: (rank.get(k, len(rank)), k))
 
-    out = []
-    # training reward: the total, each component (unless it is the total), then the rest of reward/*
-    charts = take([_chart("reward/mean", "reward/std", "reward/mean ± std")])
+    def section(self, id: str, charts: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": id, "title": SECTION_TITLES[id], "charts": self.take(charts)}
+
+
+def _reward_section(seen: _Charted) -> dict[str, Any]:
+    """Training reward: the total, each component (unless it is the total), then the rest of reward/*."""
+    names = seen.names
+    charts = seen.take([_chart("reward/mean", "reward/std", "reward/mean ± std")])
     components = sorted(
         {
             n[len("reward/") : -len("/mean")]
@@ -70,67 +80,82 @@ def sections(all_series: list[dict[str, list]]) -> list[dict[str, Any]]:
     )
     for c in components:
         key = f"reward/{c}/mean"
-        if same_as(key, "reward/mean") and same_as(f"reward/{c}/std", "reward/std"):
-            used |= {key, f"reward/{c}/std"}
+        if seen.same_as(key, "reward/mean") and seen.same_as(f"reward/{c}/std", "reward/std"):
+            seen.used |= {key, f"reward/{c}/std"}
             continue
         charts.append(_chart(key, f"reward/{c}/std", f"{key} ± std"))
-    charts += [_chart(k) for k in prefixed("reward/") if not k.endswith("/std")]
-    out.append({"id": "reward", "title": SECTION_TITLES["reward"], "charts": take(charts)})
-    # evaluation: the total, components, the trained reward on held-out prompts, the held-out gap
-    charts = take([_chart("eval/reward/mean", "eval/reward/std", "eval/reward/mean ± std")])
-    for k in prefixed("eval/reward/"):
-        if k.endswith("/std") and k[: -len("/std")] + "/mean" in names:
+    charts += [_chart(k) for k in seen.prefixed("reward/") if not k.endswith("/std")]
+    return seen.section("reward", charts)
+
+
+def _eval_section(seen: _Charted) -> dict[str, Any]:
+    """Evaluation: the total, components, the trained reward on held-out prompts, the held-out gap."""
+    charts = seen.take([_chart("eval/reward/mean", "eval/reward/std", "eval/reward/mean ± std")])
+    for k in seen.prefixed("eval/reward/"):
+        if k.endswith("/std") and k[: -len("/std")] + "/mean" in seen.names:
             continue
-        if k.endswith("/mean") and same_as(k, "eval/reward/mean"):
-            used.add(k)
+        if k.endswith("/mean") and seen.same_as(k, "eval/reward/mean"):
+            seen.used.add(k)
             continue
         std = k[: -len("/mean")] + "/std" if k.endswith("/mean") else None
         charts.append(_chart(k, std))
     charts += [_chart("eval/train_reward/mean"), _chart("monitor/heldout_gap")]
-    charts += [_chart(k) for k in prefixed("eval/")]
-    out.append({"id": "eval", "title": SECTION_TITLES["eval"], "charts": take(charts)})
-    out.append(
-        {
-            "id": "policy",
-            "title": SECTION_TITLES["policy"],
-            "charts": take([_chart(k) for k in prefixed("policy/", POLICY_ORDER)]),
-        }
-    )
-    out.append({"id": "adv", "title": SECTION_TITLES["adv"], "charts": take([_chart(k) for k in prefixed("adv/")])})
-    out.append(
-        {"id": "method", "title": SECTION_TITLES["method"], "charts": take([_chart(k) for k in prefixed("method/")])}
-    )
-    # monitors, one group per second-level prefix (monitor/diversity/*, monitor/colour/*, ...)
+    charts += [_chart(k) for k in seen.prefixed("eval/")]
+    return seen.section("eval", charts)
+
+
+def _monitor_sections(seen: _Charted) -> list[dict[str, Any]]:
+    """Monitors, one section per second-level prefix (monitor/diversity/*, monitor/colour/*, ...)."""
     groups: dict[str, list[str]] = {}
-    for k in prefixed("monitor/"):
+    for k in seen.prefixed("monitor/"):
         parts = k.split("/")
         groups.setdefault("/".join(parts[:2]) if len(parts) > 2 else "monitor", []).append(k)
-    for g in sorted(groups):
-        out.append(
-            {
-                "id": "mon-" + g.replace("/", "-"),
-                "title": f"Monitors: {g}/*" if g != "monitor" else "Monitors",
-                "group": "monitor",
-                "charts": take([_chart(k) for k in groups[g]]),
-            }
-        )
+    return [
+        {
+            "id": "mon-" + g.replace("/", "-"),
+            "title": f"Monitors: {g}/*" if g != "monitor" else "Monitors",
+            "group": "monitor",
+            "charts": seen.take([_chart(k) for k in groups[g]]),
+        }
+        for g in sorted(groups)
+    ]
+
+
+def _time_section(seen: _Charted) -> dict[str, Any]:
+    """Time and cost: the phases' timings first, then the rest of timing_s/*, cost/*, throughput/*, memory/*."""
     timing = [f"timing_s/{p}" for p in ("iteration", *PHASES, "eval")]
-    charts = [_chart(k) for k in timing] + [_chart(k) for k in prefixed("timing_s/")]
-    charts += [_chart(k) for k in prefixed("cost/") + prefixed("throughput/") + prefixed("memory/")]
-    out.append({"id": "time", "title": SECTION_TITLES["time"], "charts": take(charts), "phases": True})
+    charts = [_chart(k) for k in timing] + [_chart(k) for k in seen.prefixed("timing_s/")]
+    charts += [_chart(k) for k in seen.prefixed("cost/") + seen.prefixed("throughput/") + seen.prefixed("memory/")]
+    return {**seen.section("time", charts), "phases": True}
+
+
+def _other_sections(seen: _Charted) -> list[dict[str, Any]]:
+    """What no section above charted, one section per first-level prefix."""
     rest: dict[str, list[str]] = {}
-    for k in sorted(names - used):
-        if k.endswith("/std") and k[: -len("/std")] + "/mean" in names:
+    for k in sorted(seen.names - seen.used):
+        if k.endswith("/std") and k[: -len("/std")] + "/mean" in seen.names:
             continue  # drawn as a band, or the std of a component left out with its mean
         rest.setdefault(k.split("/")[0] if "/" in k else "other", []).append(k)
-    for g in sorted(rest):
-        out.append(
-            {
-                "id": "other-" + re.sub(r"[^A-Za-z0-9_-]", "-", g),
-                "title": f"{g}/*" if g != "other" else "Other",
-                "charts": take([_chart(k) for k in rest[g]]),
-            }
-        )
+    return [
+        {
+            "id": "other-" + re.sub(r"[^A-Za-z0-9_-]", "-", g),
+            "title": f"{g}/*" if g != "other" else "Other",
+            "charts": seen.take([_chart(k) for k in rest[g]]),
+        }
+        for g in sorted(rest)
+    ]
+
+
+def sections(all_series: list[dict[str, list]]) -> list[dict[str, Any]]:
+    """The page's chart sections from the union of the runs' metric names; each metric charted once."""
+    seen = _Charted(all_series)
+    out = [_reward_section(seen), _eval_section(seen)]
+    out.append(seen.section("policy", [_chart(k) for k in seen.prefixed("policy/", POLICY_ORDER)]))
+    out.append(seen.section("adv", [_chart(k) for k in seen.prefixed("adv/")]))
+    out.append(seen.section("method", [_chart(k) for k in seen.prefixed("method/")]))
+    out += _monitor_sections(seen)
+    out.append(_time_section(seen))
+    out += _other_sections(seen)
     for sec in out:
         for c in sec["charts"]:
             c.pop("taken", None)
@@ -200,12 +225,56 @@ def summary(run: Run, series: dict[str, list]) -> dict[str, Any]:
     }
 
 
+COST_LABELS = {
+    "cost/nfe_total": "transformer forwards, total",
+    "cost/reward_calls_total": "reward calls, total",
+    "cost/nfe": "forwards / iteration",
+    "cost/reward_calls": "reward calls / iteration",
+    "throughput/images_per_s": "images / s",
+    "throughput/nfe_per_s": "forwards / s",
+    "memory/peak_gib": "peak memory GiB (max)",
+}
+PHASE_LABELS = {"other": "other (in iteration)", "iteration": "<b>iteration</b>", "eval": "eval (when due)"}
+
+
+def _mean_of(s: dict, key: str) -> float | None:
+    return _mean([y for _, y in s.get(key, [])])
+
+
+def _phase_cells(s: dict, p: str) -> str:
+    """One run's mean seconds of phase ``p`` per iteration and its share of the iteration."""
+    it = _mean_of(s, "timing_s/iteration")
+    if p == "other":  # the iteration's time outside the named phases (bookkeeping, monitors)
+        parts = [_mean_of(s, f"timing_s/{q}") for q in PHASES]
+        v = (
+            it - sum(x for x in parts if x is not None)
+            if it is not None and any(x is not None for x in parts)
+            else None
+        )
+    else:
+        v = _mean_of(s, f"timing_s/{p}")
+    share = f"{100 * v / it:.1f} %" if v is not None and it and p not in ("iteration", "eval") else ""
+    return f"<td>{fmt(v, 3)}</td><td>{share}</td>"
+
+
+def _cost_rows(all_series: list[dict]) -> list[str]:
+    """A row per cost figure any run logs: totals their last value, memory its peak, the rest their mean."""
+    rows_html = []
+    for key in sorted(set().union(*[s.keys() for s in all_series]) & set(COST_LABELS)):
+        cells = []
+        for s in all_series:
+            ys = [y for _, y in s.get(key, []) if y is not None]
+            if not ys:
+                v = None
+            else:  # totals: the last; memory: the peak; the rest: the mean over iterations
+                v = ys[-1] if key.endswith("_total") else max(ys) if key.startswith("memory/") else _mean(ys)
+            cells.append(f'<td colspan="2">{fmt(v, 4)}</td>')
+        rows_html.append(f"<tr><th>{COST_LABELS[key]}</th>{''.join(cells)}</tr>")
+    return rows_html
+
+
 def phase_table(runs: list[Run], all_series: list[dict]) -> str:
     """Mean seconds per iteration and share of the iteration for each phase, then the cost totals."""
-
-    def mean_of(s: dict, key: str) -> float | None:
-        return _mean([y for _, y in s.get(key, [])])
-
     rows_html = []
     phases = [*PHASES, "other", "iteration", "eval"]
     have = [any(f"timing_s/{p}" in s for s in all_series) for p in phases]
@@ -218,56 +287,10 @@ def phase_table(runs: list[Run], all_series: list[dict]) -> str:
     )
     sub = "<th>s / iteration</th><th>share</th>" * len(runs)
     for p in phases:
-        cells = []
-        for s in all_series:
-            it = mean_of(s, "timing_s/iteration")
-            if p == "other":  # the iteration's time outside the named phases (bookkeeping, monitors)
-                parts = [mean_of(s, f"timing_s/{q}") for q in PHASES]
-                v = (
-                    it - sum(x for x in parts if x is not None)
-                    if it is not None and any(x is not None for x in parts)
-                    else None
-                )
-            else:
-                v = mean_of(s, f"timing_s/{p}")
-            share = f"{100 * v / it:.1f} %" if v is not None and it and p not in ("iteration", "eval") else ""
-            cells.append(f"<td>{fmt(v, 3)}</td><td>{share}</td>")
+        cells = [_phase_cells(s, p) for s in all_series]
         if p == "other" or have[phases.index(p)]:
-            label = {"other": "other (in iteration)", "iteration": "<b>iteration</b>", "eval": "eval (when due)"}.get(
-                p, p
-            )
-            rows_html.append(f"<tr><th>{label}</th>{''.join(cells)}</tr>")
-    cost_keys = sorted(
-        set().union(*[s.keys() for s in all_series])
-        & {
-            "cost/nfe_total",
-            "cost/reward_calls_total",
-            "cost/nfe",
-            "cost/reward_calls",
-            "throughput/images_per_s",
-            "throughput/nfe_per_s",
-            "memory/peak_gib",
-        }
-    )
-    labels = {
-        "cost/nfe_total": "transformer forwards, total",
-        "cost/reward_calls_total": "reward calls, total",
-        "cost/nfe": "forwards / iteration",
-        "cost/reward_calls": "reward calls / iteration",
-        "throughput/images_per_s": "images / s",
-        "throughput/nfe_per_s": "forwards / s",
-        "memory/peak_gib": "peak memory GiB (max)",
-    }
-    for key in cost_keys:
-        cells = []
-        for s in all_series:
-            ys = [y for _, y in s.get(key, []) if y is not None]
-            if not ys:
-                v = None
-            else:  # totals: the last; memory: the peak; the rest: the mean over iterations
-                v = ys[-1] if key.endswith("_total") else max(ys) if key.startswith("memory/") else _mean(ys)
-            cells.append(f'<td colspan="2">{fmt(v, 4)}</td>')
-        rows_html.append(f"<tr><th>{labels[key]}</th>{''.join(cells)}</tr>")
+            rows_html.append(f"<tr><th>{PHASE_LABELS.get(p, p)}</th>{''.join(cells)}</tr>")
+    rows_html += _cost_rows(all_series)
     walls = []
     for s in all_series:
         w = sum(y for k in ("timing_s/iteration", "timing_s/eval") for _, y in s.get(k, []) if y is not None)
