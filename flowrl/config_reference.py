@@ -109,7 +109,7 @@ def _table(rows: list[tuple[str, str, str, str]]) -> list[str]:
 
 def _parts_section() -> list[str]:
     """The registered parts (``flowrl.methods.parts``) and each method's own."""
-    from flowrl.methods import list_methods, method_class
+    from flowrl.methods import default_parts, list_methods
     from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, RECORDS
 
     lines = [
@@ -130,9 +130,9 @@ def _parts_section() -> list[str]:
             lines.append(f"| `{registry.where}` | `{name}` | {_cell('; '.join(needs))} | {_cell(part.summary)} |")
     lines += ["", "| method | credit | credit_norm | loss |", "|---|---|---|---|"]
     for name in list_methods():
-        cls = method_class(name)
-        loss = f"`{cls.default_loss}`" if cls.default_loss else "own"
-        lines.append(f"| `{name}` | `{cls.default_credit}` | `{cls.default_credit_norm}` | {loss} |")
+        parts = default_parts(name)
+        loss = f"`{parts['loss']}`" if parts["loss"] else "own"
+        lines.append(f"| `{name}` | `{parts['credit']}` | `{parts['credit_norm']}` | {loss} |")
     return [*lines, ""]
 
 

@@ -32,6 +32,9 @@ class DatasetKind(str, Enum):
     PREFERENCE = "preference"
     MEDIA = "media"
 
+    def __str__(self) -> str:
+        return self.value
+
 
 KINDS = tuple(kind.value for kind in DatasetKind)
 PICKAPIC = ("jpg_0", "jpg_1", "label_0")

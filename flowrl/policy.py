@@ -38,6 +38,9 @@ class Weights(str, Enum):
         except ValueError:
             return None
 
+    def __str__(self) -> str:
+        return self.value
+
 
 class ParamAverage:
     """A moving average of the trainable parameters: at its k-th update (k from 1)

@@ -137,19 +137,18 @@ def step_passes(
     processes; a sequence group's sum to its samples' gradient). The last pass syncs."""
     step_kept = sum(int(keep.sum()) for _, _, keep in work)
     busy = [(q, js, keep) for q, js, keep in work if keep.any()]
-    passes = max(sum(1 for q, _, _ in busy if places[q].rank == r) for r in range(world))
+    count = max(sum(1 for q, _, _ in busy if places[q].rank == r) for r in range(world))
     local = [q for q, place in enumerate(places) if place.rank == data_rank]
-    out = []
+    passes = []
     for q, js, keep in busy:
         if q in local:
             rows = tuple(keep.nonzero().flatten().tolist())
-            out.append((q, tuple(js), rows, float(len(rows)) / step_kept * num_processes, False))
-    if len(out) < passes:
-        pad = (local[0], tuple(trained[local[0]][: len(busy[0][1])]), (0,), 0.0 / step_kept * num_processes, True)
-        out += [pad] * (passes - len(out))
-    return [
-        Backward(q, js, rows, scale, u == passes - 1, padding=pad) for u, (q, js, rows, scale, pad) in enumerate(out)
-    ]
+            passes.append(Backward(q, tuple(js), rows, float(len(rows)) / step_kept * num_processes, sync=False))
+    if len(passes) < count:  # padding: its first unit's first row, weight 0, the first busy unit's transition count
+        pad = Backward(local[0], tuple(trained[local[0]][: len(busy[0][1])]), (0,), 0.0, sync=False, padding=True)
+        passes += [pad] * (count - len(passes))
+    passes[-1] = replace(passes[-1], sync=True)
+    return passes
 
 
 def plan_update(

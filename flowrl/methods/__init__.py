@@ -3,11 +3,13 @@
 
 Built-in names are registered lazily; ``register_method(name, "module:attr")`` and the entry-point
 group ``flowrl.methods`` add more, as ``flowrl.reward_models`` does for rewards. A method that only recombines
-parts is a recipe: ``register_recipe(name, base, credit=..., credit_norm=..., loss=...)``.
+parts is a recipe, a plain record: ``register_recipe(name, base, credit=..., credit_norm=..., loss=...)``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from flowrl.registry import Registry
@@ -40,46 +42,55 @@ def register_method(name: str, target: Any | None = None):
     return METHODS.register(name, target)
 
 
-# recipes: a registered method with other default parts, by name -> (base method, {part key: part name})
-_RECIPES: dict[str, tuple[str, dict[str, str]]] = {}
-_RECIPE_CLASSES: dict[str, type] = {}
+PART_KEYS = ("credit", "credit_norm", "loss")  # what a method chooses by default and a recipe may choose instead
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A method that only recombines parts: method ``base``'s class, run under ``name`` with ``parts`` (part key ->
+    registered part name) in place of its default parts."""
+
+    name: str
+    base: str
+    parts: Mapping[str, str]
+
+
+_RECIPES: dict[str, Recipe] = {}
 
 
 def register_recipe(name: str, base: str, **parts: str) -> None:
     """Register ``name`` as method ``base`` with other default parts (``credit``, ``credit_norm``, ``loss``:
     registered part names), e.g. ``register_recipe("grpo_guard", "flow_grpo", loss="ratio_norm")``."""
-    unknown = sorted(set(parts) - {"credit", "credit_norm", "loss"})
+    unknown = sorted(set(parts) - set(PART_KEYS))
     if unknown:
         raise ValueError(f"recipe {name!r}: {unknown[0]!r} is not a part key (credit, credit_norm, loss)")
-    if _RECIPES.get(name, (base, parts)) != (base, parts):
+    recipe = Recipe(name, base, dict(parts))
+    if _RECIPES.get(name, recipe) != recipe:
         raise ValueError(f"method name {name!r} is already registered")
-    METHODS.register(name, f"flowrl.methods:_recipe_{name}")
-    _RECIPES[name] = (base, dict(parts))
+    METHODS.register(name, recipe)
+    _RECIPES[name] = recipe
 
 
 register_recipe("grpo_guard", "flow_grpo", loss="ratio_norm")
 
 
-def __getattr__(attr: str):
-    if attr.startswith("_recipe_") and attr[len("_recipe_") :] in _RECIPES:
-        return _recipe_class(attr[len("_recipe_") :])
-    raise AttributeError(attr)
+def recipes() -> dict[str, Recipe]:
+    """The registered recipes, by name."""
+    return dict(_RECIPES)
 
 
-def _recipe_class(name: str) -> type:
-    """The recipe's method: its base class with the recipe's name and default parts."""
-    if name not in _RECIPE_CLASSES:
-        base, parts = _RECIPES[name]
-        cls = method_class(base)
-        attrs = {"name": name, "__doc__": f"{cls.__name__} with {parts} (recipe {name})", "recipe_of": base}
-        attrs.update({f"default_{key}": part for key, part in parts.items()})
-        _RECIPE_CLASSES[name] = type(cls.__name__ + "Recipe", (cls,), attrs)
-    return _RECIPE_CLASSES[name]
+def recipe_on(name: str, cls: type) -> Recipe | None:
+    """The recipe ``name`` where it runs on ``cls`` (its base method's class); None where ``name`` is no recipe."""
+    recipe = _RECIPES.get(name)
+    return recipe if recipe is not None and method_class(recipe.base) is cls else None
 
 
-def recipes() -> dict[str, tuple[str, dict[str, str]]]:
-    """The registered recipes: name -> (base method, its parts)."""
-    return {k: (b, dict(p)) for k, (b, p) in _RECIPES.items()}
+def default_parts(name: str) -> dict[str, str | None]:
+    """Method ``name``'s default parts by key: its class's, a recipe's own in their place (None: the method's own
+    ``transition_loss``)."""
+    recipe = _RECIPES.get(name)
+    cls = method_class(name)
+    return {key: getattr(cls, f"default_{key}") for key in PART_KEYS} | (dict(recipe.parts) if recipe else {})
 
 
 def list_methods(media_kind: str | None = None) -> list[str]:
@@ -96,9 +107,11 @@ def check_method_name(name: str) -> None:
 
 
 def method_class(name: str) -> type:
-    return METHODS.get(name)
+    """The class that runs method ``name`` (a recipe's: its base method's)."""
+    target = METHODS.get(name)
+    return method_class(target.base) if isinstance(target, Recipe) else target
 
 
 def build_method(cfg: Any):
     """The configured method, its typed options checked (one-line errors)."""
-    return METHODS.get(cfg.method.name)(cfg)
+    return method_class(cfg.method.name)(cfg)

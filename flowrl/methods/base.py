@@ -110,14 +110,20 @@ class MethodBase:
 
     def __init__(self, cfg: Any):
         from flowrl.configkit import ConfigError, build_section
+        from flowrl.methods import PART_KEYS, recipe_on
         from flowrl.methods.parts import compose
 
         self.cfg = cfg
+        recipe = recipe_on(cfg.method.name, type(self))
+        if recipe is not None:  # a recipe runs this class under its own name, with its own default parts
+            self.name = recipe.name
+        defaults = {key: getattr(type(self), f"default_{key}") for key in PART_KEYS}
+        defaults |= dict(recipe.parts) if recipe is not None else {}
         try:
             self.options = build_section(self.Options, dict(cfg.method.options), "method.options.")
         except ConfigError as exc:
             raise ConfigError(f"{exc} (method {self.name})") from None
-        self.parts = compose(self.name, type(self), self.options, cfg, self.records())
+        self.parts = compose(self.name, type(self), self.options, cfg, self.records(), defaults)
         self._credit_rule = self.parts.credit.load()
         self._credit_norm = self.parts.credit_norm.load()
         self._loss = self.parts.loss.load() if self.parts.loss is not None else None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from flowrl.registry import Registry, import_target
@@ -40,6 +41,17 @@ RECORDS = {
 }
 
 
+class PartKind(str, Enum):
+    """Which seam a part fills: a credit rule, a credit normalisation, or a policy loss on a recomputed SDE step."""
+
+    CREDIT = "credit"
+    NORM = "norm"
+    POLICY = "policy"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Part:
     name: str
@@ -47,7 +59,7 @@ class Part:
     summary: str  # one line: what it computes
     requires: frozenset[str] = frozenset()  # facts the method's exploration must record (``RECORDS``)
     reads: tuple[str, ...] = ()  # the ``method.options`` fields it reads
-    kind: str = "credit"  # credit | norm | policy
+    kind: PartKind = PartKind.CREDIT
     metrics: tuple[str, ...] = ()  # the figures it reports (logged as method/<name>)
 
     def load(self) -> Callable[..., Any]:
@@ -157,13 +169,13 @@ for _part in (
     register_credit_rule(_part)
 
 for _part in (
-    Part("none", f"{_M}.parts:no_norm", "the credit rule's advantages as they are", kind="norm"),
+    Part("none", f"{_M}.parts:no_norm", "the credit rule's advantages as they are", kind=PartKind.NORM),
     Part(
         "gdpo",
         f"{_M}.parts:gdpo_norm",
         "GDPO: the advantages z-scored again over the whole iteration (sample std, eps 1e-8; a 0 stays 0), "
         "then clipped to adv_clip_max",
-        kind="norm",
+        kind=PartKind.NORM,
         reads=("adv_clip_max",),
     ),
 ):
@@ -176,7 +188,7 @@ for _part in (
         "Flow-GRPO's PPO-clipped ratio of the recomputed log-prob (plus beta times the Gaussian KL)",
         requires=frozenset({"log_probs"}),
         reads=("clip_range", "beta"),
-        kind="policy",
+        kind=PartKind.POLICY,
     ),
     Part(
         "ratio_norm",
@@ -184,7 +196,7 @@ for _part in (
         "GRPO-Guard's RatioNorm: the corrected ratio, the clipped loss divided by |dt| (plus the KL)",
         requires=frozenset({"log_probs", "gaussian_means"}),
         reads=("clip_range", "beta"),
-        kind="policy",
+        kind=PartKind.POLICY,
     ),
     Part(
         "dppo_mask",
@@ -193,7 +205,7 @@ for _part in (
         "kl_threshold and the ratio moves with its advantage (plus the KL)",
         requires=frozenset({"log_probs", "gaussian_means"}),
         reads=("kl_threshold", "kl_sigma_cap", "beta"),
-        kind="policy",
+        kind=PartKind.POLICY,
     ),
 ):
     register_loss(_part)
@@ -221,16 +233,19 @@ class Composition:
     loss: Part | None  # None: the method's own ``transition_loss``
 
 
-def compose(method_name: str, cls: type, options: Any, cfg: Any, records: frozenset[str]) -> Composition:
-    """The method's parts with the command line's choices, each checked against what the method's exploration
-    records and what its options hold: a mismatch is one ``ConfigError`` line naming both parts and why."""
+def compose(
+    method_name: str, cls: type, options: Any, cfg: Any, records: frozenset[str], defaults: dict[str, str | None]
+) -> Composition:
+    """The method's parts (``defaults``, by part key; a recipe's in place of its class's) with the command line's
+    choices, each checked against what the method's exploration records and what its options hold: a mismatch
+    is one ``ConfigError`` line naming both parts and why."""
     from flowrl.configkit import ConfigError
 
     m = cfg.method
     chosen = {
-        "credit": m.credit or cls.default_credit,
-        "credit_norm": m.credit_norm or cls.default_credit_norm,
-        "loss": m.loss or cls.default_loss,
+        "credit": m.credit or defaults["credit"],
+        "credit_norm": m.credit_norm or defaults["credit_norm"],
+        "loss": m.loss or defaults["loss"],
     }
     registries = {"credit": CREDIT_RULES, "credit_norm": CREDIT_NORMS, "loss": LOSSES}
     parts: dict[str, Part | None] = {}
@@ -242,7 +257,7 @@ def compose(method_name: str, cls: type, options: Any, cfg: Any, records: frozen
     fields = {f.name for f in dataclasses.fields(options)} if dataclasses.is_dataclass(options) else set()
 
     def own(key: str) -> str:
-        return getattr(cls, "default_" + key) or f"{method_name}'s own transition_loss"
+        return defaults[key] or f"{method_name}'s own transition_loss"
 
     for key, part in parts.items():
         if part is None:

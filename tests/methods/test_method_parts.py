@@ -1,12 +1,12 @@
 """Methods composed of parts (``flowrl.methods.parts``): each method's default parts, a part swapped from the
 command line where it fits, a mismatch refused in one line naming both parts, recipes, deprecated aliases."""
 
-
 import pytest
 
 from flowrl.config import ConfigError
-from flowrl.methods import build_method, list_methods, method_class, recipes
-from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, Part
+from flowrl.methods import Recipe, build_method, default_parts, list_methods, method_class, recipes
+from flowrl.methods.flow_grpo import FlowGRPO
+from flowrl.methods.parts import CREDIT_NORMS, CREDIT_RULES, LOSSES, Part, PartKind
 from flowrl.registry import Registry
 from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
@@ -22,15 +22,15 @@ def _recipe(name):
 
 @pytest.mark.parametrize("name", list_methods())
 def test_every_method_names_registered_default_parts(name):
-    cls = method_class(name)
-    CREDIT_RULES.get(cls.default_credit), CREDIT_NORMS.get(cls.default_credit_norm)
-    assert cls.default_loss is None or LOSSES.get(cls.default_loss).kind == "policy"
+    parts = default_parts(name)  # a recipe's in place of its base's
+    CREDIT_RULES.get(parts["credit"]), CREDIT_NORMS.get(parts["credit_norm"])
+    assert parts["loss"] is None or LOSSES.get(parts["loss"]).kind is PartKind.POLICY
     own = (
         ["reward.smoothness=1", "reward.jpeg_compressibility=0"] if name == "reward_backprop" else []
     )  # differentiable
     method = build_method(resolve_config(_recipe(name), [f"method.name={name}", *own]))
     loss = method.parts.loss.name if method.parts.loss is not None else None  # None: its own transition_loss
-    assert (method.parts.credit.name, loss) == (cls.default_credit, cls.default_loss)
+    assert (method.parts.credit.name, loss) == (parts["credit"], parts["loss"])
 
 
 def test_pref_grpo_with_ratio_norm_and_gdpo_is_a_composition():
@@ -92,7 +92,8 @@ def test_the_loss_registry_holds_only_what_can_be_recombined():
 
 
 def test_grpo_guard_is_a_recipe_of_flow_grpo_with_ratio_norm(tmp_path, one_thread):
-    assert recipes()["grpo_guard"] == ("flow_grpo", {"loss": "ratio_norm"})
+    assert recipes()["grpo_guard"] == Recipe("grpo_guard", "flow_grpo", {"loss": "ratio_norm"})
+    assert method_class("grpo_guard") is FlowGRPO and default_parts("grpo_guard")["loss"] == "ratio_norm"
     runs = [
         Trainer(resolve_config("tiny-cpu", [f"output_dir={tmp_path / d}", *SMALL, *o])).train()
         for d, o in (("a", ["method.name=grpo_guard"]), ("b", ["method.name=flow_grpo", "method.loss=ratio_norm"]))
