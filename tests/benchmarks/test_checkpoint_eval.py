@@ -516,3 +516,46 @@ def test_protocol_settings_by_preset_and_command_line(tmp_path):
         {**fg, "steps": 2, "guidance_scale": 3.0, "seed": 7, "images_per_prompt": 2},
         "flow_grpo",
     )
+
+
+@pytest.mark.slow  # six formats x five benchmarks, base and checkpoint each
+@pytest.mark.parametrize(
+    "fmt", ["flow_grpo", "diffusion_nft", "flow_factory", "flow_factory_bare", "diffusers", "flowrl_run"]
+)
+def test_every_format_on_every_benchmark(setup, formats, fmt, tmp_path):
+    """Each LoRA format, in one command, on GenEval, OCR, DrawBench's reward table, GenEval 2 and DPG-Bench: the
+    table and the page written, every benchmark with a base and a checkpoint number."""
+    import csv
+
+    from test_dpgbench import QUESTIONS
+    from test_geneval2 import ROWS
+
+    from flowrl.benchmarks.cli import main
+    from flowrl.benchmarks.dpgbench import scoring as dpg_scoring
+    from tiny_vlm import vl_tokenizer
+
+    (tmp_path / "g2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    with open(tmp_path / "dpg.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(dpg_scoring.COLUMNS)
+        for key, qid, dep, tup, question in QUESTIONS:
+            writer.writerow([key, f"prompt {key}", "", qid, dep, tup.split(" ")[0], "", tup, question])
+    vl_tokenizer().save_pretrained(tmp_path / "tokenizer")
+    url = next(a.split("=", 1)[1] for a in setup["args"] if a.startswith("unifiedreward.base_url="))
+    judge = [f"geneval2.base_url={url}", "geneval2.model=served", f"geneval2.tokenizer={tmp_path / 'tokenizer'}",
+             f"dpg.base_url={url}", "dpg.model=served"]  # fmt: skip
+    given = ["--run", str(_flowrl_run(tmp_path, formats))] if fmt == "flowrl_run" else ["--lora", str(formats[fmt])]
+    out = tmp_path / "out"
+    argv = ["eval", "checkpoint", "--base", "tiny-cpu", *given, "--out", str(out), *setup["args"], *FAST,
+            "--benchmarks", "geneval,ocr,drawbench,geneval2,dpg", "--limit", "2",  # DPG's first item is skipped
+            "--prompts", f"geneval2={tmp_path / 'g2.jsonl'}", "--prompts", f"dpg={tmp_path / 'dpg.csv'}",
+            *[x for o in judge for x in ("--option", o)]]  # fmt: skip
+    assert main(argv) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["benchmarks"]) == ["geneval", "ocr", "drawbench", "geneval2", "dpg"]
+    for name, bench in results["benchmarks"].items():
+        assert bench["metrics"], name
+        assert all({"base", "checkpoint", "delta"} <= set(v) for v in bench["metrics"].values()), name
+    table = (out / "results.md").read_text()
+    assert all(f"| {m} |" in table for m in ("geneval", "ocr", "pickscore", "soft_tifa_gm", "dpg_score"))
+    assert (out / "report.html").is_file()
