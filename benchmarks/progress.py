@@ -54,3 +54,36 @@ def check_resume(out: Path, run: Mapping[str, Any], resume: bool, what: str, jud
             raise ValueError(f"cannot resume {out}: {key} was {old.get(key)!r}, now {run.get(key)!r}")
     if (old.get("prompts") or {}).get("sha256") != (run.get("prompts") or {}).get("sha256"):
         raise ValueError(f"cannot resume {out}: it was judged against another prompt file")
+
+
+def read_run(out: Path, what: str) -> dict[str, Any]:
+    """A results folder's ``run.json``; a folder without one is refused in one line naming ``what``."""
+    if not (out / RUN).is_file():
+        raise FileNotFoundError(f"{out / RUN} does not exist; is {out} a {what} results folder?")
+    return json.loads((out / RUN).read_text(encoding="utf-8"))
+
+
+def write_summary(out: Path, summary: Mapping[str, Any], markdown: str) -> None:
+    """A results folder's ``summary.json`` (``summary``) and ``summary.md`` (``markdown``)."""
+    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
+    (out / "summary.md").write_text(markdown, encoding="utf-8")
+
+
+def judge_lines(judge: Mapping[str, Any] | None, label: str) -> list[str]:
+    """A summary's closing lines naming the judge of ``run.json`` (``label``: what the benchmark calls it: "Judge",
+    "VQA model"); none without a judge."""
+    if not judge:
+        return []
+    where = f" at {judge['base_url']}" if judge.get("base_url") else ""
+    version = judge.get("version") or "not pinned"
+    return ["", f"{label}: {judge['model']} ({judge['backend']}{where}; version {version})."]
+
+
+def summary_head(title: str, summary: Mapping[str, Any]) -> list[str]:
+    """A summary's first lines: its title and the protocol's label (official, or not and why)."""
+    return [f"# {title}", "", f"Protocol: {summary.get('protocol', {}).get('label', 'unknown')}.", ""]
+
+
+def unscored_causes(unscored: Mapping[str, Any]) -> str:
+    """The unscored images by cause, ``"parse_error 2, no_image 1"`` (``"none"``)."""
+    return ", ".join(f"{k} {v}" for k, v in unscored["images"].items()) or "none"

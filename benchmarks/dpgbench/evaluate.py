@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.benchmarks.progress import PROGRESS, RUN, check_resume, read_rows
+from flowrl.benchmarks.progress import PROGRESS, RUN, check_resume, read_rows, read_run, write_summary
 
 from . import scoring
 from .data import describe_source, load_questions
@@ -177,16 +177,12 @@ def protocol_status(run: Mapping[str, Any], summary: Mapping[str, Any]) -> dict[
 def summarize_run(out_dir: str | Path, items: list[scoring.ItemQuestions], rows: Mapping | None = None,
                   run: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     out = Path(out_dir)
-    if run is None:
-        if not (out / RUN).is_file():
-            raise FileNotFoundError(f"{out / RUN} does not exist; is {out} a DPG-Bench results folder?")
-        run = json.loads((out / RUN).read_text(encoding="utf-8"))
+    run = read_run(out, "DPG-Bench") if run is None else run
     rows = read_progress(out / PROGRESS) if rows is None else rows
     summary = scoring.summarize(items[: run.get("limit") or None], rows)
     summary.update(
         judge=run["judge"], prompt_set=run["prompts"], answer_rule=run["answer_rule"], pic_num=run["pic_num"]
     )
     summary["protocol"] = protocol_status(run, summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / "summary.md").write_text(scoring.summary_markdown(summary), encoding="utf-8")
+    write_summary(out, summary, scoring.summary_markdown(summary))
     return summary

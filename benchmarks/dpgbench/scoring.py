@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.benchmarks.progress import judge_lines, summary_head, unscored_causes
+
 COLUMNS = ("item_id", "text", "keywords", "proposition_id", "dependency", "category_broad", "category_detailed",
            "tuple", "question_natural_language")  # fmt: skip
 OFFICIAL_CROPS = 4
@@ -157,12 +159,9 @@ def answer_is_yes(text: str | None, rule: str) -> bool:
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     pct = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
     u = summary["unscored"]
-    causes = ", ".join(f"{k} {v}" for k, v in u["images"].items()) or "none"
+    causes = unscored_causes(u)
     lines = [
-        "# DPG-Bench",
-        "",
-        f"Protocol: {summary.get('protocol', {}).get('label', 'unknown')}.",
-        "",
+        *summary_head("DPG-Bench", summary),
         f"**DPG score: {pct(summary['dpg_score'])}**",
         "",
         "| L1 category | score |",
@@ -175,12 +174,6 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         "",
         f"Prompts: {summary['prompts']} ({summary['questions']} questions); scored images: "
         f"{summary['scored_images']}; unscored: {u['images_total']} ({causes}).",
+        *judge_lines(summary.get("judge"), "VQA model"),
     ]
-    judge = summary.get("judge")
-    if judge:
-        where = f" at {judge['base_url']}" if judge.get("base_url") else ""
-        lines += [
-            "",
-            f"VQA model: {judge['model']} ({judge['backend']}{where}; version {judge.get('version') or 'not pinned'}).",
-        ]
     return "\n".join(lines) + "\n"

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from flowrl.benchmarks.progress import PROGRESS, RUN, check_resume, read_rows
+from flowrl.benchmarks.progress import PROGRESS, RUN, check_resume, read_rows, read_run, write_summary
 
 from . import scoring
 from .data import OFFICIAL_SHA256, describe_source, load_items
@@ -165,18 +165,14 @@ def summarize_run(out_dir: str | Path, items: list[dict[str, Any]], rows: Mappin
     """Aggregate ``out_dir``'s progress (or ``rows``) and write summary.json and summary.md; ``sim_even``
     (or the run's ``sim_even_batches``) adds UniRL's padded-wave means."""
     out = Path(out_dir)
-    if run is None:
-        if not (out / RUN).is_file():
-            raise FileNotFoundError(f"{out / RUN} does not exist; is {out} a GenEval 2 results folder?")
-        run = json.loads((out / RUN).read_text(encoding="utf-8"))
+    run = read_run(out, "GenEval 2") if run is None else run
     rows = read_progress(out / PROGRESS) if rows is None else rows
     items = items[: run["limit"]] if run.get("limit") else items
     sim_even = sim_even or run.get("sim_even_batches")
     summary = scoring.summarize(items, rows, run["images_per_prompt"], tuple(sim_even) if sim_even else None)
     summary.update(judge=run["judge"], prompt_set=run["prompts"], limit=run.get("limit"))
     summary["protocol"] = protocol_status(run, summary)
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
-    (out / "summary.md").write_text(scoring.summary_markdown(summary), encoding="utf-8")
+    write_summary(out, summary, scoring.summary_markdown(summary))
     return summary
 
 

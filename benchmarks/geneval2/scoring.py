@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from flowrl.benchmarks.progress import judge_lines, summary_head, unscored_causes
+
 SKILLS = ("object", "attribute", "count", "position", "verb")
 ATOMICITIES = tuple(range(3, 11))
 QUESTION_SUFFIX = " Answer in one word."
@@ -164,12 +166,9 @@ def _pct(value: float | None) -> str:
 
 def summary_markdown(summary: Mapping[str, Any]) -> str:
     u = summary["unscored"]
-    causes = ", ".join(f"{k} {v}" for k, v in u["images"].items()) or "none"
+    causes = unscored_causes(u)
     lines = [
-        "# GenEval 2 (Soft-TIFA)",
-        "",
-        f"Protocol: {summary.get('protocol', {}).get('label', 'unknown')}.",
-        "",
+        *summary_head("GenEval 2 (Soft-TIFA)", summary),
         f"**Soft-TIFA GM: {_pct(summary['soft_tifa_gm'])}**; Soft-TIFA AM: {_pct(summary['soft_tifa_am'])}; "
         f"TIFA: {_pct(summary['tifa'])}.",
         *[
@@ -190,14 +189,8 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
         f"scored images: {summary['scored_images']}; scored questions: {summary['scored_questions']}.",
         f"Unscored images: {u['images_total']} ({causes}).",
         f"Questions two of whose answer forms share a first token: {summary['questions_with_shared_first_tokens']}.",
+        *judge_lines(summary.get("judge"), "Judge"),
     ]
-    judge = summary.get("judge")
-    if judge:
-        where = f" at {judge['base_url']}" if judge.get("base_url") else ""
-        lines += [
-            "",
-            f"Judge: {judge['model']} ({judge['backend']}{where}; version {judge.get('version') or 'not pinned'}).",
-        ]
     source = summary.get("prompt_set")
     if source:
         lines.append(f"Prompts: {source.get('source')} (sha256 {str(source.get('sha256'))[:12]}).")
