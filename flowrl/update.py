@@ -59,7 +59,7 @@ class UpdateStats:
     synchronisation, not one per transition) when the sums or maxima are first read, then added in the order
     ``add`` received them, so the sums are the ones a float read per value gives."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._sums: dict[str, float] = {}
         self.weights: dict[str, float] = {}
         self._maxima: dict[str, float] = {}
@@ -101,7 +101,7 @@ class UpdateStats:
         self._read()
         return self._maxima
 
-    def reduce(self, acc) -> dict[str, float]:
+    def reduce(self, acc: Accelerator) -> dict[str, float]:
         """Weighted means over every process's entries, and maxima over processes (collective)."""
         keys = sorted(self.sums)
         sums = [self.sums[k] for k in keys] + [self.weights[k] for k in keys]
@@ -227,7 +227,7 @@ class Updater:
         sync: bool,
         stats: UpdateStats,
         measure: bool,
-        untrained: list[torch.nn.Parameter] = (),
+        untrained: list[torch.nn.Parameter] | tuple[()] = (),
     ) -> None:
         """Loss and backward for ``transitions`` of one unit, their mean loss weighted by ``scale``
         (0: a padding pass that only keeps the processes' collectives in step). ``measure``: this is
