@@ -21,8 +21,9 @@ STEP = [Clip(), SetLearningRate(0), StepOptimizer()]
 
 
 def plan(places, schedule, trained, adv, keep_rows=None, **kw):
-    args = dict(data_rank=0, world=1, num_processes=1, first_step=0, ema_every=None, check_onpolicy=False)
-    return plan_update(places, schedule, trained, adv, keep_rows, **{**args, "drop_frozen": False, **kw})
+    one_process = {"data_rank": 0, "world": 1, "num_processes": 1, "first_step": 0, "ema_every": None}
+    args = {**one_process, "check_onpolicy": False, "drop_frozen": False, **kw}
+    return plan_update(places, schedule, trained, adv, keep_rows, **args)
 
 
 def test_layout_cuts_each_process_share_into_batches():
