@@ -136,20 +136,18 @@ def test_ode_plan_matches_the_diffusers_pipeline(adapter):
     assert torch.allclose(traj.final, ref, atol=1e-5)
 
 
+def _window_rollout(adapter, **options):
+    """Two prompts rolled out with an SDE window of 2 in 6 steps, from fixed noise and draws: (plan, trajectory)."""
+    cond = adapter.encode_prompts(["a red cube", "a blue ball"])
+    plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
+    noise = adapter.initial_noise(2, torch.Generator().manual_seed(0))
+    return plan, rollout(adapter, cond, plan, noise, torch.arange(2), 4.5, torch.Generator().manual_seed(1), **options)
+
+
 def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter, tmp_path):
     """An SDE window of 2 in 6 steps keeps 3 of 7 states; each trained pair is the full chain's; the
     trainer's rollout batches hold only those (step-level methods do not multiply rollout memory)."""
-    cond = adapter.encode_prompts(["a red cube", "a blue ball"])
-    plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
-    full = rollout(
-        adapter,
-        cond,
-        plan,
-        adapter.initial_noise(2, torch.Generator().manual_seed(0)),
-        torch.arange(2),
-        4.5,
-        torch.Generator().manual_seed(1),
-    )
+    plan, full = _window_rollout(adapter)
     kept = full.trained_only()
     s = plan.trained_indices[0]
     assert kept.state_index == (s, s + 1, s + 2) and kept.states.shape[1] == 3
@@ -184,22 +182,7 @@ def test_trained_only_keeps_just_the_states_a_trained_transition_touches(adapter
 def test_a_rollout_can_hold_only_the_trained_states_and_the_final_one(adapter):
     """``keep_all_states=False`` (Flow-GRPO's exploration, evaluation) never stacks the untrained states: the
     same draws, log-probs, trained pairs and final state as the full rollout, with 4 of 7 states held."""
-    cond = adapter.encode_prompts(["a red cube", "a blue ball"])
-    plan = make_plan(adapter.sigmas(6), "flow_sde", 0.7, window_size=2, window_range=(1, 4), rng=random.Random(0))
-
-    def run(keep_all):
-        return rollout(
-            adapter,
-            cond,
-            plan,
-            adapter.initial_noise(2, torch.Generator().manual_seed(0)),
-            torch.arange(2),
-            4.5,
-            torch.Generator().manual_seed(1),
-            keep_all_states=keep_all,
-        )
-
-    full, lean = run(True), run(False)
+    (plan, full), (_, lean) = _window_rollout(adapter), _window_rollout(adapter, keep_all_states=False)
     s = plan.trained_indices[0]
     assert lean.state_index == (s, s + 1, s + 2, len(plan)) and lean.states.shape[1] == 4
     assert torch.equal(lean.log_probs, full.log_probs) and torch.equal(lean.final, full.final)
