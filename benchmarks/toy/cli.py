@@ -15,63 +15,30 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
+
+from . import command
 
 DEFAULT_RECIPE = "toy-flow-grpo"
 
 
 def add_command(subparsers: Any) -> None:
     """Register ``toy`` on the subparsers of ``flowrl eval`` (sets ``fn``)."""
-    p = subparsers.add_parser(
-        "toy", help="toy GenEval on a CPU: pretrain, train, evaluate",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    p.add_argument("recipe", nargs="?", default=None, help=f"recipe to train with (default {DEFAULT_RECIPE})")
-    p.add_argument("overrides", nargs="*", help="key=value overrides of the recipe")
-    what = p.add_mutually_exclusive_group()
-    what.add_argument("--pretrain", action="store_true", help="only create (or reuse) the cached base model")
-    what.add_argument("--run", default=None, metavar="RUN_DIR", help="evaluate a finished run (base and trained)")
-    what.add_argument("--model", default=None, metavar="FOLDER", help="evaluate one pipeline folder")
-    p.add_argument(
-        "--force", action="store_true",
-        help="with --pretrain: train again even if cached; with --out: replace the results there",
-    )  # fmt: skip
+    p, _ = command.add_parser(subparsers, "toy", "toy GenEval on a CPU: pretrain, train, evaluate", __doc__,
+                              DEFAULT_RECIPE)  # fmt: skip
     p.add_argument("--images-per-task", type=int, default=32, help="held-out images per task (default 32)")
     p.add_argument("--steps", type=int, default=None, help="ODE steps (default: the recipe's eval_num_steps)")
     p.add_argument("--guidance", type=float, default=None, help="CFG (default: the recipe's eval guidance)")
-    p.add_argument("--seed", type=int, default=0, help="initial-noise seed of the evaluation")
-    p.add_argument("--out", default=None, help="write toy_eval.json (and results) here")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument(
-        "--threads", type=int, default=1,
-        help="torch CPU threads (default 1: on a shared machine two spinning threads are several times slower)",
-    )  # fmt: skip
+    command.add_output_options(p, "write toy_eval.json (and results) here")
     p.set_defaults(fn=cmd_toy)
 
 
 def cmd_toy(args: argparse.Namespace) -> int:
-    if args.recipe and "=" in args.recipe:  # `flowrl eval toy key=value`: no recipe given
-        args.overrides = [args.recipe, *args.overrides]
-        args.recipe = None
-    if args.images_per_task < 1:
-        raise ValueError(f"--images-per-task: must be at least 1, got {args.images_per_task}")
-    if args.threads < 1:
-        raise ValueError(f"--threads: must be at least 1, got {args.threads}")
+    command.check_args(args, "--images-per-task", "toy_eval.json")
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.force and not (args.pretrain or args.out):
-        raise ValueError("--force applies to --pretrain (train the cached model again) or --out (replace its results)")
-    if args.out and not args.pretrain:
-        from flowrl.commands import refuse_overwrite
-
-        if Path(args.out).exists() and not Path(args.out).is_dir():
-            raise ValueError(f"--out: {args.out!r} is a file; expected a folder")
-        refuse_overwrite([Path(args.out) / "toy_eval.json"], "--out", args.force)
-    if (args.pretrain or args.run or args.model) and (args.recipe or args.overrides):
-        raise ValueError("a recipe and key=value overrides apply to training only (not --pretrain, --run or --model)")
     if args.pretrain:
         return _pretrain(args)
     if args.model:
@@ -83,10 +50,7 @@ def cmd_toy(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------ actions
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
+_say = command.say
 
 
 def _pretrain(args: argparse.Namespace) -> int:
@@ -163,37 +127,21 @@ def _evaluate_run(args: argparse.Namespace, run: Path, base_cache: dict | None =
 
     ``base_cache``: base evaluations by (model, steps, guidance, images, seed), shared by runs of one
     base model (``compare`` evaluates the base once, not once per method)."""
-    import yaml
-
-    from flowrl.config import config_from_dict
     from flowrl.pipelines.base import adapter_class
     from flowrl.resolve import resolve
 
     from . import evaluate as ev
 
-    if not (run / "config.yaml").is_file():
-        raise FileNotFoundError(f"--run {run}: no config.yaml (not a flowrl run folder)")
-    data = yaml.safe_load((run / "config.yaml").read_text())
-    data["resume"] = None
-    cfg = resolve(config_from_dict(data))
+    cfg = resolve(command.read_run_config(run))
     _check_model_path(cfg.model.path)
     steps, guidance = _settings(args, cfg)
     rows = ev.heldout_rows(args.images_per_task)
     adapter = adapter_class(cfg.model.pipeline).from_config(cfg.model, seed=cfg.seed)
     key = (cfg.model.path, steps, guidance, len(rows), args.seed)
-    if base_cache is not None and key in base_cache:
-        base_results, base = base_cache[key]
-    else:
-        _say(f"evaluating the base model on {len(rows)} held-out images ({steps} steps, guidance {guidance:g})")
-        _, base_results, base = ev.evaluate_adapter(adapter, rows, steps, guidance, args.seed)
-        if base_cache is not None:
-            base_cache[key] = base_results, base
-    loaded = adapter.load_trained(run)
-    if loaded is None:
-        raise FileNotFoundError(f"--run {run}: no trained weights (lora/ or transformer/) to evaluate")
-    adapter.clear_cache()
-    _say(f"evaluating the trained model ({loaded} from {run})")
-    _, trained_results, trained = ev.evaluate_adapter(adapter, rows, steps, guidance, args.seed)
+    base_says = f"images ({steps} steps, guidance {guidance:g})"
+    base_results, base, trained_results, trained = command.base_and_trained(
+        ev, adapter, run, rows, steps, guidance, args.seed, key, base_cache, base_says
+    )
     report = {
         "run": str(run), "model": cfg.model.path, "steps": steps, "guidance": guidance,
         "base": ev.brief(base), "trained": ev.brief(trained),
@@ -216,10 +164,7 @@ def _check_model_path(path: str) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    import time
-
     from flowrl.resolve import resolve_config
-    from flowrl.trainer import Trainer
 
     from .pretrain import DEFAULT_LINK, cache_root
 
@@ -231,10 +176,7 @@ def _train(args: argparse.Namespace) -> int:
         folder = ensure_model(args=args)
         cfg = resolve_config(recipe, [*overrides, f"model.path={folder}"])
     _check_model_path(cfg.model.path)
-    _say(f"training {recipe} for {cfg.train.iterations} iterations into {cfg.output_dir}")
-    start = time.perf_counter()
-    Trainer(cfg).train()
-    train_s = time.perf_counter() - start
+    train_s = command.train(cfg, recipe)
     report = _evaluate_run(args, Path(cfg.output_dir))
     report["train_s"] = round(train_s, 1)
     _print_report(args, report)
@@ -245,13 +187,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _write(args: argparse.Namespace, report: dict[str, Any], results: dict[str, list[dict]]) -> None:
-    if not args.out:
-        return
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "toy_eval.json").write_text(json.dumps(report, indent=2) + "\n")
-    for name, rows in results.items():
-        (out / f"results_{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    command.write(args, "toy_eval.json", report, results)
 
 
 def _print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
@@ -273,13 +209,4 @@ def _print_report(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m flowrl.benchmarks.toy")
-    add_command(parser.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK"))
-    args = parser.parse_args(["toy", *(sys.argv[1:] if argv is None else argv)])
-    from flowrl.commands import error_line
-
-    try:
-        return args.fn(args)
-    except (ValueError, RuntimeError, FileNotFoundError) as exc:
-        print(error_line(exc), file=sys.stderr)
-        return 2
+    return command.main(add_command, "toy", "python -m flowrl.benchmarks.toy", argv)

@@ -46,15 +46,9 @@ def load_rows(path: str | Path) -> list[dict]:
 
 
 @torch.no_grad()
-def generate(
-    adapter,
-    rows: Sequence[dict],
-    steps: int = DEFAULT_EVAL_STEPS,
-    guidance: float = 1.0,
-    seed: int = 0,
-    batch_size: int = 64,
-) -> torch.Tensor:
-    """ODE samples (N, 3, H, W) in [0, 1] of the rows' prompts, initial noise drawn from ``seed``."""
+def draw(adapter, rows: Sequence[dict], steps: int, guidance: float, seed: int, batch_size: int):
+    """ODE samples of the rows' prompts in the adapter's media (images (N, 3, H, W) in [0, 1]; the toy
+    audio-video mapping), initial noise drawn from ``seed``, ``batch_size`` prompts a rollout."""
     from flowrl.rollout import sample_images
 
     noise = adapter.initial_noise(len(rows), torch.Generator(adapter.device).manual_seed(seed))
@@ -83,7 +77,7 @@ def evaluate_adapter(
     batch_size: int = 64,
 ) -> tuple[torch.Tensor, list[dict[str, Any]], dict[str, Any]]:
     """Generate and score: (images, result rows, summary)."""
-    images = generate(adapter, rows, steps, guidance, seed, batch_size)
+    images = draw(adapter, rows, steps, guidance, seed, batch_size)
     results, summary = score(images, rows)
     return images, results, summary
 

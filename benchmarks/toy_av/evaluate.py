@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import torch
+from flowrl.benchmarks.toy.evaluate import draw
 
 from . import world
 
@@ -16,22 +16,6 @@ DEFAULT_CLIPS_PER_PROMPT = 8
 def heldout_rows(clips_per_prompt: int = DEFAULT_CLIPS_PER_PROMPT, split_seed: int = 0) -> list[dict]:
     """Every held-out prompt (``world.split_rows``) ``clips_per_prompt`` times."""
     return [row for row in world.split_rows(seed=split_seed)[1] for _ in range(clips_per_prompt)]
-
-
-@torch.no_grad()
-def generate(
-    adapter,
-    rows: Sequence[dict],
-    steps: int = DEFAULT_EVAL_STEPS,
-    guidance: float = 1.0,
-    seed: int = 0,
-    batch_size: int = 32,
-) -> dict[str, Any]:
-    """ODE samples of the rows' prompts (audio-video media), initial noise drawn from ``seed``."""
-    from flowrl.rollout import sample_images
-
-    noise = adapter.initial_noise(len(rows), torch.Generator(adapter.device).manual_seed(seed))
-    return sample_images(adapter, [r["prompt"] for r in rows], noise, steps, guidance, batch_size)
 
 
 def score(media: dict[str, Any], rows: Sequence[dict]) -> tuple[list[dict[str, Any]], dict[str, float]]:
@@ -49,7 +33,7 @@ def score(media: dict[str, Any], rows: Sequence[dict]) -> tuple[list[dict[str, A
 def evaluate_adapter(
     adapter, rows: Sequence[dict], steps: int = DEFAULT_EVAL_STEPS, guidance: float = 1.0, seed: int = 0
 ) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
-    """Generate and score: (media, result rows, accuracies)."""
-    media = generate(adapter, rows, steps, guidance, seed)
+    """Generate (``toy.evaluate.draw``, 32 prompts a rollout) and score: (media, result rows, accuracies)."""
+    media = draw(adapter, rows, steps, guidance, seed, 32)
     results, summary = score(media, rows)
     return media, results, summary
