@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from _loopback import JsonHandler, serve
+from _loopback import ScriptedJudge, serve_scripted
 from flowrl.benchmarks.cli import main
 from flowrl.benchmarks.unigenbench import (
     DIMENSIONS,
@@ -205,33 +205,25 @@ REPLIES = {  # (index, image) -> replies in order of the calls (the last repeats
 }
 
 
-class FakeJudge(JsonHandler):
+class FakeJudge(ScriptedJudge):
     calls: ClassVar[dict] = {}
     bodies: ClassVar[list] = []
+    replies = REPLIES
 
     def do_GET(self):
         assert self.path == "/v1/models"
         self._send(200, {"object": "list", "data": [{"id": "judge-x", "root": "/models/eval-72b", "owned_by": "vllm"}]})
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
+    def key_of(self, body: dict) -> tuple[int, int]:
         image, _ = body["messages"][0]["content"]  # image first, then the text
         png = base64.b64decode(image["image_url"]["url"].split(",", 1)[1])
         value = int(np.asarray(Image.open(io.BytesIO(png)))[0, 0, 0])
-        key = (value // 10, value % 10)
-        n = type(self).calls[key] = type(self).calls.get(key, 0) + 1
-        replies = REPLIES[key]
-        reply = replies[min(n, len(replies)) - 1]
-        if reply == 500:
-            return self._send(500, {"error": {"message": "engine crashed"}})
-        self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
+        return (value // 10, value % 10)
 
 
 @pytest.fixture()
 def judge_url():
-    FakeJudge.calls, FakeJudge.bodies = {}, []
-    with serve(FakeJudge) as url:
+    with serve_scripted(FakeJudge) as url:
         yield url
 
 

@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from PIL import Image
 
-from _loopback import JsonHandler, serve
+from _loopback import ScriptedJudge, serve_scripted
 from flowrl.benchmarks.cli import main
 from flowrl.benchmarks.unigenbench import load_csv, parse_answer
 from flowrl.benchmarks.unigenbench.evaluate import read_progress
@@ -275,33 +275,24 @@ REPLIES = {
 }
 
 
-class OfficialServer(JsonHandler):
+class OfficialServer(ScriptedJudge):
     calls: ClassVar[dict] = {}
     bodies: ClassVar[list] = []
+    replies = REPLIES
 
     def do_GET(self):
         self._send(200, {"object": "list", "data": [{"id": "QwenVL", "root": "/m/eval", "owned_by": "vllm"}]})
 
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        type(self).bodies.append(body)
-        content = body["messages"][0]["content"]
-        image = next(c for c in content if c["type"] == "image_url")
+    def key_of(self, body: dict) -> tuple[int, int]:
+        image = next(c for c in body["messages"][0]["content"] if c["type"] == "image_url")
         data = base64.b64decode(image["image_url"]["url"].split(",", 1)[1])
         w, h = Image.open(io.BytesIO(data)).size
-        key = (h - 16, w - 16)
-        n = type(self).calls[key] = type(self).calls.get(key, 0) + 1
-        replies = REPLIES[key]
-        reply = replies[min(n, len(replies)) - 1]
-        if reply == 500:
-            return self._send(500, {"error": {"message": "engine crashed"}})
-        self._send(200, {"choices": [{"message": {"role": "assistant", "content": reply}}]})
+        return (h - 16, w - 16)
 
 
 @pytest.fixture()
 def server():
-    OfficialServer.calls, OfficialServer.bodies = {}, []
-    with serve(OfficialServer) as url:
+    with serve_scripted(OfficialServer) as url:
         yield url
 
 
