@@ -39,3 +39,18 @@ def assert_resume_repeats(
     assert len(resumed) == iterations - 1
     assert [same_numbers(r) for r in full[1:]] == [same_numbers(r) for r in resumed]
     return full
+
+
+def assert_on_policy_ratio_norm(method, ctx, batch) -> None:
+    """On policy (the batch just collected), every trained transition's RatioNorm ratio is 1 and its loss
+    -mean(A) / |Δ_j| for advantages A = (1, -2, 0.5, 0.25)."""
+    import pytest
+    import torch
+
+    adv = torch.tensor([1.0, -2.0, 0.5, 0.25])
+    plan = batch.traj.plan
+    for j in plan.trained_indices:
+        out = method.transition_loss(ctx, batch.traj, j, batch.cond, adv)
+        dt = float(plan.sigma[j] - plan.sigma_next[j])
+        assert float(out.ratio_mean) == pytest.approx(1.0, abs=1e-6)
+        assert float(out.loss.detach()) == pytest.approx(-float(adv.mean()) / dt, rel=1e-5)

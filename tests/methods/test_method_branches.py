@@ -15,7 +15,7 @@ from flowrl.methods.g2rpo import group_rows
 from flowrl.methods.seam import RewardTable, TrainEntry
 from flowrl.resolve import resolve_config
 from flowrl.trainer import Trainer
-from tiny_runs import NO_EVAL, assert_resume_repeats, small
+from tiny_runs import NO_EVAL, assert_on_policy_ratio_norm, assert_resume_repeats, small
 
 # 2 prompts x 4 members, 4 steps, CFG 4.5 (2 transformer rows a sample): one group per rollout batch
 SMALL = small(4, *NO_EVAL)
@@ -169,12 +169,7 @@ def test_grpo_guard_divides_the_clipped_loss_by_the_step(tmp_path, one_thread):
     ctx = tr.context(0)
     b = tr.collect(0, ctx)[0][0]
     assert b.traj.means is not None and b.traj.means.shape == b.traj.log_probs.shape + b.traj.states.shape[2:]
-    adv = torch.tensor([1.0, -2.0, 0.5, 0.25])
-    for j in b.traj.plan.trained_indices:
-        out = tr.method.transition_loss(ctx, b.traj, j, b.cond, adv)
-        dt = float(b.traj.plan.sigma[j] - b.traj.plan.sigma_next[j])
-        assert float(out.ratio_mean) == pytest.approx(1.0, abs=1e-6)
-        assert float(out.loss.detach()) == pytest.approx(-float(adv.mean()) / dt, rel=1e-5)
+    assert_on_policy_ratio_norm(tr.method, ctx, b)
 
 
 @pytest.mark.parametrize("method", ["g2rpo", "e_grpo", "grpo_guard"])

@@ -19,7 +19,7 @@ from flowrl.methods.seam import RewardTable
 from flowrl.resolve import resolve_config
 from flowrl.reward_models.base import win_rates
 from flowrl.trainer import Trainer
-from tiny_runs import NO_EVAL, same_numbers, small
+from tiny_runs import NO_EVAL, assert_on_policy_ratio_norm, same_numbers, small
 
 SMALL = small(4, *NO_EVAL)
 PAIRWISE = ["reward={'pairwise_rewards:Brighter': 1.0}"]
@@ -225,12 +225,7 @@ def test_ratio_norm_reaches_the_methods_built_on_flow_grpos_loss(tmp_path, one_t
     ctx = tr.context(0)
     b = tr.collect(0, ctx)[0][0]
     assert b.traj.means is not None and b.traj.means.shape[:2] == b.traj.log_probs.shape
-    adv = torch.tensor([1.0, -2.0, 0.5, 0.25])
-    for j in b.traj.plan.trained_indices:
-        out = tr.method.transition_loss(ctx, b.traj, j, b.cond, adv)
-        dt = float(b.traj.plan.sigma[j] - b.traj.plan.sigma_next[j])
-        assert float(out.ratio_mean) == pytest.approx(1.0, abs=1e-6)
-        assert float(out.loss.detach()) == pytest.approx(-float(adv.mean()) / dt, rel=1e-5)
+    assert_on_policy_ratio_norm(tr.method, ctx, b)
 
 
 def test_ratio_norm_refusals_are_one_line_errors(tmp_path):
