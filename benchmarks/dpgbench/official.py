@@ -12,17 +12,16 @@ prompts, a parent that does not exist (the official run skips those images).
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import importlib.util
-import io
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flowrl.benchmarks.official_scripts import printed_by
 
 CATEGORIES = {
     "entity": ("whole", "part", "state"),
@@ -120,14 +119,7 @@ def run_official(ella_dir: Path, csv_path: Path, images: Path, work: Path) -> di
     res = work / "official_results.txt"
     argv = ["compute_dpg_bench.py", "--image-root-path", str(images), "--resolution", str(RESOLUTION), "--csv",
             str(csv_path), "--res-path", str(res), "--pic-num", "4", "--vqa-model", "mplug"]  # fmt: skip
-    printed = io.StringIO()
-    old, sys.argv = sys.argv, argv
-    try:
-        with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
-            module.main()
-    finally:
-        sys.argv = old
-    text = printed.getvalue()
+    text = printed_by(module.main, argv)
     l1, l2, section = {}, {}, None
     for line in text.splitlines():
         if line.startswith("L1 category"):

@@ -11,10 +11,8 @@ images with a ``LocalJudge`` over the same logits. Returns both sides' numbers a
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
-import io
 import json
 import sys
 import types
@@ -22,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from flowrl.benchmarks.official_scripts import printed_by
 
 VOCAB = ["Yes", "yes", " yes", " Yes", "No", "no", " ", "other", "The", "I"]
 VOCAB += [w for n in ("one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
@@ -169,14 +169,8 @@ def run_official(official_dir: Path, data: Path, images: dict[str, str], work: P
     for method in ("soft_tifa_gm", "soft_tifa_am"):
         argv = ["evaluation.py", "--benchmark_data", str(data), "--image_filepath_data", str(work / "images.json"),
                 "--method", method, "--output_file", str(work / f"{method}.json")]  # fmt: skip
-        printed = io.StringIO()
-        old_argv, sys.argv = sys.argv, argv
-        try:
-            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(io.StringIO()):
-                evaluation.main()
-        finally:
-            sys.argv = old_argv
-        out[method] = float(printed.getvalue().strip().splitlines()[-1].split("Score:")[1])
+        printed = printed_by(evaluation.main, argv)
+        out[method] = float(printed.strip().splitlines()[-1].split("Score:")[1])
     rows = [json.loads(line) for line in data.read_text().splitlines() if line.strip()]
     lists = json.loads((work / "soft_tifa_gm.json").read_text())
     skills = analysis.per_skill_analysis(lists, [r["skills"] for r in rows])
