@@ -62,11 +62,15 @@ def build_tiny_detector():
     return QueryInstanceDetector(model, processor, device="cpu")
 
 
-def save_tiny_detector(folder: Path) -> Path:
-    model, processor = build_tiny_mask2former()
+def saved(folder: Path, model, processor) -> Path:
+    """``model`` and its ``processor`` written to ``folder`` (``save_pretrained``); returns the folder."""
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
     return folder
+
+
+def save_tiny_detector(folder: Path) -> Path:
+    return saved(folder, *build_tiny_mask2former())
 
 
 def register_tiny_clip(folder: Path) -> None:

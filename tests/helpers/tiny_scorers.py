@@ -38,12 +38,10 @@ class FinalScoreJudge(JsonHandler):
 
 
 def _clip(folder: Path) -> Path:
+    from helpers_geneval import saved
     from tiny_clip import tiny_clip
 
-    model, processor = tiny_clip()
-    model.save_pretrained(folder)
-    processor.save_pretrained(folder)
-    return folder
+    return saved(folder, *tiny_clip())
 
 
 def _hpsv2(path: Path) -> Path:
