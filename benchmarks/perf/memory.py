@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 DEFAULT_RECIPES = ["tiny-cpu", "toy-flow-grpo"]
@@ -55,20 +56,30 @@ def measure(recipe: str, iterations: int, overrides: list[str], device: str) -> 
     }
 
 
+def results_table(head: list[str], results: list[dict], key: str, cells: Callable[[dict], str]) -> str:
+    """A seven-column Markdown table: the ``head`` lines, then a row a result, ``r[key]`` and ``cells(r)`` (the
+    other six, joined by " | "), a skipped result as its key and the reason."""
+    lines = list(head)
+    for r in results:
+        rest = f"skipped: {r['skipped']} | | | | |" if "skipped" in r else cells(r)
+        lines.append(f"| {r[key]} | {rest} |")
+    return "\n".join(lines)
+
+
 def table(results: list[dict], device: str) -> str:
-    lines = [
+    head = [
         f"| recipe ({device}) | samples/iteration | peak GiB | estimate GiB | s/iteration | estimate s | images/s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
-        if "skipped" in r:
-            lines.append(f"| {r['recipe']} | skipped: {r['skipped']} | | | | | |")
-            continue
-        lines.append(
-            f"| {r['recipe']} | {r['samples_per_iteration']} | {r['peak_gib']:.2f} | {r['est_peak_gib']:.2f} | "
-            f"{r['seconds_per_iteration']:.2f} | {r['est_seconds_per_iteration']:.2f} | {r['images_per_s']:.1f} |"
-        )
-    return "\n".join(lines)
+    return results_table(
+        head,
+        results,
+        "recipe",
+        lambda r: (
+            f"{r['samples_per_iteration']} | {r['peak_gib']:.2f} | {r['est_peak_gib']:.2f} | "
+            f"{r['seconds_per_iteration']:.2f} | {r['est_seconds_per_iteration']:.2f} | {r['images_per_s']:.1f}"
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -119,19 +119,21 @@ def measure(case: str, iterations: int, port: int) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    lines = [
+    from flowrl.benchmarks.perf.memory import results_table
+
+    head = [
         "| case (2 CPU processes) | strategy | SP | peak GiB, process 0 | process 1 | estimate GiB | estimate / measured |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
-        if "skipped" in r:
-            lines.append(f"| {r['case']} | skipped: {r['skipped']} | | | | | |")
-            continue
-        lines.append(
-            f"| {r['case']} | {r['strategy']} | {r['sequence_parallel']} | {r['peak_gib_rank0']:.3f} | "
-            f"{r['peak_gib_rank1']:.3f} | {r['est_peak_gib']:.3f} | {r['ratio']:.2f} |"
-        )
-    return "\n".join(lines)
+    return results_table(
+        head,
+        results,
+        "case",
+        lambda r: (
+            f"{r['strategy']} | {r['sequence_parallel']} | {r['peak_gib_rank0']:.3f} | "
+            f"{r['peak_gib_rank1']:.3f} | {r['est_peak_gib']:.3f} | {r['ratio']:.2f}"
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
