@@ -11,6 +11,8 @@ from typing import NamedTuple
 
 import torch
 
+from flowrl.checks import ScalarOrTensor, check_phase, fail, finite_f32
+
 
 @dataclass
 class PolicyLossOutput:
@@ -127,39 +129,21 @@ def gaussian_kl(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.Tensor) -
 # AV-GRPO's weights and loss
 # --------------------------------------------------------------------------------------------------------
 T_CLAMP = (1e-5, 0.999)  # the AV-GRPO code's clamp of t inside λ_pol, λ_rw and λ_KL
-ScalarOrTensor = float | torch.Tensor
-PHASES = ("video", "audio")
-
-
-def _fail(message: str) -> None:
-    raise ValueError(message)
-
-
-def _check_phase(phase: str) -> None:
-    if phase not in PHASES:
-        _fail(f"phase must be 'video' or 'audio' (the trained modality), got {phase!r}")
-
-
-def _as_f32(name: str, value: ScalarOrTensor) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=torch.float32)
-    if not torch.isfinite(t).all():
-        _fail(f"{name} must be finite, got {value!r}")
-    return t
 
 
 def _t_dt(t, dt_abs, t_clamp) -> tuple[torch.Tensor, torch.Tensor]:
-    t, dt = _as_f32("t", t), _as_f32("dt_abs", dt_abs)
+    t, dt = finite_f32("t", t), finite_f32("dt_abs", dt_abs)
     if not ((t > 0).all() and (t <= 1).all()):
-        _fail(f"t must be in (0, 1], got {t.tolist()}")
+        fail(f"t must be in (0, 1], got {t.tolist()}")
     if not (dt > 0).all():
-        _fail(f"dt_abs must be > 0, got {dt.tolist()}")
+        fail(f"dt_abs must be > 0, got {dt.tolist()}")
     if t_clamp is not None:
         lo, hi = t_clamp
         if not 0 < lo < hi < 1:
-            _fail(f"t_clamp must be (lo, hi) with 0 < lo < hi < 1, got {t_clamp!r}")
+            fail(f"t_clamp must be (lo, hi) with 0 < lo < hi < 1, got {t_clamp!r}")
         t = t.clamp(lo, hi)
     elif (t == 1).any():
-        _fail("t == 1 with t_clamp=None: the weights divide by 1 - t")
+        fail("t == 1 with t_clamp=None: the weights divide by 1 - t")
     return t, dt
 
 
@@ -171,7 +155,7 @@ def policy_weight(t: ScalarOrTensor, dt_abs: ScalarOrTensor, *, t_clamp=T_CLAMP)
 
 def reward_weight(t: ScalarOrTensor, dt_abs: ScalarOrTensor, phase: str, *, t_clamp=T_CLAMP) -> torch.Tensor:
     """λ_rw = t / (|Δ|(1−t)) in the video phase, 1 in the audio phase [code]; t clamped to ``t_clamp``."""
-    _check_phase(phase)
+    check_phase(phase)
     t, dt = _t_dt(t, dt_abs, t_clamp)
     return t / (dt * (1 - t)) if phase == "video" else torch.ones_like(t * dt)
 
@@ -180,9 +164,9 @@ def kl_factor(t: ScalarOrTensor, dt_abs: ScalarOrTensor, g: ScalarOrTensor, *, t
     """λ_KL = (|Δ|/2)·(g(1−t)/(2t) + 1/g)² [code]: λ_KL·(v_θ − v_ref)² is the per-element KL between the
     two policies' step Gaussians N(μ, g²|Δ|) at the same (x, t), when the step used this g."""
     t, dt = _t_dt(t, dt_abs, t_clamp)
-    g = _as_f32("g", g)
+    g = finite_f32("g", g)
     if not (g > 0).all():
-        _fail(f"g must be > 0, got {g.tolist()}")
+        fail(f"g must be > 0, got {g.tolist()}")
     return (dt / 2) * (g * (1 - t) / (2 * t) + 1 / g) ** 2
 
 
@@ -194,9 +178,9 @@ class AVGRPOLoss(NamedTuple):
 
 
 def _per_sample(name: str, value: ScalarOrTensor, batch: int, device: torch.device) -> torch.Tensor:
-    t = _as_f32(name, value) if not isinstance(value, torch.Tensor) else value.float()
+    t = finite_f32(name, value) if not isinstance(value, torch.Tensor) else value.float()
     if t.numel() not in (1, batch):
-        _fail(f"{name} must be a float or ({batch},), got shape {tuple(t.shape)}")
+        fail(f"{name} must be a float or ({batch},), got shape {tuple(t.shape)}")
     return t.reshape(-1).expand(batch).to(device)
 
 
@@ -214,14 +198,14 @@ def _check_av_grpo_args(
     beta_audio: float,
 ) -> None:
     """``av_grpo_loss``'s arguments, each refused in one line when out of range or of the wrong shape."""
-    _check_phase(phase)
+    check_phase(phase)
     if not (isinstance(clip, (int, float)) and 0 < clip < math.inf):
-        _fail(f"clip must be a finite number > 0, got {clip!r}")
+        fail(f"clip must be a finite number > 0, got {clip!r}")
     for name, value in (("beta_video", beta_video), ("beta_audio", beta_audio)):
         if not (isinstance(value, (int, float)) and 0 <= value < math.inf):
-            _fail(f"{name} must be a finite number >= 0, got {value!r}")
+            fail(f"{name} must be a finite number >= 0, got {value!r}")
     if logp_new.ndim != 1 or logp_old.shape != logp_new.shape or adv.shape != logp_new.shape:
-        _fail(
+        fail(
             f"logp_new, logp_old, adv must all be (B,), got {tuple(logp_new.shape)}, "
             f"{tuple(logp_old.shape)}, {tuple(adv.shape)}"
         )
@@ -230,13 +214,13 @@ def _check_av_grpo_args(
         mean.ndim < 2 or mean.shape[0] != b or (ref_mean is not None and ref_mean.shape != mean.shape)
     ):
         shapes = f"{tuple(mean.shape)} and {tuple(ref_mean.shape) if ref_mean is not None else None}"
-        _fail(f"mean and ref_mean must both be ({b}, ...), got {shapes}")
+        fail(f"mean and ref_mean must both be ({b}, ...), got {shapes}")
     for name, value in (("t", t), ("dt_abs", dt_abs)):
         if torch.as_tensor(value).numel() not in (1, b):
-            _fail(f"{name} must be a float or ({b},), got shape {tuple(torch.as_tensor(value).shape)}")
+            fail(f"{name} must be a float or ({b},), got shape {tuple(torch.as_tensor(value).shape)}")
     beta = beta_video if phase == "video" else beta_audio
     if beta > 0 and ref_mean is None:
-        _fail(f"beta_{phase}={beta} weighs a KL to the reference, but no ref_mean was given")
+        fail(f"beta_{phase}={beta} weighs a KL to the reference, but no ref_mean was given")
 
 
 def av_grpo_loss(

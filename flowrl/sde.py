@@ -22,6 +22,8 @@ from typing import Callable, Literal, NamedTuple
 
 import torch
 
+from flowrl.checks import ScalarOrTensor, fail, finite_f32
+
 Reduction = Literal["mean", "sum"]
 STEP_KINDS = ("ode", "flow_sde", "cps", "dance_sde", "dpm2")
 # steps without noise (no density, never trained)
@@ -392,18 +394,6 @@ def step(kind: str, *args, **kwargs) -> StepOutput:
 # --------------------------------------------------------------------------------------------------------
 MAX_STD = 0.5  # AV-GRPO's cap on the per-step std g·sqrt(|Δ|) [the authors' code]
 ONE_MINUS_T_MIN = 1e-5  # the AV-GRPO code's clamp of 1 − t in g = a·sqrt(t/(1−t)): g = a·sqrt(1e5) at t = 1
-ScalarOrTensor = float | torch.Tensor
-
-
-def _fail(message: str) -> None:
-    raise ValueError(message)
-
-
-def _as_f32(name: str, value: ScalarOrTensor) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=torch.float32)
-    if not torch.isfinite(t).all():
-        _fail(f"{name} must be finite, got {value!r}")
-    return t
 
 
 def _scalar(value):
@@ -421,17 +411,17 @@ class CappedNoise(NamedTuple):
 
 
 def _check_step(sigma, sigma_next, a, max_std, sigma_at_one) -> None:
-    s, s_next, a_t = _as_f32("sigma", sigma), _as_f32("sigma_next", sigma_next), _as_f32("a", a)
+    s, s_next, a_t = finite_f32("sigma", sigma), finite_f32("sigma_next", sigma_next), finite_f32("a", a)
     if not ((s > 0).all() and (s <= 1).all()):
-        _fail(f"sigma must be in (0, 1], got {sigma!r}")
+        fail(f"sigma must be in (0, 1], got {sigma!r}")
     if not ((s_next >= 0).all() and (s_next < s).all()):
-        _fail(f"sigma_next must be in [0, sigma), got {sigma_next!r}")
+        fail(f"sigma_next must be in [0, sigma), got {sigma_next!r}")
     if not (a_t > 0).all():
-        _fail(f"a (noise level) must be > 0, got {a!r}")
+        fail(f"a (noise level) must be > 0, got {a!r}")
     if not (isinstance(max_std, (int, float)) and 0 < max_std < math.inf):
-        _fail(f"max_std must be a finite number > 0, got {max_std!r}")
+        fail(f"max_std must be a finite number > 0, got {max_std!r}")
     if sigma_at_one is not None and not 0 < sigma_at_one < 1:
-        _fail(f"sigma_at_one must be in (0, 1) or None, got {sigma_at_one!r}")
+        fail(f"sigma_at_one must be in (0, 1) or None, got {sigma_at_one!r}")
 
 
 def _cap_float(g: float, dt_abs: float, max_std: float) -> tuple[float, bool]:
@@ -504,8 +494,8 @@ def sde_step_with_g(
     With g = flow_sde_g(t, a) the result is bitwise ``flow_sde(v, x, t, t', a)``.
     """
     g = _scalar(g)
-    g_t = _as_f32("g", g)
+    g_t = finite_f32("g", g)
     if not (g_t > 0).all():
-        _fail(f"g must be > 0 (a zero-noise step has no density), got {g!r}")
+        fail(f"g must be > 0 (a zero-noise step has no density), got {g!r}")
     _check_step(_scalar(sigma), _scalar(sigma_next), 1.0, MAX_STD, None)
     return dance_sde(v, x, sigma, sigma_next, g, x_next=x_next, noise=noise, generator=generator, reduction="mean")

@@ -70,7 +70,8 @@ from dataclasses import dataclass
 
 import torch
 
-PHASES = ("video", "audio")
+from flowrl.checks import check_phase, fail
+
 NOISE_LEVEL = {"video": 0.02, "audio": 0.8}  # a per trained modality [code: Corrections]
 A_VIDEO, A_AUDIO = NOISE_LEVEL["video"], NOISE_LEVEL["audio"]
 CLIP_RANGE = 0.2  # PPO clip ε [code]
@@ -84,30 +85,6 @@ FIRST_LR = 1e-5  # the first AV-GRPO step's rate: the yaml's, before the loop se
 NEGATIVE_PROMPT = "worst quality, inconsistent motion, blurry, jittery, distorted"  # the CFG negative [code]
 
 Number = float | int
-ScalarOrTensor = float | torch.Tensor
-
-
-def _fail(message: str) -> None:
-    raise ValueError(message)
-
-
-def _check_phase(phase: str) -> None:
-    if phase not in PHASES:
-        _fail(f"phase must be 'video' or 'audio' (the trained modality), got {phase!r}")
-
-
-def _as_f32(name: str, value: ScalarOrTensor) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=torch.float32)
-    if not torch.isfinite(t).all():
-        _fail(f"{name} must be finite, got {value!r}")
-    return t
-
-
-def _scalar(value):
-    """A 0-d tensor becomes a python float (as ``flowrl.sde`` treats it); anything else is left alone."""
-    return float(value) if isinstance(value, torch.Tensor) and value.ndim == 0 else value
-
-
 # --------------------------------------------------------------------------------------------------------
 # 5. Rewards to advantages
 # --------------------------------------------------------------------------------------------------------
@@ -120,9 +97,9 @@ def zscore(x: torch.Tensor, unbiased: bool, eps: float = Z_EPS) -> torch.Tensor:
     stage). A row whose values are all equal gets exactly 0; NaN propagates. x: (G,) or (M, G), G >= 2.
     """
     if x.ndim not in (1, 2) or x.shape[-1] < 2:
-        _fail(f"x must be (G,) or (M, G) with G >= 2, got shape {tuple(x.shape)}")
+        fail(f"x must be (G,) or (M, G) with G >= 2, got shape {tuple(x.shape)}")
     if not (isinstance(eps, (int, float)) and eps > 0):
-        _fail(f"eps must be > 0, got {eps!r}")
+        fail(f"eps must be > 0, got {eps!r}")
     x64 = x.double()
     centred = x64 - x64.mean(dim=-1, keepdim=True)
     z = centred / (x64.std(dim=-1, correction=1 if unbiased else 0, keepdim=True) + eps)
@@ -140,18 +117,18 @@ class ModalityAdvantages:
 
 def _stack_metrics(metrics: Mapping[str, torch.Tensor]) -> tuple[list[str], torch.Tensor]:
     if not metrics:
-        _fail("metrics is empty: pass the phase's reward metrics, e.g. {'vq': ..., 'clip': ..., 'desync': ...}")
+        fail("metrics is empty: pass the phase's reward metrics, e.g. {'vq': ..., 'clip': ..., 'desync': ...}")
     names = list(metrics)
     values = [torch.as_tensor(metrics[k], dtype=torch.float64) for k in names]  # lists: exact python floats
     shape = values[0].shape
     if len(shape) not in (1, 2) or shape[-1] < 2 or any(m.shape != shape for m in values):
-        _fail(
+        fail(
             f"metrics must all be (G,) or (M, G) of one shape with G >= 2, got "
             f"{ {k: tuple(m.shape) for k, m in zip(names, values)} }"
         )
     stack = torch.stack(values)  # (K, [M,] G)
     if torch.isinf(stack).any():
-        _fail(f"metrics hold inf: {[k for k, m in zip(names, values) if torch.isinf(m).any()]}")
+        fail(f"metrics hold inf: {[k for k, m in zip(names, values) if torch.isinf(m).any()]}")
     return names, stack
 
 
@@ -179,7 +156,7 @@ def modality_advantages(
     0.65 average to 0.39999999 < 0.4, fp64 to 0.4; a constant fp32 0.4 is 0.4000000060 and passes). Even
     fp64 decimals can land below (0.35 and 0.45 -> 0.39999999999999997), exactly as in the code.
     """
-    _check_phase(phase)
+    check_phase(phase)
     names, stack = _stack_metrics(metrics)
     z = zscore(stack.flatten(0, -2), unbiased=False, eps=eps).reshape(stack.shape)  # (K, [M,] G)
     score = z.mean(dim=0)
@@ -189,7 +166,7 @@ def modality_advantages(
         rule = None
     else:
         if key not in metrics:
-            _fail(f"metrics has no {key!r}, the {phase} phase's fallback metric (set vq_key/clap_key, or None)")
+            fail(f"metrics has no {key!r}, the {phase} phase's fallback metric (set vq_key/clap_key, or None)")
         group_mean = stack[names.index(key)].mean(dim=-1)
         fallback = group_mean <= floor if phase == "video" else group_mean < floor
         score = torch.where(fallback[..., None], z[names.index(key)], score)
@@ -201,8 +178,7 @@ def desync_reward(offsets: torch.Tensor | Sequence[float]) -> torch.Tensor:
     window): 0 for perfect sync, the maximum. offsets: (W,) or (..., W) -> () or (...) fp32."""
     off = torch.as_tensor(offsets, dtype=torch.float32)
     if off.ndim == 0 or off.shape[-1] == 0:
-        _fail(f"offsets must be (..., W) with W >= 1 windows, got shape {tuple(off.shape)}")
+        fail(f"offsets must be (..., W) with W >= 1 windows, got shape {tuple(off.shape)}")
     if not torch.isfinite(off).all():
-        _fail("offsets hold NaN or inf")
+        fail("offsets hold NaN or inf")
     return 0.0 - off.abs().mean(dim=-1)  # 0.0 - 0 is +0.0, not -0.0
-

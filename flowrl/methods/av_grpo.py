@@ -65,6 +65,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
+from flowrl.checks import PHASES
 from flowrl.configkit import ConfigError
 from flowrl.credit.av_grpo import (
     BETA,
@@ -72,7 +73,6 @@ from flowrl.credit.av_grpo import (
     CLIP_RANGE,
     LR_WARMUP_STEPS,
     NOISE_LEVEL,
-    PHASES,
     PROMPTS_PER_CYCLE,
     STEPS_PER_PHASE,
     TOTAL_STEPS,
