@@ -126,14 +126,7 @@ class DGPO(ForwardProcess):
         unit = Endpoints(x0, t.contiguous(), noise, batch.group_ids)
         for name in self.target_weights():
             scale = o.kl_cfg if name == "ref" and o.kl_cfg > 1 else ctx.conditional_scale
-            with torch.no_grad(), self._weights(ctx, name) as model:
-                unit.velocities[name] = torch.stack(
-                    [
-                        ctx.velocity(unit.x_t(j), unit.t[:, j], batch.cond, guidance_scale=scale, model=model)
-                        for j in range(k)
-                    ],
-                    dim=1,
-                )
+            self.target_velocities(ctx, unit, batch.cond, name, scale)
         return Experience(unit, {"final": x0})
 
     def transition_loss(

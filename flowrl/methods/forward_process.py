@@ -23,6 +23,7 @@ import torch
 from flowrl.configkit import ConfigError
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch
 from flowrl.methods.seam import Needs
+from flowrl.pipelines.base import Conditioning
 from flowrl.plan import ODE_SOLVERS, ode_plan
 from flowrl.rollout import states_moved
 
@@ -272,14 +273,18 @@ class ForwardProcess(MethodBase):
         t = self.noising_times(ctx.sigmas(), (b, k), gen, ctx.device)
         noise = torch.randn((b, k, *x0.shape[1:]), generator=gen, device=ctx.device, dtype=torch.float32)
         unit = Endpoints(x0.float(), t, noise, batch.group_ids)
-        scale = ctx.conditional_scale
         for name in self.target_weights():
-            with torch.no_grad(), self._weights(ctx, name) as model:
-                unit.velocities[name] = torch.stack(
-                    [
-                        ctx.velocity(unit.x_t(j), unit.t[:, j], batch.cond, guidance_scale=scale, model=model)
-                        for j in range(k)
-                    ],
-                    dim=1,
-                )
+            self.target_velocities(ctx, unit, batch.cond, name, ctx.conditional_scale)
         return Experience(unit, {"final": x0})
+
+    def target_velocities(self, ctx: Context, unit: Endpoints, cond: Conditioning, name: str, scale: float) -> None:
+        """``unit.velocities[name]``: the velocity of the ``name`` weights at each of the unit's K noisings, with
+        guidance ``scale`` and no gradient, (B, K, ...)."""
+        with torch.no_grad(), self._weights(ctx, name) as model:
+            unit.velocities[name] = torch.stack(
+                [
+                    ctx.velocity(unit.x_t(j), unit.t[:, j], cond, guidance_scale=scale, model=model)
+                    for j in range(self.num_noisings)
+                ],
+                dim=1,
+            )
