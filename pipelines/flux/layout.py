@@ -14,7 +14,7 @@ from flowrl.pipelines.kit.flux1 import (
     latent_shape,
     mu_of,
 )
-from flowrl.pipelines.kit.layout import Layout
+from flowrl.pipelines.kit.layout import Layout, packed_layout
 
 __all__ = [
     "FLUX_LATENT_CHANNELS",
@@ -32,9 +32,8 @@ __all__ = [
 def layout(
     height: int, width: int, *, vae_scale_factor: int = FLUX_VAE_SCALE_FACTOR, channels: int = FLUX_LATENT_CHANNELS
 ) -> Layout:
-    """The packed latent; its tokens are the transformer's image tokens (patch 1 on the packed layout)."""
-    shape = latent_shape(height, width, vae_scale_factor=vae_scale_factor, channels=channels)
-    return Layout(shape, shape[0])
+    """The packed latent (``kit.layout.packed_layout``)."""
+    return packed_layout(height, width, vae_scale_factor, channels)
 
 
 def for_model(model_cfg) -> Layout:

@@ -26,7 +26,6 @@ What differs from FLUX.1 (``flowrl.pipelines.flux``), and how the adapter keeps 
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ import torch
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.flux2 import layout
 from flowrl.pipelines.flux2.tiny import TINY_PATHS
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
@@ -60,36 +59,20 @@ class Flux2Adapter(CachedPromptAdapter):
     pipeline_classes = ("Flux2KleinPipeline",)  # the model_index.json classes it loads
     tiny_paths = tuple(TINY_PATHS)
 
-    def __init__(
-        self,
-        pipe,
-        resolution: int | tuple[int, int] = 1024,
-        max_sequence_length: int = 512,
-        device: torch.device | str = "cpu",
-        vae_dtype: torch.dtype = torch.float32,
-        prompt_cache: int = 1024,
-        attention_backend: str | None = None,
-    ):
-        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "FLUX.2")
-        self.pipe = pipe
-        self.device = torch.device(device)
-        self.max_sequence_length = max_sequence_length
+    default_size = 1024
+    default_max_sequence_length = 512
+    family_title = "FLUX.2"
+
+    def _start(self, pipe, attention_backend: str | None) -> None:
+        """FLUX.2's own members: distilled or base, the packed latents' channels, tokens and ids, the attention
+        backend."""
         self.is_distilled = bool(pipe.config.get("is_distilled", False))
-        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "vae"))
-        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._start_prompt_cache(prompt_cache)
-        self.compute_dtype = pipe.transformer.dtype
         self.latent_channels = pipe.transformer.config.in_channels // 4
         self.image_seq_len = layout.image_seq_len(self.height, self.width, pipe.vae_scale_factor)
         h, w = (value // (pipe.vae_scale_factor * 2) for value in (self.height, self.width))
         self._grid = (h, w)
         self._image_ids = pipe._prepare_latent_ids(torch.zeros(1, 1, h, w)).to(self.device)  # (1, N, 4)
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True
-        if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(
-                pipe.transformer, attention_backend, self.device, self.compute_dtype
-            )
+        self._set_attention(attention_backend, set_dispatcher_attention_backend)
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> Flux2Adapter:
@@ -103,14 +86,7 @@ class Flux2Adapter(CachedPromptAdapter):
             check_model_path(model_cfg)
             pipe = load_pretrained_pipeline("Flux2KleinPipeline", model_cfg.path, model_cfg.dtype, model_cfg.revision)
         cast_parts(pipe, model_cfg.dtype, ("text_encoder", "transformer"))
-        return cls(
-            pipe,
-            model_cfg.size,
-            model_cfg.max_sequence_length,
-            device,
-            prompt_cache=model_cfg.prompt_cache,
-            attention_backend=model_cfg.attention_backend,
-        )
+        return cls.from_pipe(pipe, model_cfg, device)
 
     def guidance(self, scale: float) -> Guidance:
         """Base models: two-branch CFG above 1 (2 rows a sample); distilled models: one pass at any scale."""
@@ -154,47 +130,27 @@ class Flux2Adapter(CachedPromptAdapter):
         """The embeddings in the model dtype; with CFG the negative rows stacked before the prompt rows."""
         embeds = cond["prompt_embeds"]
         if self.guidance(guidance_scale).kind == "cfg":
-            neg = cond.get("negative_prompt_embeds")
-            if neg is None:
-                neg = self.negative_conditioning(embeds.shape[0])["prompt_embeds"]
-            embeds = torch.cat([neg.to(embeds.device), embeds])
+            embeds = torch.cat([self._negatives(cond)["prompt_embeds"].to(embeds.device), embeds])
         return {"prompt_embeds": embeds.to(self.compute_dtype)}
 
-    def velocity(
-        self,
-        x: torch.Tensor,
-        sigma: torch.Tensor | float,
-        inputs: Conditioning,
-        guidance_scale: float,
-        model: torch.nn.Module | None = None,
-    ) -> torch.Tensor:
-        """v(x, sigma | c), CFG ``v_u + w (v_c - v_u)`` for a base model above 1. x: (B, N, 128); sigma: a float
-        or (B,); returns fp32."""
+    def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:
+        """One transformer call on x (B, N, 128), twice stacked when ``doubled`` (CFG's two branches, for a base
+        model above 1), at ``timestep = sigma``; fp32."""
         n = x.shape[0]
-        use_cfg = self.guidance(guidance_scale).kind == "cfg"
-        rows = 2 * n if use_cfg else n
+        rows = 2 * n if doubled else n
         embeds = inputs["prompt_embeds"]
-        if embeds.shape[0] != rows:
-            raise ValueError(
-                f"conditioning has {embeds.shape[0]} rows for {n} latents; "
-                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
-            )
         t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device)
         t = t.reshape(-1).expand(n) if t.numel() == 1 else t.reshape(n)
         x_in = x.to(self.compute_dtype)
-        out = (model or self.transformer)(
-            hidden_states=torch.cat([x_in, x_in]) if use_cfg else x_in,
+        return model(
+            hidden_states=torch.cat([x_in, x_in]) if doubled else x_in,
             encoder_hidden_states=embeds,
-            timestep=torch.cat([t, t]) if use_cfg else t,
+            timestep=torch.cat([t, t]) if doubled else t,
             img_ids=self._image_ids.expand(rows, -1, -1),
             txt_ids=self.pipe._prepare_text_ids(embeds).to(self.device),
             guidance=None,
             return_dict=False,
         )[0].float()
-        if use_cfg:
-            v_uncond, v_cond = out.chunk(2)
-            return v_uncond + guidance_scale * (v_cond - v_uncond)
-        return out
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from flowrl.pipelines.base import Conditioning
+from flowrl.pipelines.kit.adapter import Draw
 from flowrl.pipelines.kit.flux1 import FLUX_LORA_TARGETS, Flux1Adapter, check_flux_path
 from flowrl.pipelines.kit.images import check_count, fit
 
@@ -105,29 +106,17 @@ class FluxKontextAdapter(Flux1Adapter):
         return latents
 
     # ------------------------------------------------------------------ the pipeline's call
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-        images: list | None = None,
-    ) -> torch.Tensor:
+    def draw(self, request: Draw) -> torch.Tensor:
         """Edited images (B, 3, H, W) in [0, 1] from ``FluxKontextPipeline``'s own call (``flowrl sample``): each
-        prompt's source image at the output size, ``guidance_scale`` the embedded guidance as in training;
-        ``negative_prompts`` are not used (no true CFG here)."""
-        check_count(images, prompts, self.family, self.source_images)
+        prompt's source image at the output size, the guidance scale the embedded guidance as in training; the
+        negative prompts are not used (no true CFG here)."""
+        check_count(request.images, request.prompts, self.family, self.source_images)
         return self.pipe(
-            image=self.source_pixels(images).to(self.device),
-            prompt=list(prompts),
-            num_inference_steps=num_steps,
-            guidance_scale=guidance_scale,
-            height=self.height,
-            width=self.width,
-            max_sequence_length=self.max_sequence_length,
-            generator=generator,
-            output_type="pt",
+            image=self.source_pixels(request.images).to(self.device),
+            prompt=list(request.prompts),
+            guidance_scale=request.guidance_scale,
+            generator=request.generator,
+            **self.call_options(request),
             max_area=self.height * self.width,  # the output size as asked (the default area is 1024^2)
             _auto_resize=False,
         ).images

@@ -23,7 +23,6 @@ How the adapter keeps the pipeline's own math:
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
@@ -31,9 +30,10 @@ import numpy as np
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, source_images_of
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.images import check_count
+from flowrl.pipelines.kit.layout import dynamic_shift, packed_layout, packed_tokens
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 from flowrl.pipelines.kit.prompts import cached_rows
@@ -59,29 +59,20 @@ FLUX_SCHEDULER_CONFIG = {
 
 def flux_image_seq_len(height: int, width: int, vae_scale_factor: int = 8) -> int:
     """Number of packed FLUX latent tokens: one per 2x2 patch of the (H/8, W/8) latent."""
-    return (height // (vae_scale_factor * 2)) * (width // (vae_scale_factor * 2))
+    return packed_tokens(height, width, vae_scale_factor)
 
 
 def latent_shape(
     height: int, width: int, *, vae_scale_factor: int = FLUX_VAE_SCALE_FACTOR, channels: int = FLUX_LATENT_CHANNELS
 ) -> tuple[int, int]:
     """One sample's packed latent ``(tokens, 4 x latent channels)``."""
-    return (flux_image_seq_len(height, width, vae_scale_factor), channels * 4)
+    return packed_layout(height, width, vae_scale_factor, channels).latent
 
 
 def mu_of(image_seq_len: int, scheduler_config=None) -> float:
     """FLUX's shift ``mu`` for ``image_seq_len`` packed tokens, as ``FluxPipeline.__call__`` computes it
-    (``calculate_shift`` over the scheduler config's bounds; default: FLUX.1-dev's)."""
-    from diffusers.pipelines.flux.pipeline_flux import calculate_shift
-
-    cfg = FLUX_SCHEDULER_CONFIG if scheduler_config is None else scheduler_config
-    return calculate_shift(
-        image_seq_len,
-        cfg.get("base_image_seq_len", 256),
-        cfg.get("max_image_seq_len", 4096),
-        cfg.get("base_shift", 0.5),
-        cfg.get("max_shift", 1.15),
-    )
+    (``dynamic_shift`` over the scheduler config's bounds; default: FLUX.1-dev's)."""
+    return dynamic_shift(image_seq_len, FLUX_SCHEDULER_CONFIG if scheduler_config is None else scheduler_config)
 
 
 def flux_mu(height: int, width: int, scheduler_config=None) -> float:
@@ -115,25 +106,12 @@ class Flux1Adapter(CachedPromptAdapter):
     pipeline_class = "FluxPipeline"  # the diffusers class ``from_config`` loads and ``save_lora`` writes for
     family = "flux"  # model.pipeline, as errors name it
 
-    def __init__(
-        self,
-        pipe,
-        resolution: int | tuple[int, int] = 512,
-        max_sequence_length: int = 128,
-        device: torch.device | str = "cpu",
-        vae_dtype: torch.dtype = torch.float32,
-        prompt_cache: int = 1024,
-        attention_backend: str | None = None,
-    ):
-        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "FLUX")
-        self.pipe = pipe
-        self.device = torch.device(device)
-        self.resolution = self.height if self.height == self.width else (self.height, self.width)
-        self.max_sequence_length = max_sequence_length
-        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "text_encoder_2", "vae"))
-        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._start_prompt_cache(prompt_cache)
-        self.compute_dtype = pipe.transformer.dtype
+    frozen_parts = ("text_encoder", "text_encoder_2", "vae")
+    family_title = "FLUX"
+
+    def _start(self, pipe, attention_backend: str | None) -> None:
+        """FLUX.1's own members: its guidance embedding, the packed latents' channels, tokens and ids, the
+        attention backend."""
         self.guidance_embeds = bool(pipe.transformer.config.guidance_embeds)
         # the packed layout: one token per 2x2 patch of the (H/8, W/8) latent
         self.latent_channels = pipe.transformer.config.in_channels // 4
@@ -142,12 +120,7 @@ class Flux1Adapter(CachedPromptAdapter):
         self.image_seq_len = flux_image_seq_len(self.height, self.width, pipe.vae_scale_factor)
         self._image_ids = pipe._prepare_latent_image_ids(1, h // 2, w // 2, self.device, self.compute_dtype)
         self._text_ids: dict[int, torch.Tensor] = {}
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True
-        if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(
-                pipe.transformer, attention_backend, self.device, self.compute_dtype
-            )
+        self._set_attention(attention_backend, set_dispatcher_attention_backend)
 
     @classmethod
     def build_tiny(cls, seed: int):
@@ -164,14 +137,7 @@ class Flux1Adapter(CachedPromptAdapter):
             cls.check_model_path(model_cfg)
             pipe = load_pretrained_pipeline(cls.pipeline_class, model_cfg.path, model_cfg.dtype, model_cfg.revision)
         cast_parts(pipe, model_cfg.dtype, ("text_encoder", "text_encoder_2", "transformer"))
-        return cls(
-            pipe,
-            getattr(model_cfg, "size", model_cfg.resolution),
-            model_cfg.max_sequence_length,
-            device,
-            prompt_cache=model_cfg.prompt_cache,
-            attention_backend=getattr(model_cfg, "attention_backend", None),
-        )
+        return cls.from_pipe(pipe, model_cfg, device)
 
     def guidance(self, scale: float) -> Guidance:
         """FLUX.1-dev's embedded guidance: the scale is the transformer's ``guidance`` input, one pass a step
@@ -340,10 +306,10 @@ def tiny_flux_components(seed: int = 0) -> dict:
     """The components of a tiny FLUX.1-dev, built offline (``flowrl.pipelines.flux.tiny.build_tiny_flux``
     describes them): ``transformer``, ``text_encoder`` / ``tokenizer`` (CLIP), ``text_encoder_2`` /
     ``tokenizer_2`` (T5), ``vae`` and ``scheduler``; any FLUX.1 pipeline class takes them."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel
 
-    from flowrl.pipelines.kit.tiny import make_word_tokenizer, seeded, t5_encoder
+    from flowrl.pipelines.kit.tiny import image_vae, make_word_tokenizer, seeded, t5_encoder
 
     clip_dim, t5_dim, clip_tokens = 32, 32, 77
     tokenizer = make_word_tokenizer(clip_tokens)
@@ -381,21 +347,7 @@ def tiny_flux_components(seed: int = 0) -> dict:
     with seeded(seed, "text_encoder_2"):
         text_encoder_2 = t5_encoder(vocab, t5_dim)
     with seeded(seed, "vae"):
-        vae = AutoencoderKL(
-            in_channels=3,
-            out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(8, 8, 8, 8),
-            layers_per_block=1,
-            latent_channels=FLUX_LATENT_CHANNELS,
-            norm_num_groups=4,
-            sample_size=32,
-            scaling_factor=FLUX_VAE_SCALING_FACTOR,
-            shift_factor=FLUX_VAE_SHIFT_FACTOR,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-        )
+        vae = image_vae(FLUX_LATENT_CHANNELS, FLUX_VAE_SCALING_FACTOR, FLUX_VAE_SHIFT_FACTOR)
     scheduler = FlowMatchEulerDiscreteScheduler(**FLUX_SCHEDULER_CONFIG)
     return {
         "scheduler": scheduler,

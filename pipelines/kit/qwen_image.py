@@ -26,7 +26,6 @@ What differs from SD3 and FLUX, and how the core keeps the pipelines' own math:
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,8 +36,9 @@ import torch
 
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, freeze_on, sides
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
+from flowrl.pipelines.kit.layout import dynamic_shift, packed_layout, packed_tokens
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 
 logger = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ QWEN_SCHEDULER_CONFIG = {
 
 def image_seq_len(height: int, width: int, vae_scale_factor: int = QWEN_VAE_SCALE_FACTOR) -> int:
     """Packed latent tokens: one per 2x2 patch of the (H/8, W/8) latent."""
-    return (height // (vae_scale_factor * 2)) * (width // (vae_scale_factor * 2))
+    return packed_tokens(height, width, vae_scale_factor)
 
 
 def img_shape(height: int, width: int, vae_scale_factor: int = QWEN_VAE_SCALE_FACTOR) -> tuple[int, int, int]:
@@ -73,22 +73,13 @@ def latent_shape(
     height: int, width: int, *, vae_scale_factor: int = QWEN_VAE_SCALE_FACTOR, channels: int = QWEN_LATENT_CHANNELS
 ) -> tuple[int, int]:
     """One sample's packed latent ``(tokens, 4 x latent channels)``."""
-    return (image_seq_len(height, width, vae_scale_factor), channels * 4)
+    return packed_layout(height, width, vae_scale_factor, channels).latent
 
 
 def mu_of(seq_len: int, scheduler_config=None) -> float:
     """The shift ``mu`` for ``seq_len`` packed tokens, as ``QwenImagePipeline.__call__`` computes it
-    (``calculate_shift`` over the scheduler config's bounds; default: Qwen-Image's)."""
-    from diffusers.pipelines.qwenimage.pipeline_qwenimage import calculate_shift
-
-    cfg = QWEN_SCHEDULER_CONFIG if scheduler_config is None else scheduler_config
-    return calculate_shift(
-        seq_len,
-        cfg.get("base_image_seq_len", 256),
-        cfg.get("max_image_seq_len", 4096),
-        cfg.get("base_shift", 0.5),
-        cfg.get("max_shift", 1.15),
-    )
+    (``dynamic_shift`` over the scheduler config's bounds, FLUX's fallbacks; default: Qwen-Image's)."""
+    return dynamic_shift(seq_len, QWEN_SCHEDULER_CONFIG if scheduler_config is None else scheduler_config)
 
 
 # the joint attention projections of both streams (flow_grpo's and verl-omni's Qwen-Image LoRA targets add the
@@ -151,37 +142,19 @@ class QwenImageCore(CachedPromptAdapter):
     pipeline_class = "QwenImagePipeline"
     negative_text = DEFAULT_NEGATIVE  # CFG's default negative
 
-    def __init__(
-        self,
-        pipe,
-        resolution: int | tuple[int, int] = 512,
-        max_sequence_length: int = 512,
-        device: torch.device | str = "cpu",
-        vae_dtype: torch.dtype = torch.float32,
-        prompt_cache: int = 1024,
-        attention_backend: str | None = None,
-    ):
-        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "Qwen-Image")
-        if max_sequence_length > 1024:
+    default_max_sequence_length = 512
+    family_title = "Qwen-Image"
+
+    def _start(self, pipe, attention_backend: str | None) -> None:
+        """Qwen-Image's own members: the text length checked, the packed latents' channels and tokens, the
+        attention backend."""
+        if self.max_sequence_length > 1024:
             raise ValueError(
-                f"model.max_sequence_length: Qwen-Image takes at most 1024 tokens, got {max_sequence_length}"
+                f"model.max_sequence_length: Qwen-Image takes at most 1024 tokens, got {self.max_sequence_length}"
             )
-        self.pipe = pipe
-        self.device = torch.device(device)
-        self.resolution = self.height if self.height == self.width else (self.height, self.width)
-        self.max_sequence_length = max_sequence_length
-        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "vae"))
-        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._start_prompt_cache(prompt_cache)
-        self.compute_dtype = pipe.transformer.dtype
         self.latent_channels = pipe.transformer.config.in_channels // 4
         self.image_seq_len = image_seq_len(self.height, self.width, pipe.vae_scale_factor)
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True
-        if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(
-                pipe.transformer, attention_backend, self.device, self.compute_dtype
-            )
+        self._set_attention(attention_backend, set_dispatcher_attention_backend)
 
     @classmethod
     def from_pipeline(cls, pipe, model_cfg, device: torch.device | str = "cpu"):
@@ -194,15 +167,7 @@ class QwenImageCore(CachedPromptAdapter):
             module = getattr(pipe, name)
             if module.dtype != dtype:
                 module.to(dtype=dtype)
-        return cls(
-            pipe,
-            getattr(model_cfg, "size", model_cfg.resolution),
-            model_cfg.max_sequence_length,
-            device,
-            prompt_cache=model_cfg.prompt_cache,
-            attention_backend=getattr(model_cfg, "attention_backend", None),
-            **cls.options(model_cfg),
-        )
+        return cls.from_pipe(pipe, model_cfg, device, **cls.options(model_cfg))
 
     @classmethod
     def options(cls, model_cfg) -> dict:
@@ -267,11 +232,8 @@ class QwenImageCore(CachedPromptAdapter):
         where every token is real (the pipeline passes none then)."""
         embeds, mask = cond["prompt_embeds"], cond["prompt_embeds_mask"]
         if guidance_scale > 1.0:
-            if "negative_prompt_embeds" in cond:
-                neg, neg_mask = cond["negative_prompt_embeds"], cond["negative_prompt_embeds_mask"]
-            else:
-                default = self.negative_conditioning(embeds.shape[0])
-                neg, neg_mask = default["prompt_embeds"], default["prompt_embeds_mask"]
+            negative = self._negatives(cond, ("prompt_embeds", "prompt_embeds_mask"))
+            neg, neg_mask = negative["prompt_embeds"], negative["prompt_embeds_mask"]
             length = max(embeds.shape[1], neg.shape[1])
             embeds, mask = pad_to(embeds, mask, length)
             neg, neg_mask = pad_to(neg.to(embeds.device), neg_mask.to(mask.device), length)
@@ -288,27 +250,11 @@ class QwenImageCore(CachedPromptAdapter):
         """The transformer's ``img_shapes``: each row's packed image grid (its RoPE)."""
         return [[img_shape(self.height, self.width, self.pipe.vae_scale_factor)]] * n
 
-    def velocity(
-        self,
-        x: torch.Tensor,
-        sigma: torch.Tensor | float,
-        inputs: Conditioning,
-        guidance_scale: float,
-        model: torch.nn.Module | None = None,
-    ) -> torch.Tensor:
-        """v(x, sigma | c), true CFG above scale 1 (both branches in one forward). x: (B, N, 64); returns fp32."""
-        use_cfg = guidance_scale > 1.0
-        rows = 2 * x.shape[0] if use_cfg else x.shape[0]
-        if inputs["prompt_embeds"].shape[0] != rows:
-            raise ValueError(
-                f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {x.shape[0]} latents; "
-                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
-            )
-        out = self.forward(model or self.transformer, x, sigma, inputs, use_cfg)
-        if not use_cfg:
-            return out
+    def cfg_combine(self, out: torch.Tensor, scale: float, sigma: torch.Tensor | float) -> torch.Tensor:
+        """True CFG of a forward's rows (the prompt half first, as ``model_inputs`` stacks them), rescaled to the
+        conditional prediction's norm, as the pipeline's ``true_cfg_scale``."""
         v_cond, v_uncond = out.chunk(2)
-        guided = v_uncond + guidance_scale * (v_cond - v_uncond)
+        guided = v_uncond + scale * (v_cond - v_uncond)
         return guided * (v_cond.norm(dim=-1, keepdim=True) / guided.norm(dim=-1, keepdim=True))
 
     def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:

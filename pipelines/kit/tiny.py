@@ -105,3 +105,25 @@ def count_parameters(module: torch.nn.Module) -> int:
 def words_known(prompt: str) -> bool:
     """True if every word of ``prompt`` is in the tiny vocabulary (for tests of the prompt sets)."""
     return all(w in _WORDS for w in re.findall(r"[a-z]+", prompt.lower()))
+
+
+def image_vae(latent_channels: int, scaling_factor: float, shift_factor: float, channels=(8, 8, 8, 8), sample_size=32):
+    """A tiny image ``AutoencoderKL``: a block of one layer per entry of ``channels`` (the VAE factor is 2 to the
+    blocks less one), ``latent_channels`` out, the family's latent scaling and shift, no quant convs."""
+    from diffusers import AutoencoderKL
+
+    return AutoencoderKL(
+        in_channels=3,
+        out_channels=3,
+        down_block_types=("DownEncoderBlock2D",) * len(channels),
+        up_block_types=("UpDecoderBlock2D",) * len(channels),
+        block_out_channels=channels,
+        layers_per_block=1,
+        latent_channels=latent_channels,
+        norm_num_groups=4,
+        sample_size=sample_size,
+        scaling_factor=scaling_factor,
+        shift_factor=shift_factor,
+        use_quant_conv=False,
+        use_post_quant_conv=False,
+    )

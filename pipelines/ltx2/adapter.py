@@ -80,7 +80,7 @@ import torch
 
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, Draw, cast_parts, freeze_on
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import load_run_export
@@ -313,12 +313,7 @@ class LTX2Adapter(CachedPromptAdapter):
         self.latent_mel_bins = self.mel_bins // pipe.audio_vae_mel_compression_ratio
         self.sample_rate = int(pipe.vocoder.config.output_sampling_rate)
         self.conditioning_fps = float(conditioning_frame_rate(self.fps, 1.0))
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True
-        if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(
-                pipe.transformer, attention_backend, self.device, self.compute_dtype
-            )
+        self._set_attention(attention_backend, set_dispatcher_attention_backend)
 
     def _set_guidance_options(
         self,
@@ -663,28 +658,17 @@ class LTX2Adapter(CachedPromptAdapter):
         return kwargs
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator | None,
-        negative_prompts: list[str] | None = None,
-    ) -> dict:
+    def draw(self, request: Draw) -> dict:
         """``LTX2Pipeline``'s own sampling (``flowrl sample``) with the guidance ``velocity`` uses
         (``call_guidance_kwargs``; no rescale): the audio_video mapping."""
         out = self.pipe(
-            prompt=list(prompts),
-            negative_prompt=list(negative_prompts) if negative_prompts is not None else None,
-            height=self.height,
-            width=self.width,
+            prompt=list(request.prompts),
+            negative_prompt=list(request.negative_prompts) if request.negative_prompts is not None else None,
             num_frames=self.num_frames,
             frame_rate=self.fps,
-            num_inference_steps=num_steps,
-            generator=generator,
-            max_sequence_length=self.max_sequence_length,
-            output_type="pt",
-            **self.call_guidance_kwargs(guidance_scale),
+            generator=request.generator,
+            **self.call_options(request),
+            **self.call_guidance_kwargs(request.guidance_scale),
         )
         return {
             "video": out.frames.float(),

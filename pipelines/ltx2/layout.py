@@ -6,7 +6,7 @@ factors), read by the adapter, the tiny builder and the estimate."""
 
 from __future__ import annotations
 
-from flowrl.pipelines.kit.layout import Layout
+from flowrl.pipelines.kit.layout import Layout, dynamic_shift
 
 DEFAULT_NUM_FRAMES = 121  # LTX2Pipeline's fixed default (LTX-2.0 / 2.3 checkpoints have no duration head)
 DEFAULT_FPS = 24.0  # LTX2Pipeline's frame_rate
@@ -135,17 +135,9 @@ def ltx2_waveform_length(audio_latent_length: int) -> int:
 
 def mu_of(video_tokens: int, scheduler_config=None) -> float:
     """LTX-2's shift ``mu`` for ``video_tokens`` packed video tokens, as ``LTX2Pipeline.__call__`` computes it
-    (``calculate_shift`` over the scheduler config's bounds; default: LTX-2's)."""
-    from diffusers.pipelines.ltx2.pipeline_ltx2 import calculate_shift
-
+    (``dynamic_shift`` over the scheduler config's bounds, LTX-2's where one is missing; default: LTX-2's)."""
     cfg = LTX2_SCHEDULER_CONFIG if scheduler_config is None else scheduler_config
-    return calculate_shift(
-        video_tokens,
-        cfg.get("base_image_seq_len", 1024),
-        cfg.get("max_image_seq_len", 4096),
-        cfg.get("base_shift", 0.95),
-        cfg.get("max_shift", 2.05),
-    )
+    return dynamic_shift(video_tokens, cfg, fallback=LTX2_SCHEDULER_CONFIG)
 
 
 def ltx2_mu(num_frames: int, height: int, width: int, scheduler_config=None) -> float:

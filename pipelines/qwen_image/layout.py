@@ -6,7 +6,7 @@ Qwen-Image family shares is in ``flowrl.pipelines.kit.qwen_image``."""
 
 from __future__ import annotations
 
-from flowrl.pipelines.kit.layout import Layout
+from flowrl.pipelines.kit.layout import Layout, packed_layout
 from flowrl.pipelines.kit.qwen_image import (
     QWEN_LATENT_CHANNELS,
     QWEN_SCHEDULER_CONFIG,
@@ -33,9 +33,8 @@ __all__ = [
 def layout(
     height: int, width: int, *, vae_scale_factor: int = QWEN_VAE_SCALE_FACTOR, channels: int = QWEN_LATENT_CHANNELS
 ) -> Layout:
-    """The packed latent; its tokens are the transformer's image tokens."""
-    shape = latent_shape(height, width, vae_scale_factor=vae_scale_factor, channels=channels)
-    return Layout(shape, shape[0])
+    """The packed latent (``kit.layout.packed_layout``)."""
+    return packed_layout(height, width, vae_scale_factor, channels)
 
 
 def for_model(model_cfg) -> Layout:

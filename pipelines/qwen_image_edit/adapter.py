@@ -25,6 +25,7 @@ from collections import OrderedDict
 import torch
 
 from flowrl.pipelines.base import Conditioning
+from flowrl.pipelines.kit.adapter import Draw
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.prompts import cached_rows
 from flowrl.pipelines.kit.qwen_image import DEFAULT_NEGATIVE, QwenImageCore, img_shape, pad_rows
@@ -197,37 +198,24 @@ class QwenImageEditAdapter(QwenImageCore):
         )
         return latents
 
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator,
-        negative_prompts: list[str] | None = None,
-        images: list | None = None,
-    ) -> torch.Tensor:
+    def draw(self, request: Draw) -> torch.Tensor:
         """Edited images (B, 3, H, W) in [0, 1] from the pipeline's own call on the fitted source images, row by
         row (Edit-Plus takes one prompt a call; Edit resizes a single image for its VL encoder but passes a list
         through unresized) from the noise ``initial_noise`` draws for the batch."""
-        self._check(prompts, images)
-        negatives = [n or DEFAULT_NEGATIVE for n in negative_prompts or [""] * len(prompts)]
-        kwargs = {
-            "true_cfg_scale": guidance_scale,
-            "num_inference_steps": num_steps,
-            "height": self.height,
-            "width": self.width,
-            "max_sequence_length": self.max_sequence_length,
-            "output_type": "pt",
-        }
-        noise = self.initial_noise(len(prompts), generator)
+        self._check(request.prompts, request.images)
+        negatives = [n or DEFAULT_NEGATIVE for n in request.negative_prompts or [""] * len(request.prompts)]
+        kwargs = {"true_cfg_scale": request.guidance_scale, **self.call_options(request)}
+        noise = self.initial_noise(len(request.prompts), request.generator)
         out = [
             self.pipe(
                 image=row if self.plus else row[0],  # one PIL image: Edit's call resizes it for the VL encoder
                 prompt=prompt,
-                negative_prompt=negative if guidance_scale > 1.0 else None,
+                negative_prompt=negative if request.guidance_scale > 1.0 else None,
                 latents=noise[i : i + 1],
                 **kwargs,
             ).images
-            for i, (prompt, negative, row) in enumerate(zip(prompts, negatives, (self._pil(r) for r in images)))
+            for i, (prompt, negative, row) in enumerate(
+                zip(request.prompts, negatives, (self._pil(r) for r in request.images))
+            )
         ]
         return torch.cat(out)

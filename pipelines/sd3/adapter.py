@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import has_xformers
 from flowrl.pipelines.kit.lora import TWO_STREAM_ATTENTION, load_run_export
 from flowrl.pipelines.sd3 import layout
@@ -37,38 +36,17 @@ class SD3Adapter(CachedPromptAdapter):
     )
     pipeline_classes = ("StableDiffusion3Pipeline",)  # the model_index.json classes it loads
 
-    def __init__(
-        self,
-        pipe,
-        resolution: int | tuple[int, int] = 512,
-        max_sequence_length: int = 128,
-        device: torch.device | str = "cpu",
-        vae_dtype: torch.dtype = torch.float32,
-        prompt_cache: int = 1024,
-        attention_backend: str | None = None,
-    ):
-        self.pipe = pipe
-        self.device = torch.device(device)
-        # (height, width) in pixels; an int is a square
-        self.height, self.width = sides(resolution)
-        self.resolution = self.height if self.height == self.width else (self.height, self.width)
-        self.max_sequence_length = max_sequence_length
-        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "text_encoder_2", "text_encoder_3", "vae"))
+    frozen_parts = ("text_encoder", "text_encoder_2", "text_encoder_3", "vae")
+    side_multiple = "any"
+
+    def _start(self, pipe, attention_backend: str | None) -> None:
+        """SD3's own members (the kit's ``__init__`` sets the shared ones): xformers' attention on a GPU where
+        installed and no backend is named, the scheduler's ``num_train_timesteps``, the attention backend."""
         if self.device.type == "cuda" and has_xformers() and attention_backend is None:
             pipe.enable_xformers_memory_efficient_attention()
-        # one private scheduler copy: sigmas are read from it, never stepped
-        self._scheduler = copy.deepcopy(pipe.scheduler)
-        self._start_prompt_cache(prompt_cache)
         self._num_train_timesteps = float(self._scheduler.config.num_train_timesteps)
-        # ModelMixin.dtype walks every parameter: far too slow to ask once per denoising step
-        self.compute_dtype = pipe.transformer.dtype
         # model.attention_backend: None keeps diffusers' default processors (xformers' where installed, above)
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True  # False: an inference-only attention kernel (the Trainer refuses it)
-        if attention_backend is not None:
-            self.attention_backpropagates = set_attention_backend(
-                pipe.transformer, attention_backend, self.device, self.compute_dtype
-            )
+        self._set_attention(attention_backend, set_attention_backend)
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> "SD3Adapter":
@@ -85,14 +63,7 @@ class SD3Adapter(CachedPromptAdapter):
                 model_cfg.path, model_cfg.dtype, model_cfg.revision, config=getattr(model_cfg, "config_path", None)
             )
         cast_parts(pipe, model_cfg.dtype, ("text_encoder", "text_encoder_2", "text_encoder_3", "transformer"))
-        return cls(
-            pipe,
-            getattr(model_cfg, "size", model_cfg.resolution),
-            model_cfg.max_sequence_length,
-            device,
-            prompt_cache=model_cfg.prompt_cache,
-            attention_backend=getattr(model_cfg, "attention_backend", None),
-        )
+        return cls.from_pipe(pipe, model_cfg, device)
 
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG (both branches in one batched forward: 2 rows a sample), off at scale 1."""
@@ -139,54 +110,27 @@ class SD3Adapter(CachedPromptAdapter):
         dtype = self.compute_dtype
         embeds, pooled = cond["prompt_embeds"], cond["pooled_prompt_embeds"]
         if guidance_scale != 1.0:
-            if "negative_prompt_embeds" in cond:
-                neg = {
-                    "prompt_embeds": cond["negative_prompt_embeds"],
-                    "pooled_prompt_embeds": cond["negative_pooled_prompt_embeds"],
-                }
-            else:
-                neg = self.negative_conditioning(embeds.shape[0])
+            neg = self._negatives(cond, ("prompt_embeds", "pooled_prompt_embeds"))
             embeds = torch.cat([neg["prompt_embeds"], embeds])
             pooled = torch.cat([neg["pooled_prompt_embeds"], pooled])
         return {"prompt_embeds": embeds.to(dtype), "pooled_prompt_embeds": pooled.to(dtype)}
 
-    def velocity(
-        self,
-        x: torch.Tensor,
-        sigma: torch.Tensor | float,
-        inputs: Conditioning,
-        guidance_scale: float,
-        model: torch.nn.Module | None = None,
-    ) -> torch.Tensor:
-        """v(x, sigma | c) with CFG ``v_u + w (v_c - v_u)``; both branches in one forward. Returns fp32.
-
-        x: (B, C, H, W); sigma: a float or (B,); inputs: ``model_inputs(cond, guidance_scale)``.
-        ``model`` defaults to the pipeline's transformer (pass a DDP/FSDP wrapper of it, or a frozen
-        reference copy).
-        """
-        use_cfg = guidance_scale != 1.0
-        rows = 2 * x.shape[0] if use_cfg else x.shape[0]
-        if inputs["prompt_embeds"].shape[0] != rows:
-            raise ValueError(
-                f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {x.shape[0]} latents; "
-                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
-            )
-        x_in = torch.cat([x, x]) if use_cfg else x
+    def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:
+        """One transformer call on x (B, C, H, W), twice stacked when ``doubled`` (CFG's two branches), at
+        ``timestep = sigma * num_train_timesteps``; fp32."""
+        x_in = torch.cat([x, x]) if doubled else x
+        rows = x_in.shape[0]
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
         timestep = (
-            timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep]) if use_cfg else timestep
+            timestep.expand(rows) if timestep.numel() == 1 else torch.cat([timestep, timestep]) if doubled else timestep
         )
-        out = (model or self.transformer)(
+        return model(
             hidden_states=x_in.to(self.compute_dtype),
             timestep=timestep,
             encoder_hidden_states=inputs["prompt_embeds"],
             pooled_projections=inputs["pooled_prompt_embeds"],
             return_dict=False,
         )[0].float()
-        if use_cfg:
-            v_uncond, v_cond = out.chunk(2)
-            return v_uncond + guidance_scale * (v_cond - v_uncond)
-        return out
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:

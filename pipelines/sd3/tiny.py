@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from flowrl.pipelines.kit.tiny import make_word_tokenizer, t5_encoder
+from flowrl.pipelines.kit.tiny import image_vae, make_word_tokenizer, t5_encoder
 from flowrl.pipelines.sd3.layout import SIZES, TinySize, latent_shape
 
 
@@ -34,7 +34,6 @@ def build_tiny_sd3_pipeline(
     ``vocabulary``: the tokenizers' words (default: the shipped prompt sets' words).
     """
     from diffusers import (
-        AutoencoderKL,
         FlowMatchEulerDiscreteScheduler,
         SD3Transformer2DModel,
         StableDiffusion3Pipeline,
@@ -64,21 +63,7 @@ def build_tiny_sd3_pipeline(
         pooled_projection_dim=2 * s.clip_dim,
         pos_embed_max_size=latent // s.patch_size,
     )
-    vae = AutoencoderKL(
-        in_channels=3,
-        out_channels=3,
-        down_block_types=("DownEncoderBlock2D",) * len(s.vae_channels),
-        up_block_types=("UpDecoderBlock2D",) * len(s.vae_channels),
-        block_out_channels=s.vae_channels,
-        layers_per_block=1,
-        latent_channels=s.latent_channels,
-        norm_num_groups=4,
-        sample_size=resolution,
-        shift_factor=0.0609,
-        scaling_factor=1.5035,
-        use_quant_conv=False,
-        use_post_quant_conv=False,
-    )
+    vae = image_vae(s.latent_channels, 1.5035, 0.0609, s.vae_channels, sample_size=resolution)
     scheduler = FlowMatchEulerDiscreteScheduler(shift=3.0)
     pipe = StableDiffusion3Pipeline(
         transformer=transformer,

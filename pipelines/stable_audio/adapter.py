@@ -68,7 +68,7 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, Draw, cast_parts, freeze_on
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
@@ -223,12 +223,7 @@ class StableAudioAdapter(CachedPromptAdapter):
         self._start_prompt_cache(prompt_cache)
         self._global: torch.Tensor | None = None
         self.compute_dtype = pipe.transformer.dtype
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True
-        if attention_backend is not None:
-            self.attention_backpropagates = set_sa3_attention_backend(
-                pipe.transformer, attention_backend, self.device, self.compute_dtype
-            )
+        self._set_attention(attention_backend, set_sa3_attention_backend)
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> StableAudioAdapter:
@@ -305,44 +300,25 @@ class StableAudioAdapter(CachedPromptAdapter):
         dtype = self.compute_dtype
         embeds, mask, g = cond["prompt_embeds"], cond["encoder_attention_mask"], cond["global_hidden_states"]
         if self._cfg(guidance_scale):
-            if "negative_prompt_embeds" in cond:
-                neg_embeds, neg_mask = cond["negative_prompt_embeds"], cond["negative_encoder_attention_mask"]
-            else:
-                neg = self.negative_conditioning(embeds.shape[0])
-                neg_embeds, neg_mask = neg["prompt_embeds"], neg["encoder_attention_mask"]
-            embeds = torch.cat([neg_embeds.to(embeds.device), embeds])
-            mask = torch.cat([neg_mask.to(mask.device), mask])
+            neg = self._negatives(cond, self.negative_keys)
+            embeds = torch.cat([neg["prompt_embeds"].to(embeds.device), embeds])
+            mask = torch.cat([neg["encoder_attention_mask"].to(mask.device), mask])
             g = torch.cat([g, g])
         return {"prompt_embeds": embeds.to(dtype), "encoder_attention_mask": mask, "global_hidden_states": g.to(dtype)}
 
-    def velocity(
-        self,
-        x: torch.Tensor,
-        sigma: torch.Tensor | float,
-        inputs: Conditioning,
-        guidance_scale: float,
-        model: torch.nn.Module | None = None,
-    ) -> torch.Tensor:
-        """v(x, sigma | c) in one forward, with CFG ``v_u + w (v_c - v_u)`` for scales above 1. x: (B, D, L);
-        sigma: a float or (B,); inputs: ``model_inputs(cond, guidance_scale)``; returns fp32.
-
-        The DiT gets ``timestep = sigma`` (``num_train_timesteps`` is 1, as the pipeline's timesteps)."""
-        use_cfg = self._cfg(guidance_scale)
+    def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:
+        """One DiT call on x (B, D, L), twice stacked when ``doubled`` (CFG's two branches, for scales above 1),
+        at ``timestep = sigma`` (``num_train_timesteps`` is 1, as the pipeline's timesteps); fp32."""
         n = x.shape[0]
-        rows = 2 * n if use_cfg else n
-        if inputs["prompt_embeds"].shape[0] != rows:
-            raise ValueError(
-                f"conditioning has {inputs['prompt_embeds'].shape[0]} rows for {n} latents; "
-                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
-            )
-        x_in = torch.cat([x, x]) if use_cfg else x
+        rows = 2 * n if doubled else n
+        x_in = torch.cat([x, x]) if doubled else x
         timestep = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._num_train_timesteps
         if timestep.numel() == 1:
             timestep = timestep.reshape(()).expand(rows)
         else:
             timestep = timestep.reshape(n)
-            timestep = torch.cat([timestep, timestep]) if use_cfg else timestep
-        out = (model or self.transformer)(
+            timestep = torch.cat([timestep, timestep]) if doubled else timestep
+        return model(
             hidden_states=x_in.to(self.compute_dtype),
             timestep=timestep,
             encoder_hidden_states=inputs["prompt_embeds"],
@@ -350,10 +326,6 @@ class StableAudioAdapter(CachedPromptAdapter):
             encoder_attention_mask=inputs["encoder_attention_mask"],
             return_dict=False,
         )[0].float()
-        if use_cfg:
-            v_uncond, v_cond = out.chunk(2)
-            return v_uncond + guidance_scale * (v_cond - v_uncond)
-        return out
 
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> dict:
@@ -365,28 +337,21 @@ class StableAudioAdapter(CachedPromptAdapter):
         return {"audio": audio, "sample_rate": self.sample_rate}
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator | None,
-        negative_prompts: list[str] | None = None,
-    ) -> dict:
+    def draw(self, request: Draw) -> dict:
         """``StableAudio3Pipeline.__call__`` itself (its scheduler: ping-pong for the distilled model, Euler for
         the base one) at this adapter's duration; returns the ``decode`` mapping."""
         negative = None
-        if negative_prompts is not None and any(negative_prompts):
-            negative = [n or "" for n in negative_prompts]
+        if request.negative_prompts is not None and any(request.negative_prompts):
+            negative = [n or "" for n in request.negative_prompts]
         audio = self.pipe(
-            prompt=list(prompts),
+            prompt=list(request.prompts),
             duration=self.duration,
-            num_inference_steps=num_steps,
+            num_inference_steps=request.num_steps,
             logsnr_min=self.logsnr_min,
             logsnr_max=self.logsnr_max,
-            guidance_scale=guidance_scale,
+            guidance_scale=request.guidance_scale,
             negative_prompt=negative,
-            generator=generator,
+            generator=request.generator,
             output_type="pt",
         ).audios
         return {"audio": audio.float(), "sample_rate": self.sample_rate}

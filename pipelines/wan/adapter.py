@@ -54,7 +54,7 @@ from pathlib import Path
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, sides
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, Draw, cast_parts, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import lora_metadata
@@ -91,19 +91,25 @@ def check_model_path(model_cfg) -> None:
     path, a folder that is not a diffusers pipeline folder, a single file: not supported for Wan here), a
     ``model.num_frames`` that is not 4k + 1, and ``model.trained_experts`` other than both for the one-expert
     ``tiny``."""
+    check_wan_model(model_cfg, TINY_PATHS, "wan", "Wan 2.2 A14B")
+
+
+def check_wan_model(model_cfg, tiny_paths: dict, family: str, two_experts: str) -> None:
+    """``check_model_path`` of a Wan family (``model.pipeline`` ``family``, its ``tiny_paths``; ``two_experts``:
+    the model a two-expert choice needs, as the error names it)."""
     path = model_cfg.path
     num_frames = getattr(model_cfg, "num_frames", None)
     if num_frames is not None:
         check_num_frames(num_frames)
-    if path in TINY_PATHS:
+    if path in tiny_paths:
         experts = getattr(model_cfg, "trained_experts", "both")
-        if not TINY_PATHS[path].get("two_experts") and experts != "both":
+        if not tiny_paths[path].get("two_experts") and experts != "both":
             raise ValueError(
-                f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 A14B, "
+                f"model.trained_experts: {experts!r} needs a two-expert model ({two_experts}, "
                 f"model.path: tiny-a14b for the tiny one); model.path: {path} has one transformer"
             )
         return
-    check_folder_or_hub(path, "wan", "Wan")
+    check_folder_or_hub(path, family, "Wan")
 
 
 def load_wan_pipeline(path: str, dtype: str = "fp32", revision: str | None = None):
@@ -286,39 +292,14 @@ class WanAdapter(CachedPromptAdapter):
         before the prompt rows (each row's own negative where ``cond`` holds them, else the empty prompt)."""
         embeds = cond["prompt_embeds"]
         if guidance_scale != 1.0:
-            neg = cond.get("negative_prompt_embeds")
-            if neg is None:
-                neg = self.negative_conditioning(embeds.shape[0])["prompt_embeds"]
-            embeds = torch.cat([neg.to(embeds.device), embeds])
+            embeds = torch.cat([self._negatives(cond)["prompt_embeds"].to(embeds.device), embeds])
         return {"prompt_embeds": embeds.to(self.compute_dtype)}
 
-    def velocity(
-        self,
-        x: torch.Tensor,
-        sigma: torch.Tensor | float,
-        inputs: Conditioning,
-        guidance_scale: float,
-        model: torch.nn.Module | None = None,
-    ) -> torch.Tensor:
-        """v(x, sigma | c) with CFG ``v_u + w (v_c - v_u)``; both branches (and, for two experts, every row's
-        expert) in one call of the trained module. x: (B, 16, F', h, w); sigma: a float or (B,); returns fp32.
-
-        The transformer gets ``timestep = sigma * num_train_timesteps``. ``model`` defaults to
-        ``adapter.transformer`` (pass its DDP/FSDP wrapper, or a frozen reference copy)."""
-        use_cfg = guidance_scale != 1.0
-        rows = 2 * x.shape[0] if use_cfg else x.shape[0]
-        embeds = inputs["prompt_embeds"]
-        if embeds.shape[0] != rows:
-            raise ValueError(
-                f"conditioning has {embeds.shape[0]} rows for {x.shape[0]} latents; "
-                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
-            )
-        x_in = torch.cat([x, x]) if use_cfg else x
-        out = (model or self.transformer)(**self._transformer_inputs(x_in, sigma, inputs), return_dict=False)[0].float()
-        if use_cfg:
-            v_uncond, v_cond = out.chunk(2)
-            return v_uncond + guidance_scale * (v_cond - v_uncond)
-        return out
+    def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:
+        """One call of the trained module (for two experts, every row's expert) on x (B, 16, F', h, w), twice
+        stacked when ``doubled`` (CFG's two branches), at ``timestep = sigma * num_train_timesteps``; fp32."""
+        x_in = torch.cat([x, x]) if doubled else x
+        return model(**self._transformer_inputs(x_in, sigma, inputs), return_dict=False)[0].float()
 
     def _transformer_inputs(self, x_in: torch.Tensor, sigma: torch.Tensor | float, inputs: Conditioning) -> dict:
         """The transformer's keyword inputs for the rows ``x_in`` (the CFG branches stacked, as ``inputs``)."""
@@ -363,27 +344,16 @@ class WanAdapter(CachedPromptAdapter):
         return {"video": torch.cat(videos).float(), "fps": self.fps}
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator | None,
-        negative_prompts: list[str] | None = None,
-    ) -> dict:
+    def draw(self, request: Draw) -> dict:
         """``WanPipeline``'s own sampling (its scheduler, UniPC for the Diffusers checkpoints): the video mapping.
         One guidance scale for both experts (no ``guidance_scale_2``), as in training."""
         frames = self.pipe(
-            prompt=list(prompts),
-            negative_prompt=list(negative_prompts) if negative_prompts is not None else None,
-            height=self.height,
-            width=self.width,
+            prompt=list(request.prompts),
+            negative_prompt=list(request.negative_prompts) if request.negative_prompts is not None else None,
             num_frames=self.num_frames,
-            num_inference_steps=num_steps,
-            guidance_scale=guidance_scale,
-            generator=generator,
-            max_sequence_length=self.max_sequence_length,
-            output_type="pt",
+            guidance_scale=request.guidance_scale,
+            generator=request.generator,
+            **self.call_options(request),
         ).frames
         return {"video": frames.float(), "fps": self.fps}
 

@@ -40,9 +40,10 @@ from collections import OrderedDict
 import torch
 
 from flowrl.pipelines.base import Conditioning
-from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
+from flowrl.pipelines.kit.adapter import Draw
+from flowrl.pipelines.kit.loading import load_pretrained_pipeline
 from flowrl.pipelines.kit.prompts import cached_rows
-from flowrl.pipelines.wan.adapter import WAN_LORA_TARGETS, WanAdapter, check_num_frames
+from flowrl.pipelines.wan.adapter import WAN_LORA_TARGETS, WanAdapter, check_wan_model
 
 # model.path -> the tiny builder's keywords (``build_tiny_wan_i2v``)
 TINY_PATHS = {"tiny": {}, "tiny-a14b": {"two_experts": True}, "tiny-ti2v": {"ti2v": True}}
@@ -57,19 +58,7 @@ def check_model_path(model_cfg) -> None:
     """Refuse, before any model is built, a ``model.path`` that cannot load as ``WanImageToVideoPipeline``, a
     ``model.num_frames`` that is not 4k + 1, and ``model.trained_experts`` other than both for a one-expert
     tiny model."""
-    num_frames = getattr(model_cfg, "num_frames", None)
-    if num_frames is not None:
-        check_num_frames(num_frames)
-    path = model_cfg.path
-    if path in TINY_PATHS:
-        experts = getattr(model_cfg, "trained_experts", "both")
-        if not TINY_PATHS[path].get("two_experts") and experts != "both":
-            raise ValueError(
-                f"model.trained_experts: {experts!r} needs a two-expert model (Wan 2.2 I2V-A14B, "
-                f"model.path: tiny-a14b for the tiny one); model.path: {path} has one transformer"
-            )
-        return
-    check_folder_or_hub(path, "wan_i2v", "Wan")
+    check_wan_model(model_cfg, TINY_PATHS, "wan_i2v", "Wan 2.2 I2V-A14B")
 
 
 def image_key(image: torch.Tensor) -> str:
@@ -225,34 +214,24 @@ class WanI2VAdapter(WanAdapter):
         return torch.cat([(x[:, :, :1].float() - c) / s, v[:, :, 1:]], dim=2)
 
     @torch.no_grad()
-    def generate(
-        self,
-        prompts: list[str],
-        num_steps: int,
-        guidance_scale: float,
-        generator: torch.Generator | None,
-        negative_prompts: list[str] | None = None,
-        images: list | None = None,
-    ) -> dict:
+    def draw(self, request: Draw) -> dict:
         """``WanImageToVideoPipeline``'s own sampling, one call per row (it takes one image a call), from the
         noise ``initial_noise`` draws: the video mapping."""
-        self._image_rows(prompts, images)  # the same checks as training
-        noise = self.initial_noise(len(prompts), generator or torch.Generator(self.device).manual_seed(0))
+        self._image_rows(request.prompts, request.images)  # the same checks as training
+        noise = self.initial_noise(
+            len(request.prompts), request.generator or torch.Generator(self.device).manual_seed(0)
+        )
         videos = []
-        for n, (prompt, row) in enumerate(zip(prompts, images)):
+        for n, (prompt, row) in enumerate(zip(request.prompts, request.images)):
             videos.append(
                 self.pipe(
                     image=to_pil(row[0]),
                     prompt=prompt,
-                    negative_prompt=negative_prompts[n] if negative_prompts is not None else None,
-                    height=self.height,
-                    width=self.width,
+                    negative_prompt=request.negative_prompts[n] if request.negative_prompts is not None else None,
                     num_frames=self.num_frames,
-                    num_inference_steps=num_steps,
-                    guidance_scale=guidance_scale,
+                    guidance_scale=request.guidance_scale,
                     latents=noise[n : n + 1],
-                    max_sequence_length=self.max_sequence_length,
-                    output_type="pt",
+                    **self.call_options(request),
                 ).frames
             )
         return {"video": torch.cat(videos).float(), "fps": self.fps}

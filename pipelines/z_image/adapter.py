@@ -31,13 +31,12 @@ diffusers folder (``ZImagePipeline.from_pretrained``: ``Tongyi-MAI/Z-Image``, ``
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 
 import torch
 
 from flowrl.pipelines.base import Conditioning, Guidance
-from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts, freeze_on, sides
+from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
 from flowrl.pipelines.kit.lora import load_run_export
@@ -66,41 +65,27 @@ class ZImageAdapter(CachedPromptAdapter):
     )
     pipeline_classes = ("ZImagePipeline",)  # the model_index.json classes it loads
 
-    def __init__(
-        self,
-        pipe,
-        resolution: int | tuple[int, int] = 1024,
-        max_sequence_length: int = 512,
-        device: torch.device | str = "cpu",
-        vae_dtype: torch.dtype = torch.float32,
-        prompt_cache: int = 1024,
-        attention_backend: str | None = None,
-        cfg_normalization: float = 0.0,
-        cfg_truncation: float = 1.0,
-    ):
-        self.height, self.width = sides(resolution, pipe.vae_scale_factor * 2, "Z-Image")
-        self.pipe = pipe
-        self.device = torch.device(device)
-        self.max_sequence_length = max_sequence_length
+    default_size = 1024
+    default_max_sequence_length = 512
+    family_title = "Z-Image"
+
+    def __init__(self, pipe, *args, cfg_normalization: float = 0.0, cfg_truncation: float = 1.0, **kwargs):
+        """The kit's image constructor (``CachedPromptAdapter.__init__``: size, text length, device, VAE dtype,
+        prompt cache, attention backend) and the pipeline's two CFG knobs."""
         self.cfg_normalization = float(cfg_normalization)
         self.cfg_truncation = float(cfg_truncation)
-        freeze_on(pipe, self.device, vae_dtype, ("text_encoder", "vae"))
-        self._scheduler = copy.deepcopy(pipe.scheduler)  # sigmas are read from it, never stepped
-        self._start_prompt_cache(prompt_cache)
-        self.compute_dtype = pipe.transformer.dtype
+        super().__init__(pipe, *args, **kwargs)
+
+    def _start(self, pipe, attention_backend: str | None) -> None:
+        """Z-Image's own members: its latent channels and image tokens, the attention backend."""
         self.latent_channels = pipe.transformer.config.in_channels
         self.image_seq_len = layout.image_tokens(self.height, self.width, pipe.vae_scale_factor)
-        self.attention_backend = attention_backend
-        self.attention_backpropagates = True
-        if attention_backend is not None:
-            self.attention_backpropagates = set_dispatcher_attention_backend(
-                pipe.transformer,
-                attention_backend,
-                self.device,
-                self.compute_dtype,
-                heads=pipe.transformer.n_heads,
-                head_dim=pipe.transformer.dim // pipe.transformer.n_heads,
-            )
+        self._set_attention(
+            attention_backend,
+            set_dispatcher_attention_backend,
+            heads=pipe.transformer.n_heads,
+            head_dim=pipe.transformer.dim // pipe.transformer.n_heads,
+        )
 
     @classmethod
     def from_config(cls, model_cfg, device: torch.device | str = "cpu", seed: int = 0) -> ZImageAdapter:
@@ -114,14 +99,7 @@ class ZImageAdapter(CachedPromptAdapter):
             check_model_path(model_cfg)
             pipe = load_pretrained_pipeline("ZImagePipeline", model_cfg.path, model_cfg.dtype, model_cfg.revision)
         cast_parts(pipe, model_cfg.dtype, ("text_encoder", "transformer"))
-        return cls(
-            pipe,
-            model_cfg.size,
-            model_cfg.max_sequence_length,
-            device,
-            prompt_cache=model_cfg.prompt_cache,
-            attention_backend=model_cfg.attention_backend,
-        )
+        return cls.from_pipe(pipe, model_cfg, device)
 
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG above 1 (both branches in one batched call: 2 rows a sample), else one pass."""
@@ -175,48 +153,40 @@ class ZImageAdapter(CachedPromptAdapter):
         row's own negative where ``cond`` holds them, else the empty prompt), as the pipeline batches them."""
         embeds, lengths = cond["prompt_embeds"], cond["prompt_lengths"]
         if self.guidance(guidance_scale).kind == "cfg":
-            neg = {"prompt_embeds": cond.get("negative_prompt_embeds"), "prompt_lengths": None}
-            if neg["prompt_embeds"] is None:
-                neg = self.negative_conditioning(embeds.shape[0])
-            else:
-                neg["prompt_lengths"] = cond["negative_prompt_lengths"]
+            neg = self._negatives(cond, ("prompt_embeds", "prompt_lengths"))
             embeds = torch.cat([embeds, neg["prompt_embeds"].to(embeds.device)])
             lengths = torch.cat([lengths, neg["prompt_lengths"].to(lengths.device)])
         return {"prompt_embeds": embeds.to(self.compute_dtype), "prompt_lengths": lengths}
 
-    def velocity(
-        self,
-        x: torch.Tensor,
-        sigma: torch.Tensor | float,
-        inputs: Conditioning,
-        guidance_scale: float,
-        model: torch.nn.Module | None = None,
-    ) -> torch.Tensor:
-        """v(x, sigma | c): the negated transformer output, with CFG ``pos + (w - 1)(pos - neg)`` (the pipeline's
-        normalization and truncation applied). x: (B, 16, h, w); sigma: a float or (B,); returns fp32."""
+    def forward(self, model, x: torch.Tensor, sigma, inputs: Conditioning, doubled: bool) -> torch.Tensor:
+        """The velocity of one transformer call on x (B, 16, h, w), twice stacked when ``doubled`` (CFG's two
+        branches, the prompt rows first): the negated output (the transformer predicts minus the velocity), fp32.
+        The transformer takes each row's embeddings cut back to its length and the timestep ``1 - sigma``."""
         n = x.shape[0]
-        use_cfg = self.guidance(guidance_scale).kind == "cfg"
-        rows = 2 * n if use_cfg else n
         embeds, lengths = inputs["prompt_embeds"], inputs["prompt_lengths"].tolist()
-        if embeds.shape[0] != rows:
-            raise ValueError(
-                f"conditioning has {embeds.shape[0]} rows for {n} latents; "
-                f"build it with model_inputs(cond, guidance_scale={guidance_scale})"
-            )
-        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._scheduler.config.num_train_timesteps
-        t = t.reshape(-1).expand(n) if t.numel() == 1 else t.reshape(n)
-        t_in = (1000 - t) / 1000  # the pipeline's timestep: 1 - sigma
+        t_in = self._pipeline_timestep(sigma, n)
         frames = x.to(self.compute_dtype).unsqueeze(2)  # (B, C, 1, h, w)
-        out = (model or self.transformer)(
-            x=list(torch.cat([frames, frames]) if use_cfg else frames),
-            t=torch.cat([t_in, t_in]) if use_cfg else t_in,
-            cap_feats=[embeds[i, : lengths[i]] for i in range(rows)],
+        out = model(
+            x=list(torch.cat([frames, frames]) if doubled else frames),
+            t=torch.cat([t_in, t_in]) if doubled else t_in,
+            cap_feats=[embeds[i, : lengths[i]] for i in range(embeds.shape[0])],
             return_dict=False,
         )[0]
-        out = torch.stack([o.float() for o in out]).squeeze(2)
-        if use_cfg:
-            out = self._guided(out[:n], out[n:], guidance_scale - 1.0, t_in)
-        return -out
+        return -torch.stack([o.float() for o in out]).squeeze(2)
+
+    def _pipeline_timestep(self, sigma: torch.Tensor | float, n: int) -> torch.Tensor:
+        """The pipeline's timestep (n,): ``(1000 - t) / 1000`` = 1 - sigma, t = sigma x the scheduler's
+        ``num_train_timesteps``."""
+        t = torch.as_tensor(sigma, dtype=torch.float32, device=self.device) * self._scheduler.config.num_train_timesteps
+        t = t.reshape(-1).expand(n) if t.numel() == 1 else t.reshape(n)
+        return (1000 - t) / 1000
+
+    def cfg_combine(self, out: torch.Tensor, scale: float, sigma: torch.Tensor | float) -> torch.Tensor:
+        """``ZImagePipeline``'s CFG at its scale ``w - 1`` (``_guided``) of a forward's velocities, the prompt half
+        first. (The pipeline guides the transformer's output, minus the velocity: its combination, norm cap and
+        truncation commute exactly with the sign.)"""
+        n = out.shape[0] // 2
+        return self._guided(out[:n], out[n:], scale - 1.0, self._pipeline_timestep(sigma, n))
 
     def _guided(self, pos: torch.Tensor, neg: torch.Tensor, g: float, t_in: torch.Tensor) -> torch.Tensor:
         """``ZImagePipeline``'s CFG at its scale g: ``pos + g (pos - neg)``, the norm capped at

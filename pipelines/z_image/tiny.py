@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from flowrl.pipelines.kit.qwen3 import qwen3_encoder, qwen3_tokenizer
-from flowrl.pipelines.kit.tiny import seeded
+from flowrl.pipelines.kit.tiny import image_vae, seeded
 from flowrl.pipelines.z_image.layout import Z_IMAGE_LATENT_CHANNELS, Z_IMAGE_TURBO_SCHEDULER_CONFIG
 
 # Tongyi-MAI/Z-Image-Turbo: vae/config.json (FLUX.1's VAE)
@@ -29,7 +29,7 @@ def build_tiny_z_image(seed: int = 0):
 
     Latents are ``(B, 16, H/8, W/8)``; H and W must be multiples of 16.
     """
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
+    from diffusers import FlowMatchEulerDiscreteScheduler, ZImagePipeline, ZImageTransformer2DModel
 
     tokenizer = qwen3_tokenizer(512)
     text_encoder = qwen3_encoder(tokenizer, TINY_TEXT_WIDTH, 3, seed=seed)
@@ -48,21 +48,7 @@ def build_tiny_z_image(seed: int = 0):
             axes_lens=[256, 32, 32],
         )
     with seeded(seed, "vae"):
-        vae = AutoencoderKL(
-            in_channels=3,
-            out_channels=3,
-            down_block_types=("DownEncoderBlock2D",) * 4,
-            up_block_types=("UpDecoderBlock2D",) * 4,
-            block_out_channels=(8, 8, 8, 8),
-            layers_per_block=1,
-            latent_channels=Z_IMAGE_LATENT_CHANNELS,
-            norm_num_groups=4,
-            sample_size=32,
-            scaling_factor=Z_IMAGE_VAE_SCALING_FACTOR,
-            shift_factor=Z_IMAGE_VAE_SHIFT_FACTOR,
-            use_quant_conv=False,
-            use_post_quant_conv=False,
-        )
+        vae = image_vae(Z_IMAGE_LATENT_CHANNELS, Z_IMAGE_VAE_SCALING_FACTOR, Z_IMAGE_VAE_SHIFT_FACTOR)
     scheduler = FlowMatchEulerDiscreteScheduler(**Z_IMAGE_TURBO_SCHEDULER_CONFIG)
     pipe = ZImagePipeline(
         scheduler=scheduler, vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, transformer=transformer
