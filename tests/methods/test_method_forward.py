@@ -144,7 +144,9 @@ def test_costs_steps_and_the_lagged_policy(tmp_path, one_thread, method, caplog)
     assert tr.policy.averages["old"].updates == 1
     d = tr.method.averages()["old"](1)
     for name, p in tr.policy.trainable.items():  # θ_old = d θ_0 + (1 - d) θ_1
-        torch.testing.assert_close(tr.policy.averages["old"].shadow[name], d * initial[name] + (1 - d) * p.detach().float())
+        torch.testing.assert_close(
+            tr.policy.averages["old"].shadow[name], d * initial[name] + (1 - d) * p.detach().float()
+        )
     ckpt = tmp_path / "checkpoints" / "iter-000001"
     assert (ckpt / "average-old.safetensors").is_file()
 

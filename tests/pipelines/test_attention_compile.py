@@ -161,7 +161,12 @@ def _train_compiled_and_not(tmp_path, overrides):
     without and with train.compile; returns both trainers and their metrics."""
     runs = {}
     for compiled in (False, True):
-        extra = ["train.iterations=2", "method.options.beta=0.01", "log.save_every=1", f"train.compile={str(compiled).lower()}"]
+        extra = [
+            "train.iterations=2",
+            "method.options.beta=0.01",
+            "log.save_every=1",
+            f"train.compile={str(compiled).lower()}",
+        ]
         cfg = _cfg(tmp_path / f"compile-{compiled}", overrides, *extra)
         trainer = Trainer(cfg)
         runs[compiled] = (trainer, trainer.train())
