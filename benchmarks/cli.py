@@ -31,7 +31,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from flowrl.benchmarks.commands import print_main, require_out
+from flowrl.benchmarks.commands import add_judged_steps, print_main, require_out
 
 # ---------------------------------------------------------------------------------------------- geneval
 
@@ -350,13 +350,13 @@ def _add_unigenbench(sub: Any) -> None:
         "name (hf:owner/name)",
     )
     p.add_argument("--split", default="test", help="dataset split when --prompts names a dataset (default test)")
-    act = p.add_mutually_exclusive_group(required=True)
-    act.add_argument("--check", action="store_true", help="validate the prompt rows and report the invalid ones")
-    act.add_argument("--generate", metavar="RUN_OR_RECIPE", help="draw images with a run folder's weights or a recipe")
-    act.add_argument("--judge", metavar="IMAGE_DIR", help="judge a folder of {index}_{k}.png images")
-    act.add_argument("--summary", metavar="OUT_DIR", help="re-aggregate a results folder's progress.jsonl")
-    p.add_argument("--out", default=None, help="output folder (images for --generate, results for --judge)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N valid prompts (smoke runs)")
+    add_judged_steps(
+        p,
+        check="validate the prompt rows and report the invalid ones",
+        generate="draw images with a run folder's weights or a recipe",
+        judge="judge a folder of {index}_{k}.png images",
+        limit="only the first N valid prompts (smoke runs)",
+    )
     _add_generation_options(p)
     j = p.add_argument_group("judge (--judge)")
     j.add_argument(

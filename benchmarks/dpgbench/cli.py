@@ -18,6 +18,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flowrl.benchmarks.commands import add_judged_steps
+
 
 def add_command(sub: Any) -> None:
     p = sub.add_parser(
@@ -25,13 +27,13 @@ def add_command(sub: Any) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("--prompts", default=None, help="dpg_bench.csv or an ELLA checkout (default: see above)")
-    act = p.add_mutually_exclusive_group(required=True)
-    act.add_argument("--check", action="store_true", help="validate the CSV; print its counts")
-    act.add_argument("--generate", metavar="RUN_OR_RECIPE", help="draw 4 images per prompt and their grids")
-    act.add_argument("--judge", metavar="IMAGE_DIR", help="score a folder of {key}_{k}.png or {key}.png grids")
-    act.add_argument("--summary", metavar="OUT_DIR", help="re-aggregate a results folder's progress.jsonl")
-    p.add_argument("--out", default=None, help="output folder (images for --generate, results for --judge)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts (smoke runs)")
+    add_judged_steps(
+        p,
+        check="validate the CSV; print its counts",
+        generate="draw 4 images per prompt and their grids",
+        judge="score a folder of {key}_{k}.png or {key}.png grids",
+        limit="only the first N prompts (smoke runs)",
+    )
     g = p.add_argument_group("generation (--generate)")
     g.add_argument("--steps", type=int, default=None, help="default: the run's sample.eval_num_steps")
     g.add_argument("--guidance", type=float, default=None, help="default: the run's sample.eval_guidance_scale")

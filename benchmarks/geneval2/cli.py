@@ -19,6 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from flowrl.benchmarks.commands import add_judged_steps
+
 
 def add_command(sub: Any) -> None:
     from .generate import PRESETS
@@ -29,13 +31,13 @@ def add_command(sub: Any) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )  # fmt: skip
     p.add_argument("--prompts", default=None, help="geneval2_data.jsonl or a GenEval2 checkout (default: see above)")
-    act = p.add_mutually_exclusive_group(required=True)
-    act.add_argument("--check", action="store_true", help="validate the prompt file; print its counts")
-    act.add_argument("--generate", metavar="RUN_OR_RECIPE", help="draw images with a run folder's weights or a recipe")
-    act.add_argument("--judge", metavar="IMAGE_DIR", help="score a folder of {row}_{k}.png images with Soft-TIFA")
-    act.add_argument("--summary", metavar="OUT_DIR", help="re-aggregate a results folder's progress.jsonl")
-    p.add_argument("--out", default=None, help="output folder (images for --generate, results for --judge)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N prompts (smoke runs)")
+    add_judged_steps(
+        p,
+        check="validate the prompt file; print its counts",
+        generate="draw images with a run folder's weights or a recipe",
+        judge="score a folder of {row}_{k}.png images with Soft-TIFA",
+        limit="only the first N prompts (smoke runs)",
+    )
     p.add_argument("--images-per-prompt", type=int, default=None, help="default: the preset's (1)")
     g = p.add_argument_group("generation (--generate)")
     g.add_argument("--preset", default="unirl", help=f"{' | '.join(PRESETS)} (default unirl: 512 px, 40 steps, CFG 1)")
