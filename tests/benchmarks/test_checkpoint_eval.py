@@ -308,9 +308,9 @@ def test_a_missing_prompt_file_names_where_it_comes_from(tmp_path, monkeypatch, 
     assert "NVlabs/DiffusionNFT" in err and not (tmp_path / "base").exists()
 
 
-def test_geneval2_and_dpg_join_by_module_path(setup, formats, tmp_path):
-    """GenEval 2 under UniRL's preset (its seeds and sigma grid) and DPG-Bench (4 images a prompt) through their
-    modules' load_items / protocol / score_folder, judged by the loopback endpoint."""
+def _judged_inputs(setup, tmp_path: Path) -> list[str]:
+    """GenEval 2's and DPG-Bench's prompt files (the rows of their own tests) in ``tmp_path`` and the loopback
+    judge's options for both."""
     import csv
 
     from test_dpgbench import QUESTIONS
@@ -329,6 +329,14 @@ def test_geneval2_and_dpg_join_by_module_path(setup, formats, tmp_path):
     url = next(a.split("=", 1)[1] for a in setup["args"] if a.startswith("unifiedreward.base_url="))
     judge = [f"geneval2.base_url={url}", "geneval2.model=served", f"geneval2.tokenizer={tmp_path / 'tokenizer'}",
              f"dpg.base_url={url}", "dpg.model=served"]  # fmt: skip
+    return judge
+
+
+def test_geneval2_and_dpg_join_by_module_path(setup, formats, tmp_path):
+    """GenEval 2 under UniRL's preset (its seeds and sigma grid) and DPG-Bench (4 images a prompt) through their
+    modules' load_items / protocol / score_folder, judged by the loopback endpoint."""
+
+    judge = _judged_inputs(setup, tmp_path)
     from flowrl.benchmarks.cli import main
 
     out = tmp_path / "out"
@@ -525,25 +533,9 @@ def test_protocol_settings_by_preset_and_command_line(tmp_path):
 def test_every_format_on_every_benchmark(setup, formats, fmt, tmp_path):
     """Each LoRA format, in one command, on GenEval, OCR, DrawBench's reward table, GenEval 2 and DPG-Bench: the
     table and the page written, every benchmark with a base and a checkpoint number."""
-    import csv
-
-    from test_dpgbench import QUESTIONS
-    from test_geneval2 import ROWS
-
     from flowrl.benchmarks.cli import main
-    from flowrl.benchmarks.dpgbench import scoring as dpg_scoring
-    from tiny_vlm import vl_tokenizer
 
-    (tmp_path / "g2.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    with open(tmp_path / "dpg.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(dpg_scoring.COLUMNS)
-        for key, qid, dep, tup, question in QUESTIONS:
-            writer.writerow([key, f"prompt {key}", "", qid, dep, tup.split(" ")[0], "", tup, question])
-    vl_tokenizer().save_pretrained(tmp_path / "tokenizer")
-    url = next(a.split("=", 1)[1] for a in setup["args"] if a.startswith("unifiedreward.base_url="))
-    judge = [f"geneval2.base_url={url}", "geneval2.model=served", f"geneval2.tokenizer={tmp_path / 'tokenizer'}",
-             f"dpg.base_url={url}", "dpg.model=served"]  # fmt: skip
+    judge = _judged_inputs(setup, tmp_path)
     given = ["--run", str(_flowrl_run(tmp_path, formats))] if fmt == "flowrl_run" else ["--lora", str(formats[fmt])]
     out = tmp_path / "out"
     argv = ["eval", "checkpoint", "--base", "tiny-cpu", *given, "--out", str(out), *setup["args"], *FAST,
