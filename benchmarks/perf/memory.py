@@ -57,11 +57,12 @@ def measure(recipe: str, iterations: int, overrides: list[str], device: str) -> 
 
 
 def results_table(head: list[str], results: list[dict], key: str, cells: Callable[[dict], str]) -> str:
-    """A seven-column Markdown table: the ``head`` lines, then a row a result, ``r[key]`` and ``cells(r)`` (the
-    other six, joined by " | "), a skipped result as its key and the reason."""
+    """A Markdown table: the ``head`` lines, then a row a result, ``r[key]`` and ``cells(r)`` (the other columns,
+    joined by " | "), a skipped result as its key and the reason."""
     lines = list(head)
+    empty = " |" * (head[0].count("|") - 4)  # a column count of n has n + 1 bars; n - 3 cells stay empty
     for r in results:
-        rest = f"skipped: {r['skipped']} | | | | |" if "skipped" in r else cells(r)
+        rest = f"skipped: {r['skipped']} |{empty}" if "skipped" in r else cells(r)
         lines.append(f"| {r[key]} | {rest} |")
     return "\n".join(lines)
 
