@@ -17,9 +17,9 @@ after the Trainer is built and after the last iteration, and the estimate is ``f
 Two things in a CPU process's resident set are not the estimate's to predict, and the measurement sets them aside:
 
 * the runtime (Python, torch, diffusers, ...) differs from one machine and install to another (0.83 GiB a process
-  on one machine, 1.07 on another, for the same tree): it is measured here, as the resident set of the built
-  ``tiny-fsdp2`` Trainer (its model is a few MB), and stands in for the estimate's constant ``CPU_RUNTIME_GIB`` +
-  ``CPU_DISTRIBUTED_GIB``;
+  in a development install, 1.05 in a fresh ``make install`` on the same machine, for the same tree): it is
+  measured here, as the resident set of the built ``tiny-fsdp2`` Trainer (its model is a few MB), and stands in for
+  the estimate's constant ``CPU_RUNTIME_GIB`` + ``CPU_DISTRIBUTED_GIB``;
 * glibc's heap keeps memory a process has freed: after a large tensor is freed, glibc raises its mmap threshold
   and serves later tensors of that size from the heap, which it seldom returns. With the threshold left to move,
   ``70m-fsdp2`` measured 0.3 GiB above its tensors (the whole model, built before FSDP2 shards it, is freed and
