@@ -17,13 +17,35 @@ as the rewards accept them. Every function here is pure apart from ``save_*``, w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-KINDS = ("image", "video", "audio", "audio_video")
+
+class MediaKind(str, Enum):
+    """What a batch is: one of the three forms above, or audio_video (LTX-2's video and sound in one mapping)."""
+
+    IMAGE = "image"
+    VIDEO = "video"
+    AUDIO = "audio"
+    AUDIO_VIDEO = "audio_video"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def has_video(self) -> bool:
+        return self in (MediaKind.VIDEO, MediaKind.AUDIO_VIDEO)
+
+    @property
+    def has_audio(self) -> bool:
+        return self in (MediaKind.AUDIO, MediaKind.AUDIO_VIDEO)
+
+
+KINDS = tuple(kind.value for kind in MediaKind)
 RATE_KEYS = ("fps", "sample_rate")  # scalars a mapping carries along; batches must agree on them
 SHEET_FRAMES = 8  # frames a video's row of the frame sheet shows
 SHEET_SIDE = 256  # the longer side of a frame in the sheet (frames are shrunk to it, never enlarged)
@@ -34,19 +56,19 @@ SPECTRUM_SIZE = (64, 32)  # (frequency, time) cells a spectrogram is area-averag
 
 
 # ---------------------------------------------------------------------------------------------- forms
-def media_kind(media: Any) -> str:
-    """``"image"``, ``"video"``, ``"audio"`` or ``"audio_video"`` of a batch (a one-line ValueError otherwise)."""
+def media_kind(media: Any) -> MediaKind:
+    """The ``MediaKind`` of a batch (a one-line ValueError for anything else)."""
     if isinstance(media, Mapping):
         has_video, has_audio = "video" in media, "audio" in media
         if has_video and has_audio:
-            return "audio_video"
+            return MediaKind.AUDIO_VIDEO
         if has_video:
-            return "video"
+            return MediaKind.VIDEO
         if has_audio:
-            return "audio"
+            return MediaKind.AUDIO
         raise ValueError(f"media mapping holds neither 'video' nor 'audio' (keys: {sorted(map(str, media))})")
     if isinstance(media, torch.Tensor):
-        kind = {4: "image", 5: "video", 3: "audio", 2: "audio"}.get(media.ndim)
+        kind = {4: MediaKind.IMAGE, 5: MediaKind.VIDEO, 3: MediaKind.AUDIO, 2: MediaKind.AUDIO}.get(media.ndim)
         if kind is not None:
             return kind
         raise ValueError(
@@ -231,35 +253,37 @@ def media_monitors(media: Any, group_ids: torch.Tensor) -> dict[str, float]:
     video ``video_monitors``; audio ``audio_monitors``; audio_video both (the video's group count kept)."""
     kind = media_kind(media)
     group_ids = torch.as_tensor(group_ids)
-    if kind == "image":
+    if kind is MediaKind.IMAGE:
         from flowrl.reward_models.monitors import image_monitors
 
         return image_monitors(media, group_ids)
     out: dict[str, float] = {}
-    if kind in ("audio", "audio_video"):
+    if kind.has_audio:
         out.update(audio_monitors(audio_of(media)[0], group_ids))
-    if kind in ("video", "audio_video"):
+    if kind.has_video:
         out.update(video_monitors(video_of(media)[0], group_ids))
     return out
 
 
-def example_media(kind: str, n: int = 2) -> Any:
+def as_media_kind(kind: MediaKind | str) -> MediaKind:
+    """``kind`` as a ``MediaKind``; a name none of them has is refused in one line."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown media kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return MediaKind(kind)
+
+
+def example_media(kind: MediaKind | str, n: int = 2) -> Any:
     """A small random batch of ``kind`` (for names and tests)."""
+    kind = as_media_kind(kind)
     gen = torch.Generator().manual_seed(0)
     video = {"video": torch.rand(n, 3, 3, 8, 8, generator=gen), "fps": 8.0}
     audio = {"audio": torch.rand(n, 1, 1024, generator=gen) * 2 - 1, "sample_rate": 16000}
-    if kind == "image":
+    if kind is MediaKind.IMAGE:
         return torch.rand(n, 3, 8, 8, generator=gen)
-    if kind == "video":
-        return video
-    if kind == "audio":
-        return audio
-    if kind == "audio_video":
-        return {**video, **audio}
-    raise ValueError(f"unknown media kind {kind!r}; expected one of {', '.join(KINDS)}")
+    return {**(video if kind.has_video else {}), **(audio if kind.has_audio else {})}
 
 
-def monitor_names(kind: str) -> set[str]:
+def monitor_names(kind: MediaKind | str) -> set[str]:
     """The names ``media_monitors`` gives for media of ``kind`` (for the trainer's list of logged metrics)."""
     return set(media_monitors(example_media(kind), torch.zeros(2, dtype=torch.long)))
 
@@ -337,11 +361,11 @@ def save_sheet(
     png, _ = _png_path(path)
     kind = media_kind(media)
     png.parent.mkdir(parents=True, exist_ok=True)
-    if kind == "image" and sources is not None and any(sources):
+    if kind is MediaKind.IMAGE and sources is not None and any(sources):
         save_image(edit_rows(media, sources), str(png), nrow=1 + max(len(row) for row in sources), padding=2)
-    elif kind == "image":
+    elif kind is MediaKind.IMAGE:
         save_grid(media, png)
-    elif kind in ("video", "audio_video"):
+    elif kind.has_video:
         video = video_of(media)[0]
         sheet = frame_sheet(video, frames, side)
         save_image(sheet, str(png), nrow=len(sheet) // len(video), padding=2)
@@ -363,13 +387,13 @@ def save_clips(media: Any, folder: str | Path, start: int = 0) -> list[Path]:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     kind, written = media_kind(media), []
-    video, fps = video_of(media) if kind in ("video", "audio_video") else (None, None)
-    wave, rate = audio_of(media) if kind in ("audio", "audio_video") else (None, None)
-    if kind in ("audio", "audio_video") and rate is None:
+    video, fps = video_of(media) if kind.has_video else (None, None)
+    wave, rate = audio_of(media) if kind.has_audio else (None, None)
+    if kind.has_audio and rate is None:
         raise ValueError("save_clips: audio needs its sample rate (media {'audio': ..., 'sample_rate': ...})")
     for i in range(num_samples(media)):
         name = f"{start + i:04d}"
-        if kind == "image":
+        if kind is MediaKind.IMAGE:
             save_grid(media[i][None], folder / f"{name}.png")
             written.append(folder / f"{name}.png")
             continue
@@ -402,6 +426,6 @@ def save_media(
         sources = None if sources is None else sources[:max_samples]
     png, folder = _png_path(path)
     written = [save_sheet(media, png, frames, side, sources)]
-    if media_kind(media) != "image":
+    if media_kind(media) is not MediaKind.IMAGE:
         written += save_clips(media, folder)
     return written

@@ -13,7 +13,7 @@ from flowrl.configkit import ConfigError, parse_stop_rule
 from flowrl.media import monitor_names
 from flowrl.mesh import check_family
 from flowrl.methods import build_method
-from flowrl.pipelines.base import adapter_class
+from flowrl.pipelines.base import adapter_class, media_kind_of
 from flowrl.reward_models.base import reward_target
 from flowrl.scoring import check_reward_modality
 
@@ -31,7 +31,7 @@ def preflight(cfg: Config) -> None:
     method = build_method(cfg)  # unknown or mistyped method.options
     check_whole_groups(cfg, method, 1)
     check_family(cfg.train.sequence_parallel, cfg.model.pipeline, adapter_class(cfg.model.pipeline))
-    kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
+    kind = media_kind_of(cfg.model.pipeline)
     needs = method.needs()
     if needs.dataset is not None:  # every row's media readable, before any weight loads
         from flowrl.media_data import check_media_folder
@@ -147,7 +147,7 @@ def logged_metric_names(cfg: Config) -> set[str]:
     for name in cfg.reward:
         names |= {f"reward/{name}/mean", f"reward/{name}/std", f"cost/reward_calls/{name}"}
     if cfg.log.monitors:
-        names |= monitor_names(getattr(adapter_class(cfg.model.pipeline), "media_kind", "image"))
+        names |= monitor_names(media_kind_of(cfg.model.pipeline))
     if cfg.log.eval_every > 0:
         names |= {"eval/reward/mean", "eval/reward/std", "monitor/heldout_gap"}
         names |= {f"eval/reward/{n}/mean" for n in (cfg.eval_reward or cfg.reward)}

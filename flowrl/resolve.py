@@ -31,7 +31,7 @@ from flowrl.config import (
 from flowrl.methods import build_method, check_method_name, method_class
 from flowrl.methods.options import carry_options, drop_foreign_knobs, with_knob_defaults
 from flowrl.methods.parts import check_part_names
-from flowrl.pipelines.base import adapter_class
+from flowrl.pipelines.base import media_kind_of
 from flowrl.reward_models import check_reward_name
 from flowrl.reward_models.base import reward_target
 from flowrl.scoring import check_reward_modality
@@ -87,7 +87,7 @@ def check_reward_names(cfg: Config) -> None:
 def check_reward_media(cfg: Config) -> None:
     """The trained rewards' media kind against the pipeline's (``flowrl.scoring.check_reward_modality``)."""
     try:
-        kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
+        kind = media_kind_of(cfg.model.pipeline)
         targets = {name: reward_target(name) for name in cfg.reward}
     except (ValueError, ImportError):  # an unknown pipeline or reward has its own error later
         return

@@ -20,7 +20,7 @@ from flowrl.advantages import zero_std_ratio
 from flowrl.configkit import ConfigError
 from flowrl.media import cat_media, num_samples
 from flowrl.mesh import Mesh
-from flowrl.pipelines.base import adapter_class
+from flowrl.pipelines.base import media_kind_of
 from flowrl.reward_models import RewardError, WeightedReward, build_reward
 from flowrl.rollout import RolloutBatch
 from flowrl.workers import Workers
@@ -34,7 +34,7 @@ logger = logging.getLogger(__name__)
 def build_rewards(cfg: Config, weights: dict[str, float] | None = None) -> WeightedReward:
     weights = cfg.reward if weights is None else weights
     rewards = {name: (build_reward(name, **cfg.reward_args.get(name, {})), w) for name, w in weights.items()}
-    kind = getattr(adapter_class(cfg.model.pipeline), "media_kind", "image")
+    kind = media_kind_of(cfg.model.pipeline)
     for name, (reward, _) in rewards.items():
         check_reward_modality(name, reward, cfg.model.pipeline, kind)
     return WeightedReward(rewards, timeout_s=cfg.train.reward_timeout_s, report_every_s=cfg.train.reward_report_s)

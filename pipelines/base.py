@@ -33,11 +33,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from flowrl.media import MediaKind, as_media_kind
 from flowrl.registry import Registry
 
 Conditioning = dict[str, torch.Tensor]
@@ -57,20 +59,41 @@ def concat(conds: list[Conditioning]) -> Conditioning:
     return {k: torch.cat([c[k] for c in conds]) for k in conds[0]}
 
 
+class GuidanceKind(str, Enum):
+    """How a guidance scale reaches the velocity."""
+
+    CFG = "cfg"  # two branches, v_u + w (v_c - v_u)
+    EMBEDDED = "embedded"  # the scale is an input of the transformer (FLUX.1-dev)
+    NONE = "none"  # the conditional prediction alone
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class Guidance:
-    """How an adapter applies a guidance scale. ``kind``: ``"cfg"`` (two branches, ``v_u + w (v_c - v_u)``),
-    ``"embedded"`` (the scale is an input of the transformer, FLUX.1-dev) or ``"none"`` (the conditional
-    prediction alone); ``passes``: transformer rows per sample and velocity (2 for CFG, else 1)."""
+    """How an adapter applies a guidance scale: its ``kind`` (``GuidanceKind``; a family may give the name), the
+    ``scale``, and ``passes``, the transformer rows per sample and velocity (2 for CFG, else 1)."""
 
-    kind: str
+    kind: GuidanceKind
     scale: float
     passes: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, GuidanceKind):
+            if self.kind not in {k.value for k in GuidanceKind}:
+                raise ValueError(f"guidance kind {self.kind!r} is none of {[k.value for k in GuidanceKind]}")
+            object.__setattr__(self, "kind", GuidanceKind(self.kind))
+
+    @classmethod
+    def cfg_above_one(cls, scale: float) -> Guidance:
+        """Two-branch CFG above a scale of 1, the conditional prediction alone at or below it."""
+        return cls(GuidanceKind.CFG, float(scale), 2) if scale > 1.0 else cls(GuidanceKind.NONE, float(scale), 1)
 
 
 def cfg_guidance(scale: float) -> Guidance:
     """Two-branch classifier-free guidance, off (one pass) at scale 1."""
-    return Guidance("cfg", float(scale), 2) if scale != 1.0 else Guidance("none", float(scale), 1)
+    return Guidance(GuidanceKind.CFG, float(scale), 2) if scale != 1.0 else Guidance(GuidanceKind.NONE, float(scale), 1)
 
 
 Latent = torch.Tensor | Mapping[str, torch.Tensor]  # a tensor, or a mapping of modalities (LTX-2)
@@ -83,7 +106,7 @@ class PipelineAdapter(Protocol):
     A family joins by registering its adapter class (``register_family``); the conformance kit
     (``tests/pipelines/test_family_contract.py``) then runs every member below on the family's tiny recipe."""
 
-    media_kind: str  # "image", "video", "audio" or "audio_video": the kind ``decode`` and ``generate`` make
+    media_kind: MediaKind  # the kind ``decode`` and ``generate`` make (``flowrl.media``)
     tiny_recipe: str  # the shipped recipe that runs the family's tiny offline model (the conformance kit's)
     lora_target_modules: list[str]  # module-name suffixes peft's LoraConfig targets
     device: torch.device  # where the pipeline's modules live
@@ -224,6 +247,12 @@ def list_pipelines() -> list[str]:
 def adapter_class(name: str) -> Any:
     """The adapter class registered as ``name``; an unknown name is refused in one line with the closest one."""
     return PIPELINES.get(name)
+
+
+def media_kind_of(pipeline: str) -> MediaKind:
+    """The media kind the family registered as ``pipeline`` makes, images where its adapter declares none (an
+    unknown name: ``adapter_class``'s error)."""
+    return as_media_kind(getattr(adapter_class(pipeline), "media_kind", MediaKind.IMAGE))
 
 
 def pipeline_classes_of(adapter: Any) -> tuple[str, ...]:

@@ -66,9 +66,9 @@ def narrow(c: dict) -> dict:
 
 def passes(embedded: bool, scale: float) -> int:
     """FLUX.1's embedded guidance: one pass."""
-    from flowrl.pipelines.base import Guidance
+    from flowrl.pipelines.base import Guidance, GuidanceKind
 
-    return Guidance("embedded" if embedded else "none", float(scale), 1).passes
+    return Guidance(GuidanceKind.EMBEDDED if embedded else GuidanceKind.NONE, float(scale), 1).passes
 
 
 def decode_cost(parts: FamilyParts, geo: Layout, cfg: Config) -> tuple[float, float]:

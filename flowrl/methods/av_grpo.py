@@ -81,6 +81,7 @@ from flowrl.credit.av_grpo import (
 )
 from flowrl.losses import av_grpo_loss
 from flowrl.lr import lr_factor
+from flowrl.media import MediaKind
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, TrainEntry, Turn
 from flowrl.pipelines.base import Conditioning
@@ -127,7 +128,7 @@ class AVGRPOOptions:
 class AVGRPO(MethodBase):
     name = "av_grpo"
     Options = AVGRPOOptions
-    media = ("audio_video",)
+    media = (MediaKind.AUDIO_VIDEO,)
     # its metrics (``Part.metrics``): the phase (1: video trains), the groups on a fallback, the transitions whose
     # std the cap lowered, NaN switches
     default_credit = "modality_zscore"

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from flowrl.media import MediaKind
 from flowrl.methods.context import Context
 from flowrl.methods.seam import Advantages, Ending, Needs, RewardTable, TrainEntry, TrainingUnit, Turn
 from flowrl.pipelines.base import Conditioning
@@ -100,7 +101,7 @@ class MethodBase:
     # its own loss still pulls a row whose advantage is 0 (a regression on its target): every row trains
     keeps_flat_rows = False
     # the media kinds of the pipelines it trains (``adapter.media_kind``; ``Needs.media``); None: every kind
-    media: tuple[str, ...] | None = None
+    media: tuple[MediaKind, ...] | None = None
     # the method computes a recomputed SDE step and lets a ``policy`` loss part score it (Flow-GRPO's family)
     hosts_policy_loss: bool = False
 

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
-from flowrl.pipelines.base import Conditioning
+from flowrl.pipelines.base import Conditioning, GuidanceKind
 from flowrl.plan import StepPlan, ode_plan
 from flowrl.policy import Weights
 from flowrl.rollout import Trajectory, rollout, transition
@@ -47,7 +47,7 @@ class Context:
         sampling scale itself, which costs no pass and is the input the guidance-distilled model was trained
         with (its prediction at guidance 1 is off its training distribution)."""
         guidance = getattr(self.adapter, "guidance", None)
-        embedded = guidance is not None and guidance(self.guidance_scale).kind == "embedded"
+        embedded = guidance is not None and guidance(self.guidance_scale).kind is GuidanceKind.EMBEDDED
         return self.guidance_scale if embedded else 1.0
 
     def seed(self, purpose: str, position: int) -> int:

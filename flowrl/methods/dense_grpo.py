@@ -25,6 +25,7 @@ from flowrl.credit.dense import (
     initial_psi,
     step_gains,
 )
+from flowrl.media import MediaKind
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
 from flowrl.methods.options import AdvantageClipOptions, GroupZScoreOptions, PolicyOptions, check_knobs
@@ -60,7 +61,7 @@ class DenseGRPOOptions(PolicyOptions, GroupZScoreOptions, AdvantageClipOptions):
 class DenseGRPO(FlowGRPO):
     name = "dense_grpo"
     # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
-    media = ("image", "video", "audio")
+    media = (MediaKind.IMAGE, MediaKind.VIDEO, MediaKind.AUDIO)
     Options = DenseGRPOOptions
     default_credit = "dense_gains"
 

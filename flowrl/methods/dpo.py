@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from flowrl.configkit import ConfigError
+from flowrl.media import MediaKind
 from flowrl.media_data import DatasetKind, check_family_encodes, data_root, encode_images, load_images, row_media
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.forward_process import Endpoints
@@ -120,7 +121,11 @@ def preference_pairs_credit(method: MethodBase, table: RewardTable) -> Advantage
 class DPO(MethodBase):
     name = "dpo"
     Options = DPOOptions
-    media = ("image", "video", "audio")  # one latent tensor per sample (offline: images, which it encodes)
+    media = (
+        MediaKind.IMAGE,
+        MediaKind.VIDEO,
+        MediaKind.AUDIO,
+    )  # one latent tensor per sample (offline: images, which it encodes)
     default_credit = "preference_pairs"
 
     def __init__(self, cfg):
@@ -150,7 +155,7 @@ class DPO(MethodBase):
         if self.offline:
             check_family_encodes(self.cfg, self.name)
         return Needs(
-            media=("image",) if self.offline else self.media,
+            media=(MediaKind.IMAGE,) if self.offline else self.media,
             whole_groups=True,  # a pair's two rows train in one unit
             reference=True,
             onpolicy_check="it records no per-step log-probs to recompute",

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import torch
 
 from flowrl.configkit import ConfigError
+from flowrl.media import MediaKind
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch
 from flowrl.methods.seam import Needs
 from flowrl.pipelines.base import Conditioning
@@ -181,7 +182,7 @@ class ForwardProcess(MethodBase):
     with the no-grad velocities the loss needs (``target_weights``) evaluated once per noising."""
 
     # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
-    media = ("image", "video", "audio")
+    media = (MediaKind.IMAGE, MediaKind.VIDEO, MediaKind.AUDIO)
 
     Options = ForwardProcessOptions
     # a forward-process loss (``keeps_flat_rows``) still trains a row of a flat group (towards the reference,

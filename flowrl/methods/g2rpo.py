@@ -32,6 +32,7 @@ import torch
 from flowrl.advantages import clip_advantages
 from flowrl.configkit import ConfigError
 from flowrl.credit.granular import granular_zscores, ode_tail
+from flowrl.media import MediaKind
 from flowrl.methods.base import Context, Experience, PromptBatch, TransitionLoss
 from flowrl.methods.flow_grpo import FlowGRPO
 from flowrl.methods.options import AdvantageClipOptions, PolicyOptions, check_knobs
@@ -92,7 +93,7 @@ class G2RPOOptions(PolicyOptions, AdvantageClipOptions):
 class G2RPO(FlowGRPO):
     name = "g2rpo"
     # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
-    media = ("image", "video", "audio")
+    media = (MediaKind.IMAGE, MediaKind.VIDEO, MediaKind.AUDIO)
     Options = G2RPOOptions
     default_credit = "granular"
 

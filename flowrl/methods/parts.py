@@ -285,10 +285,11 @@ def compose(
 
 def joint_pipeline(cfg: Any) -> bool:
     """Whether ``model.pipeline`` steps joint audio-video latents (an unknown pipeline: no; its own error comes)."""
-    from flowrl.pipelines.base import adapter_class
+    from flowrl.media import MediaKind
+    from flowrl.pipelines.base import media_kind_of
 
     try:
-        return getattr(adapter_class(cfg.model.pipeline), "media_kind", "image") == "audio_video"
+        return media_kind_of(cfg.model.pipeline) is MediaKind.AUDIO_VIDEO
     except ValueError:
         return False
 

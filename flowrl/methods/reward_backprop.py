@@ -37,9 +37,10 @@ from typing import Any
 import torch
 
 from flowrl.configkit import ConfigError
+from flowrl.media import MediaKind
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.seam import Advantages, Needs, RewardTable
-from flowrl.pipelines.base import Conditioning
+from flowrl.pipelines.base import Conditioning, GuidanceKind
 from flowrl.plan import ode_plan
 from flowrl.policy import Weights
 from flowrl.rollout import states_moved
@@ -178,7 +179,7 @@ class RewardBackprop(MethodBase):
     default_credit = "uniform"
     keeps_flat_rows = True  # the reward's gradient pulls every row; there is no advantage to be 0
     min_group_size = 1  # each sample's reward is backpropagated on its own
-    media = ("image", "video")
+    media = (MediaKind.IMAGE, MediaKind.VIDEO)
 
     def __init__(self, cfg: Any):
         super().__init__(cfg)
@@ -245,7 +246,7 @@ class RewardBackprop(MethodBase):
         under two-branch CFG and ``cfg_grad="cond"``, the gradient flows through the conditional branch only
         (``cond_grad_velocity``); without CFG the guided velocity is the conditional one."""
         g = ctx.guidance_scale
-        cfg_kind = ctx.adapter.guidance(g).kind == "cfg"
+        cfg_kind = ctx.adapter.guidance(g).kind is GuidanceKind.CFG
         if not torch.is_grad_enabled() or (cfg_kind and self.options.cfg_grad == "both"):
             return ctx.velocity(x, sigma, cond), None
         if not cfg_kind:
@@ -261,7 +262,7 @@ class RewardBackprop(MethodBase):
     ) -> torch.Tensor:
         """UniRL's per-step KL on the conditional velocity (the step's own conditional forward where it made one,
         else one more with grad) against the reference's, at the same guidance input."""
-        cfg_kind = ctx.adapter.guidance(ctx.guidance_scale).kind == "cfg"
+        cfg_kind = ctx.adapter.guidance(ctx.guidance_scale).kind is GuidanceKind.CFG
         scale = 1.0 if cfg_kind else ctx.guidance_scale
         if v_cond is None:
             v_cond = ctx.velocity(x, sigma, cond, guidance_scale=scale)

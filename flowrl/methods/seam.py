@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 import torch
 
 if TYPE_CHECKING:
+    from flowrl.media import MediaKind
     from flowrl.media_data import DatasetKind
 
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 class Needs:
     """What a method asks of the run, declared before any weight loads."""
 
-    media: tuple[str, ...] | None = None  # the media kinds it trains (``adapter.media_kind``); None: any
+    media: tuple[MediaKind, ...] | None = None  # the media kinds it trains (``adapter.media_kind``); None: any
     whole_groups: bool = False  # every rollout batch holds whole prompt groups
     reference: bool = False  # its loss reads the reference weights (full fine-tuning then keeps a frozen copy)
     averages: Mapping[str, Callable[[int], float]] = field(default_factory=dict)  # parameter averages, by name

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from flowrl.media import MediaKind
 from flowrl.media_data import DatasetKind, check_family_encodes
 from flowrl.methods.base import Context, Experience, MethodBase, PromptBatch, TransitionLoss
 from flowrl.methods.dpo import NoisingOptions, dataset_latents, draw_noisings
@@ -32,7 +33,7 @@ def targets_credit(method: MethodBase, table: RewardTable) -> Advantages:
 class SFT(MethodBase):
     name = "sft"
     Options = NoisingOptions
-    media = ("image",)  # the images it encodes (video and audio targets: not read yet)
+    media = (MediaKind.IMAGE,)  # the images it encodes (video and audio targets: not read yet)
     default_credit = "targets"
     keeps_flat_rows = True  # every row is a target to regress on
     min_group_size = 1  # each row is its own target

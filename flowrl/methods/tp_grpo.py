@@ -46,6 +46,7 @@ from flowrl.advantages import clip_advantages
 from flowrl.configkit import ConfigError
 from flowrl.credit.dense import completion_table
 from flowrl.credit.turning_point import TurningPointCredit, turning_point_credit
+from flowrl.media import MediaKind
 from flowrl.methods.base import Context, Experience, PromptBatch
 from flowrl.methods.flow_grpo import FlowGRPO
 from flowrl.methods.options import AdvantageClipOptions, GroupZScoreOptions, PolicyOptions, check_knobs
@@ -101,7 +102,7 @@ class TPGRPOOptions(PolicyOptions, GroupZScoreOptions, AdvantageClipOptions):
 class TPGRPO(FlowGRPO):
     name = "tp_grpo"
     # one latent tensor per sample: joint audio-video latents (a mapping of modalities) are not taken yet
-    media = ("image", "video", "audio")
+    media = (MediaKind.IMAGE, MediaKind.VIDEO, MediaKind.AUDIO)
     Options = TPGRPOOptions
     default_credit = "turning_points"
 

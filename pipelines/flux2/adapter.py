@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.media import MediaKind
+from flowrl.pipelines.base import Conditioning, Guidance, GuidanceKind
 from flowrl.pipelines.flux2 import layout
 from flowrl.pipelines.flux2.tiny import TINY_PATHS
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
@@ -54,7 +55,7 @@ class Flux2Adapter(CachedPromptAdapter):
 
     lora_target_modules = FLUX2_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
-    media_kind = "image"
+    media_kind = MediaKind.IMAGE
     tiny_recipe = "tiny-flux2"
     pipeline_classes = ("Flux2KleinPipeline",)  # the model_index.json classes it loads
     tiny_paths = tuple(TINY_PATHS)
@@ -91,8 +92,8 @@ class Flux2Adapter(CachedPromptAdapter):
     def guidance(self, scale: float) -> Guidance:
         """Base models: two-branch CFG above 1 (2 rows a sample); distilled models: one pass at any scale."""
         if scale > 1.0 and not self.is_distilled:
-            return Guidance("cfg", float(scale), 2)
-        return Guidance("none", float(scale), 1)
+            return Guidance(GuidanceKind.CFG, float(scale), 2)
+        return Guidance(GuidanceKind.NONE, float(scale), 1)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
@@ -129,7 +130,7 @@ class Flux2Adapter(CachedPromptAdapter):
     def model_inputs(self, cond: Conditioning, guidance_scale: float) -> Conditioning:
         """The embeddings in the model dtype; with CFG the negative rows stacked before the prompt rows."""
         embeds = cond["prompt_embeds"]
-        if self.guidance(guidance_scale).kind == "cfg":
+        if self.guidance(guidance_scale).kind is GuidanceKind.CFG:
             embeds = torch.cat([self._negatives(cond)["prompt_embeds"].to(embeds.device), embeds])
         return {"prompt_embeds": embeds.to(self.compute_dtype)}
 
@@ -167,7 +168,7 @@ class Flux2Adapter(CachedPromptAdapter):
     def call_guidance(self, prompts: list[str], guidance_scale: float, negative_prompts: list[str] | None) -> dict:
         """``generate``'s guidance: the pipeline's scale, a row's own negative as its embeddings."""
         negative = None
-        if negative_prompts and any(negative_prompts) and self.guidance(guidance_scale).kind == "cfg":
+        if negative_prompts and any(negative_prompts) and self.guidance(guidance_scale).kind is GuidanceKind.CFG:
             negative = self.encode_prompts(prompts, list(negative_prompts))["negative_prompt_embeds"]
         return {"negative_prompt_embeds": negative, "guidance_scale": guidance_scale}
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from flowrl.pipelines.base import Conditioning, pipeline_classes_of, source_images_of
+from flowrl.pipelines.base import Conditioning, GuidanceKind, pipeline_classes_of, source_images_of
 from flowrl.pipelines.kit.loading import DTYPES
 from flowrl.pipelines.kit.lora import lora_metadata
 from flowrl.pipelines.kit.prompts import cached_rows
@@ -194,9 +194,9 @@ class CachedPromptAdapter:
     ) -> torch.Tensor:
         """v(x, sigma | c), fp32: one call of ``model`` (default: the transformer; pass its DDP/FSDP wrapper or a
         frozen reference copy) through the family's ``forward``, both branches of two-branch CFG in it (the
-        family's ``guidance(scale).kind == "cfg"``), combined by ``cfg_combine``. sigma: a float or (B,);
+        family's ``guidance(scale).kind`` is ``GuidanceKind.CFG``), combined by ``cfg_combine``. sigma: a float or (B,);
         inputs: ``model_inputs(cond, guidance_scale)``, whose rows must match."""
-        use_cfg = self.guidance(guidance_scale).kind == "cfg"
+        use_cfg = self.guidance(guidance_scale).kind is GuidanceKind.CFG
         rows, given = (2 if use_cfg else 1) * x.shape[0], inputs["prompt_embeds"].shape[0]
         if given != rows:
             raise ValueError(

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from flowrl.pipelines.base import Conditioning, Guidance, source_images_of
+from flowrl.media import MediaKind
+from flowrl.pipelines.base import Conditioning, Guidance, GuidanceKind, source_images_of
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.images import check_count
@@ -102,7 +103,7 @@ class Flux1Adapter(CachedPromptAdapter):
     ``extra_tokens``, ``model_inputs`` and ``encode_prompts``."""
 
     lora_target_modules = FLUX_LORA_TARGETS
-    media_kind = "image"
+    media_kind = MediaKind.IMAGE
     pipeline_class = "FluxPipeline"  # the diffusers class ``from_config`` loads and ``save_lora`` writes for
     family = "flux"  # model.pipeline, as errors name it
 
@@ -141,8 +142,8 @@ class Flux1Adapter(CachedPromptAdapter):
 
     def guidance(self, scale: float) -> Guidance:
         """FLUX.1-dev's embedded guidance: the scale is the transformer's ``guidance`` input, one pass a step
-        (``"none"`` for a transformer without a guidance embedding, FLUX.1-schnell)."""
-        return Guidance("embedded" if self.guidance_embeds else "none", float(scale), 1)
+        (``NONE`` for a transformer without a guidance embedding, FLUX.1-schnell)."""
+        return Guidance(GuidanceKind.EMBEDDED if self.guidance_embeds else GuidanceKind.NONE, float(scale), 1)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flowrl.media import MediaKind
 from flowrl.mesh import sequence_degree
 from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter
@@ -138,7 +139,7 @@ class QwenImageCore(CachedPromptAdapter):
     ``pipeline_class``, ``tiny_recipe``, ``build_tiny`` and ``from_config``."""
 
     lora_target_modules = QWEN_IMAGE_LORA_TARGETS
-    media_kind = "image"
+    media_kind = MediaKind.IMAGE
     pipeline_class = "QwenImagePipeline"
     negative_text = DEFAULT_NEGATIVE  # CFG's default negative
 
@@ -176,7 +177,7 @@ class QwenImageCore(CachedPromptAdapter):
 
     def guidance(self, scale: float) -> Guidance:
         """True CFG (two rows a sample, norm-rescaled) above 1, as the pipeline's ``true_cfg_scale``; else one pass."""
-        return Guidance("cfg", float(scale), 2) if scale > 1.0 else Guidance("none", float(scale), 1)
+        return Guidance.cfg_above_one(scale)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()

@@ -78,8 +78,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from flowrl.media import MediaKind
 from flowrl.mesh import sequence_degree
-from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.pipelines.base import Conditioning, Guidance, GuidanceKind
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, Draw, cast_parts, freeze_on
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
@@ -229,7 +230,7 @@ class LTX2Adapter(CachedPromptAdapter):
     lora_target_modules = LTX2_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
     tower_of = staticmethod(tower_of)
-    media_kind = "audio_video"
+    media_kind = MediaKind.AUDIO_VIDEO
     tiny_recipe = "tiny-ltx2"
     pipeline_classes = ("LTX2Pipeline",)  # the model_index.json classes it loads
     modalities = MODALITIES
@@ -407,7 +408,7 @@ class LTX2Adapter(CachedPromptAdapter):
         """Two-branch CFG (one batched forward) when ``scale != 1``, plus the STG rows and the modality pass the
         adapter was built with (each +1 row a sample); one pass, the conditional velocity, at 1."""
         plan = _plan_of(self, scale)
-        return Guidance("cfg" if plan.cfg else "none", float(scale), plan.passes)
+        return Guidance(GuidanceKind.CFG if plan.cfg else GuidanceKind.NONE, float(scale), plan.passes)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from flowrl.media import MediaKind
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import has_xformers
@@ -29,7 +30,7 @@ class SD3Adapter(CachedPromptAdapter):
     image_vae_latents = True  # latents are the VAE's own (C, h, w): dataset methods encode images into them
     lora_target_modules = SD3_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
-    media_kind = "image"
+    media_kind = MediaKind.IMAGE
     tiny_recipe = "tiny-cpu"
     sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
         "diffusers ships no context-parallel plan for SD3Transformer2DModel"

@@ -67,7 +67,8 @@ from pathlib import Path
 
 import torch
 
-from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
+from flowrl.media import MediaKind
+from flowrl.pipelines.base import Conditioning, Guidance
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, Draw, cast_parts, freeze_on
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
@@ -180,7 +181,7 @@ class StableAudioAdapter(CachedPromptAdapter):
     lora_target_modules = SA3_LORA_TARGETS
     negative_keys = ("prompt_embeds", "encoder_attention_mask")  # a row's own negative: its text, not its duration
     check_model_path = staticmethod(check_model_path)
-    media_kind = "audio"
+    media_kind = MediaKind.AUDIO
     tiny_recipe = "tiny-audio"
     sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
         "diffusers ships no context-parallel plan for StableAudioDiTModel"
@@ -252,7 +253,7 @@ class StableAudioAdapter(CachedPromptAdapter):
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG (both branches in one batched forward: 2 rows a sample) for scales above 1, as the
         pipeline's ``do_classifier_free_guidance``; one conditional pass otherwise."""
-        return cfg_guidance(scale) if scale > 1.0 else Guidance("none", float(scale), 1)
+        return Guidance.cfg_above_one(scale)
 
     @staticmethod
     def _cfg(guidance_scale: float) -> bool:

@@ -53,6 +53,7 @@ from pathlib import Path
 
 import torch
 
+from flowrl.media import MediaKind
 from flowrl.pipelines.base import Conditioning, Guidance, cfg_guidance
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, Draw, cast_parts, sides
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
@@ -128,7 +129,7 @@ class WanAdapter(CachedPromptAdapter):
 
     lora_target_modules = WAN_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
-    media_kind = "video"
+    media_kind = MediaKind.VIDEO
     tiny_recipe = "tiny-wan"
     pipeline_classes = ("WanPipeline",)  # the model_index.json classes it loads
     tiny_paths = tuple(TINY_PATHS)

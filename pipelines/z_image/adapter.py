@@ -35,7 +35,8 @@ from pathlib import Path
 
 import torch
 
-from flowrl.pipelines.base import Conditioning, Guidance
+from flowrl.media import MediaKind
+from flowrl.pipelines.base import Conditioning, Guidance, GuidanceKind
 from flowrl.pipelines.kit.adapter import CachedPromptAdapter, cast_parts
 from flowrl.pipelines.kit.attention import set_dispatcher_attention_backend
 from flowrl.pipelines.kit.loading import check_folder_or_hub, load_pretrained_pipeline
@@ -58,7 +59,7 @@ class ZImageAdapter(CachedPromptAdapter):
     image_vae_latents = True  # latents are the VAE's own (C, h, w): dataset methods encode images into them
     lora_target_modules = Z_IMAGE_LORA_TARGETS
     check_model_path = staticmethod(check_model_path)
-    media_kind = "image"
+    media_kind = MediaKind.IMAGE
     tiny_recipe = "tiny-z-image"
     sequence_parallel_refusal = (  # train.sequence_parallel > 1 (flowrl.mesh)
         "diffusers ships no context-parallel plan for ZImageTransformer2DModel"
@@ -103,7 +104,7 @@ class ZImageAdapter(CachedPromptAdapter):
 
     def guidance(self, scale: float) -> Guidance:
         """Two-branch CFG above 1 (both branches in one batched call: 2 rows a sample), else one pass."""
-        return Guidance("cfg", float(scale), 2) if scale > 1.0 else Guidance("none", float(scale), 1)
+        return Guidance.cfg_above_one(scale)
 
     # ------------------------------------------------------------------ conditioning
     @torch.no_grad()
@@ -152,7 +153,7 @@ class ZImageAdapter(CachedPromptAdapter):
         """The embeddings in the model dtype; with CFG the negative rows stacked after the prompt rows (each
         row's own negative where ``cond`` holds them, else the empty prompt), as the pipeline batches them."""
         embeds, lengths = cond["prompt_embeds"], cond["prompt_lengths"]
-        if self.guidance(guidance_scale).kind == "cfg":
+        if self.guidance(guidance_scale).kind is GuidanceKind.CFG:
             neg = self._negatives(cond, ("prompt_embeds", "prompt_lengths"))
             embeds = torch.cat([embeds, neg["prompt_embeds"].to(embeds.device)])
             lengths = torch.cat([lengths, neg["prompt_lengths"].to(lengths.device)])

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from flowrl.config import ConfigError
-from flowrl.pipelines.base import Guidance, adapter_class, list_pipelines
+from flowrl.pipelines.base import Guidance, GuidanceKind, adapter_class, list_pipelines
 from flowrl.preflight import preflight
 from flowrl.resolve import resolve_config
 
@@ -37,18 +37,23 @@ def adapters():
 def test_guidance_objects_and_the_rows_they_cost(adapters):
     """Two-branch CFG costs 2 rows a sample (1 at scale 1); FLUX.1-dev's embedded guidance costs 1 at any
     scale. (That a velocity call sends exactly these rows through the transformer is the conformance kit's.)"""
-    expected = {
-        "sd3": ("cfg", 2),
-        "flux": ("embedded", 1),
-        "wan": ("cfg", 2),
-        "stable_audio": ("cfg", 2),
-        "ltx2": ("cfg", 2),
-    }
+    cfg, embedded = GuidanceKind.CFG, GuidanceKind.EMBEDDED
+    expected = {"sd3": (cfg, 2), "flux": (embedded, 1), "wan": (cfg, 2), "stable_audio": (cfg, 2), "ltx2": (cfg, 2)}
     for name, adapter in adapters.items():
         g = adapter.guidance(4.5)
-        assert isinstance(g, Guidance) and (g.kind, g.passes) == expected[name] and g.scale == 4.5
-        if g.kind == "cfg":
-            assert adapter.guidance(1.0).passes == 1
+        assert isinstance(g, Guidance) and g.kind is expected[name][0] and g.passes == expected[name][1], name
+        assert g.scale == 4.5
+        if g.kind is GuidanceKind.CFG:
+            assert adapter.guidance(1.0).kind is GuidanceKind.NONE and adapter.guidance(1.0).passes == 1
+
+
+def test_a_guidance_kind_given_by_name_becomes_the_enum_and_a_wrong_one_is_refused_in_one_line():
+    """A family of one's own may name the kind; a misspelt one fails where the adapter makes it."""
+    assert Guidance("cfg", 3.0, 2).kind is GuidanceKind.CFG and str(GuidanceKind.CFG) == "cfg"
+    assert Guidance.cfg_above_one(1.0) == Guidance(GuidanceKind.NONE, 1.0, 1)
+    assert Guidance.cfg_above_one(2.0) == Guidance(GuidanceKind.CFG, 2.0, 2)
+    with pytest.raises(ValueError, match=r"^guidance kind 'classifier_free' is none of \['cfg', 'embedded', 'none'\]$"):
+        Guidance("classifier_free", 3.0, 2)
 
 
 def test_a_reward_of_another_media_kind_is_refused_in_one_line():

@@ -254,12 +254,13 @@ def test_flow_grpo_trains_a_two_modality_model_end_to_end(tmp_path, monkeypatch,
     """Both modalities stochastic (Flow-GRPO on joint latents, the LTX-2 baseline): on-policy at the first
     update, every parameter of both towers and both cross-modal paths moves, the reward is scored on audio-video
     media, and the run folder holds the frame sheet, MP4s and WAVs."""
+    import flowrl.pipelines.base
     import flowrl.preflight
-    import flowrl.scoring
     import flowrl.trainer
     from flowrl.trainer import Trainer
 
-    for room in (flowrl.trainer, flowrl.preflight, flowrl.scoring):  # each looks the pipeline's adapter up
+    # each looks the pipeline's adapter up (the scorer and the checks through pipelines.base.media_kind_of)
+    for room in (flowrl.trainer, flowrl.preflight, flowrl.pipelines.base):
         monkeypatch.setattr(room, "adapter_class", lambda name: ToyJointAdapter)
     cfg = resolve_config(
         "tiny-cpu",
