@@ -1,6 +1,7 @@
 """The typed-settings machinery under flowrl's config, below every module that checks settings: ``ConfigError``, a
 dataclass of settings built from a mapping with one-line errors (``build_section``: the config's sections and every
-method's typed options), the flat dotted view of a settings tree, and ``log.stop_if`` rules. It imports nothing of
+method's typed options), the flat dotted view of a settings tree, ``log.stop_if`` rules, and ``NamedEnum``, the base
+of every enum whose members are names written in configs, adapters and logs. It imports nothing of
 flowrl but the table of other tools' key names (``flowrl.migration``), so the config, the methods (their options)
 and the logs all build on it without importing each other."""
 
@@ -11,7 +12,16 @@ import difflib
 import math
 import types
 import typing
+from enum import Enum
 from typing import Any
+
+
+class NamedEnum(str, Enum):
+    """An enum of names: each member equals, hashes and prints as its name (``"video"``), so a name written in a
+    config, a plug-in or a JSON file stands for its member."""
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class ConfigError(ValueError):

@@ -17,24 +17,22 @@ as the rewards accept them. Every function here is pure apart from ``save_*``, w
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from flowrl.configkit import NamedEnum
 
-class MediaKind(str, Enum):
+
+class MediaKind(NamedEnum):
     """What a batch is: one of the three forms above, or audio_video (LTX-2's video and sound in one mapping)."""
 
     IMAGE = "image"
     VIDEO = "video"
     AUDIO = "audio"
     AUDIO_VIDEO = "audio_video"
-
-    def __str__(self) -> str:
-        return self.value
 
     @property
     def has_video(self) -> bool:

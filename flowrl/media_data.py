@@ -17,23 +17,19 @@ one line naming the folder's file, the row and the field. ``row_media`` gives a 
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from flowrl.configkit import ConfigError
+from flowrl.configkit import ConfigError, NamedEnum
 
 
-class DatasetKind(str, Enum):
+class DatasetKind(NamedEnum):
     """What a dataset row's media are (``Needs.dataset``): preference pairs (chosen, rejected) or a target."""
 
     PREFERENCE = "preference"
     MEDIA = "media"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 KINDS = tuple(kind.value for kind in DatasetKind)

@@ -12,18 +12,18 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from flowrl import sharding
+from flowrl.configkit import NamedEnum
 from flowrl.memory import add_adapter_quiet, build_optimizer, missing_inductor_backend, quantize_base
 from flowrl.mesh import Mesh, enable_sequence_parallel
 
 
-class Weights(str, Enum):
+class Weights(NamedEnum):
     """The weights ``Policy.weights`` swaps in, besides a parameter average the method names."""
 
     CURRENT = "current"  # as trained
@@ -37,9 +37,6 @@ class Weights(str, Enum):
             return cls(name)
         except ValueError:
             return None
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class ParamAverage:

@@ -33,12 +33,12 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import torch
 
+from flowrl.configkit import NamedEnum
 from flowrl.media import MediaKind, as_media_kind
 from flowrl.registry import Registry
 
@@ -59,15 +59,12 @@ def concat(conds: list[Conditioning]) -> Conditioning:
     return {k: torch.cat([c[k] for c in conds]) for k in conds[0]}
 
 
-class GuidanceKind(str, Enum):
+class GuidanceKind(NamedEnum):
     """How a guidance scale reaches the velocity."""
 
     CFG = "cfg"  # two branches, v_u + w (v_c - v_u)
     EMBEDDED = "embedded"  # the scale is an input of the transformer (FLUX.1-dev)
     NONE = "none"  # the conditional prediction alone
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
+from flowrl.configkit import NamedEnum
 from flowrl.registry import Registry, import_target
 
 # what an exploration may record, in words (for the one-line refusals)
@@ -41,15 +41,12 @@ RECORDS = {
 }
 
 
-class PartKind(str, Enum):
+class PartKind(NamedEnum):
     """Which seam a part fills: a credit rule, a credit normalisation, or a policy loss on a recomputed SDE step."""
 
     CREDIT = "credit"
     NORM = "norm"
     POLICY = "policy"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,24 @@ def test_a_guidance_kind_given_by_name_becomes_the_enum_and_a_wrong_one_is_refus
         Guidance("classifier_free", 3.0, 2)
 
 
+def test_a_family_naming_its_media_kind_gets_the_enum_and_a_misspelt_one_is_refused_in_one_line():
+    from flowrl.media import MediaKind
+    from flowrl.pipelines.base import PIPELINES, media_kind_of, register_family
+
+    class Named:
+        media_kind = "video"
+
+    class Misspelt:
+        media_kind = "vidoe"
+
+    with PIPELINES.temporary():
+        register_family("named_toy", Named)
+        register_family("misspelt_toy", Misspelt)
+        assert media_kind_of("named_toy") is MediaKind.VIDEO
+        with pytest.raises(ValueError, match=r"^unknown media kind 'vidoe'; expected one of image, video, audio, "):
+            media_kind_of("misspelt_toy")
+
+
 def test_a_reward_of_another_media_kind_is_refused_in_one_line():
     with pytest.raises(ConfigError) as err:
         preflight(resolve_config("tiny-wan", ["reward={jpeg_compressibility: 1.0}", "reward_args={}"]))
